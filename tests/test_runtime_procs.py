@@ -1,0 +1,138 @@
+"""The local multi-process runner: output, first failure, timeout, no orphans.
+
+Every child carries a marker variable, so "nothing left running" is checked by
+scanning /proc for live processes with that marker (grandchildren inherit it).
+The sleeping children stand in for hung ranks; the tests themselves never sleep.
+"""
+
+import io
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from trainspec.runtime import procs
+from trainspec.runtime.procs import Proc, Result, free_port, loopback_host, run_all
+
+SLEEP = "import os, time; print('pid', os.getpid(), flush=True); time.sleep(60)"
+
+
+@pytest.fixture
+def marker():
+    return "trainspec-test-%s" % uuid.uuid4().hex
+
+
+def proc(label, code, marker):
+    env = {"PATH": os.environ["PATH"], "TRAINSPEC_TEST_MARKER": marker}
+    return Proc(label=label, argv=[sys.executable, "-c", code], env=env, cwd=os.getcwd())
+
+
+def live_with(marker):
+    """Pids of processes, other than zombies, whose environment carries marker."""
+    found = []
+    needle = ("TRAINSPEC_TEST_MARKER=%s" % marker).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue  # gone, or not ours
+        if state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_outputs_are_prefixed_and_complete(marker):
+    out = io.StringIO()
+    code = "import sys\nfor i in range(50): print('line', i, flush=True)\nprint('err', file=sys.stderr)"
+    result = run_all([proc("rank %d" % r, code, marker) for r in range(3)], timeout=30, out=out)
+    assert result == Result(exit_code=0, failed=None, tail=[], timed_out=False)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 * 51
+    for r in range(3):
+        mine = [line for line in lines if line.startswith("[rank %d] " % r)]
+        assert mine == ["[rank %d] line %d" % (r, i) for i in range(50)] + ["[rank %d] err" % r]
+
+
+def test_first_failure_stops_the_rest_within_grace(marker):
+    fail = "import sys\nfor i in range(40): print('step', i)\nsys.exit(7)"
+    jobs = [proc("rank 0", SLEEP, marker), proc("rank 1", fail, marker), proc("rank 2", SLEEP, marker)]
+    start = time.monotonic()
+    result = run_all(jobs, timeout=60, grace=0.5, out=io.StringIO())
+    assert time.monotonic() - start < 10
+    assert (result.exit_code, result.failed, result.timed_out) == (7, "rank 1", False)
+    assert result.tail == ["step %d" % i for i in range(10, 40)]
+    assert live_with(marker) == []
+
+
+def test_a_signal_death_is_reported_as_128_plus_signal(marker):
+    result = run_all([proc("rank 0", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)", marker)],
+                     timeout=30, out=io.StringIO())
+    assert (result.exit_code, result.failed) == (137, "rank 0")
+
+
+def test_timeout_kills_everything(marker):
+    out = io.StringIO()
+    result = run_all([proc("node %d" % n, SLEEP, marker) for n in range(2)], timeout=1.0, out=out)
+    assert (result.exit_code, result.failed, result.timed_out) == (124, None, True)
+    assert live_with(marker) == []
+
+
+def test_sigterm_ignored_then_sigkill(marker, monkeypatch):
+    monkeypatch.setattr(procs, "KILL_AFTER", 0.5)
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); " \
+               "time.sleep(60)"
+    result = run_all([proc("rank 0", stubborn, marker)], timeout=1.0, out=io.StringIO())
+    assert result.exit_code == 124
+    assert live_with(marker) == []
+
+
+def test_grandchild_dies_with_its_group(marker):
+    # The parent starts a grandchild that holds the output pipe, then fails.
+    parent = ("import subprocess, sys; "
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              "print('grandchild', child.pid, flush=True); sys.exit(5)")
+    out = io.StringIO()
+    result = run_all([proc("rank 0", parent, marker)], timeout=30, out=out)
+    assert (result.exit_code, result.failed) == (5, "rank 0")
+    grandchild = int(out.getvalue().split("grandchild")[1].split()[0])
+    assert grandchild > 0 and live_with(marker) == []
+
+
+def test_keyboard_interrupt_kills_and_reraises(marker, monkeypatch):
+    def interrupted(self, timeout, grace):
+        raise KeyboardInterrupt  # as Ctrl-C would, while waiting for the processes
+
+    monkeypatch.setattr(procs._Job, "wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_all([proc("rank 0", SLEEP, marker)], timeout=30, out=io.StringIO())
+    assert live_with(marker) == []
+
+
+def test_free_port_and_loopback_hosts():
+    port = free_port()
+    assert 0 < port < 65536
+    assert [loopback_host(n) for n in range(3)] == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    assert free_port(loopback_host(1)) > 0
+    with pytest.raises(ValueError):
+        loopback_host(253)
+
+
+def test_live_with_finds_a_marked_process(marker):
+    """The orphan checks above are only as good as this scan."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={"TRAINSPEC_TEST_MARKER": marker})
+    try:
+        assert live_with(marker) == [child.pid]
+    finally:
+        child.kill()
+        child.wait()
+    assert live_with(marker) == []

@@ -1,0 +1,88 @@
+"""The pipeline the commands share: find specs, load, validate, check and lower per target.
+
+    spec.yaml --load--> Document --validate--> ValidSpec --lower[target]--> Artifact --write--> OUT/<name>/<target>/
+
+`compile`, `validate` and `run --local` all go through `build()`; only `compile` writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence
+
+from .compiler import TARGETS, target
+from .compiler.base import Artifact
+from .diagnostics import Diagnostic, SpecError
+from .schema.loader import load_file
+from .schema.validate import ValidSpec, validate
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass
+class Outcome:
+    """One spec's result: every diagnostic (located), and the artifacts when there was no error."""
+
+    file: str
+    valid: Optional[ValidSpec] = None
+    artifacts: List[Artifact] = field(default_factory=list)
+    diagnostics: List[Diagnostic] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.is_error for d in self.diagnostics)
+
+
+def find_specs(paths: Iterable[str]) -> List[str]:
+    """Spec files named directly, plus every *.yaml / *.yml below a named directory (sorted)."""
+    found: List[str] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            for child in sorted(path.rglob("*")):
+                if child.suffix in SPEC_SUFFIXES and child.is_file() \
+                        and not any(p.startswith(".") for p in child.relative_to(path).parts):
+                    found.append(str(child))
+        else:
+            found.append(name)
+    return found
+
+
+def targets_for(valid: ValidSpec, requested: Optional[Sequence[str]]) -> List[str]:
+    """-t wins; else the targets the spec lists; else every target."""
+    if requested:
+        return list(requested)
+    listed = [name for name in TARGETS if getattr(valid.spec.targets, name, None) is not None]
+    return listed or list(TARGETS)
+
+
+def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lower: bool = True,
+          transform=None) -> Outcome:
+    """Load, validate, check and (unless ``lower`` is False) lower one spec for its targets.
+
+    ``transform`` optionally rewrites the loaded data before validation (used by
+    ``run --local`` to apply its overrides through the same validation as file content).
+    """
+    outcome = Outcome(file=file)
+    try:
+        doc = load_file(file)
+    except SpecError as exc:
+        outcome.diagnostics = exc.diagnostics
+        return outcome
+    if transform is not None:
+        doc.data = transform(doc.data)
+    valid, diagnostics = validate(doc)
+    found = list(diagnostics)
+    if valid is not None:
+        names = targets_for(valid, requested)
+        for name in names:
+            found.extend(target(name).check(valid))
+        if lower and not any(d.is_error for d in found):
+            for name in names:
+                artifact = target(name).lower(valid, (out / valid.name / name).absolute())
+                outcome.artifacts.append(artifact)
+                found.extend(artifact.diagnostics)
+        outcome.valid = valid
+    outcome.diagnostics = sorted((doc.locate(d) for d in found), key=lambda d: (d.line or 0, d.col or 0))
+    return outcome

@@ -1,0 +1,231 @@
+"""Azure ML v2 command job: ``az ml job create --file job.yml``.
+
+Lowering table (see ../shared/reference/azureml.md):
+
+=============  ==========================================================================
+launcher       Azure ML job
+=============  ==========================================================================
+per-process    distribution pytorch, process_count_per_instance = procs_per_node;
+               Azure ML starts every process and sets MASTER_*/WORLD_SIZE/NODE_RANK/RANK
+per-node       distribution pytorch, process_count_per_instance = 1; the command runs under
+               torchrun (static rendezvous on $MASTER_ADDR), or Lightning spawns `devices`
+mpi            distribution mpi, process_count_per_instance = procs_per_node; the shim maps
+               OMPI_COMM_WORLD_* and AZ_BATCH_MASTER_NODE
+tensorflow     distribution tensorflow, worker_count = nodes (TF_CONFIG per worker)
+=============  ==========================================================================
+
+Every process runs ``python <shim> -- <command>``; the shim travels as the ``uri_file``
+input ``trainspec_runtime`` written next to job.yml, so the user's code directory is never
+touched.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Dict, List
+
+from .. import __version__
+from ..diagnostics import Diagnostic, error, warning
+from ..schema.validate import ValidSpec
+from . import base, emit
+
+NAME = "azureml"
+JOB_FILE = "job.yml"
+CONDA_FILE = "conda.yml"
+SCHEMA_URL = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
+SHIM_INPUT = "trainspec_runtime"
+DEFAULT_MASTER_PORT = 6105  # what Azure ML's pytorch distribution exports
+SUBMIT = "az ml job create --file {dir}/" + JOB_FILE
+
+_COMPUTE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,14}[A-Za-z0-9]$")
+_EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
+_LOCAL = re.compile(r"^(?!azureml:|https?://|wasbs?://|abfss?://|adl://)")
+
+
+def refs(kind: str, name: str) -> str:
+    return "${{%s.%s}}" % (kind, name)
+
+
+def check(valid: ValidSpec) -> List[Diagnostic]:
+    """What Azure ML cannot run, or runs differently from what the spec says."""
+    spec = valid.spec
+    settings = spec.targets.azureml
+    out: List[Diagnostic] = []
+    compute = _compute_name(valid)
+    env = spec.environment
+    if not (env.image or env.azureml):
+        out.append(error(("environment",), "Azure ML needs an environment",
+                         "set environment.image (+ conda_file or pip) or environment.azureml: name@label"))
+    if compute is None and spec.resources.sku is None:
+        out.append(error(("resources", "sku"), "serverless Azure ML jobs need a VM size (it becomes instance_type)",
+                         "set resources.sku, or targets.azureml.compute to run on a cluster"))
+    if compute is not None and not _COMPUTE_NAME.match(compute):
+        out.append(error(("targets", "azureml", "compute"), f"'{compute}' is not a compute name Azure ML accepts",
+                         "2-16 letters, digits and hyphens, starting with a letter, not ending with a hyphen"))
+    if settings is not None and settings.experiment_name is not None \
+            and not _EXPERIMENT_NAME.match(settings.experiment_name):
+        out.append(error(("targets", "azureml", "experiment_name"),
+                         f"'{settings.experiment_name}' is not an experiment name Azure ML accepts",
+                         "letters, digits, - and _, starting with a letter or digit, at most 255 characters"))
+    if settings is not None and settings.job_tier is not None and spec.resources.spot != (settings.job_tier == "spot"):
+        out.append(error(("targets", "azureml", "job_tier"),
+                         f"job_tier {settings.job_tier} contradicts resources.spot: {str(spec.resources.spot).lower()}",
+                         "set resources.spot and leave job_tier out, or make them agree"))
+    if spec.resources.spot and compute is not None:
+        out.append(warning(("resources", "spot"),
+                           f"on the cluster '{compute}' spot capacity is the cluster's VM priority, not the job's",
+                           "create the cluster with tier low_priority; job_tier: spot applies to serverless jobs"))
+    for key in (settings.tags if settings else {}):
+        if key.startswith("trainspec_"):
+            out.append(error(("targets", "azureml", "tags", key), "tags starting with trainspec_ are written by trainspec",
+                             on_key=True))
+    launcher = base.launcher(valid, NAME)
+    if launcher == "per-node" and spec.framework not in ("lightning", "tensorflow"):
+        problem = base.torchrun_problem(valid.render(("command",), spec.command, refs))
+        if problem:
+            out.append(error(("command",), f"per-node launch wraps the command in torchrun, but {problem}",
+                             "write `python train.py ...`, or use launcher: per-process"))
+        if spec.distribution.master_port != DEFAULT_MASTER_PORT:
+            out.append(warning(("distribution", "master_port"),
+                               f"per-node torchrun on Azure ML uses the MASTER_PORT Azure ML sets ({DEFAULT_MASTER_PORT})",
+                               "remove master_port, or use launcher: per-process"))
+    if spec.distribution.backend == "mpi" and launcher != "mpi":
+        out.append(warning(("distribution", "backend"), "torch's mpi backend needs an MPI launch",
+                           "set distribution.launcher: mpi"))
+    return out
+
+
+def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
+    spec = valid.spec
+    settings = spec.targets.azureml
+    launcher = base.launcher(valid, NAME)
+    compute = _compute_name(valid)
+    files: List[base.OutFile] = []
+
+    job: Dict[str, Any] = {
+        "$schema": SCHEMA_URL,
+        "type": "command",
+        "display_name": spec.name,
+        "experiment_name": (settings.experiment_name if settings and settings.experiment_name else spec.name),
+    }
+    if spec.description:
+        job["description"] = valid.render(("description",), spec.description, refs)
+    job["tags"] = {
+        "trainspec_spec": valid.source.display,
+        "trainspec_hash": valid.source.digest,
+        "trainspec_version": __version__,
+        "framework": spec.framework,
+        "launcher": launcher if spec.framework != "tensorflow" else "tensorflow",
+        **(settings.tags if settings else {}),
+    }
+    job["code"] = base.relative(valid.resolve(spec.code), out_dir)
+    job["command"] = _command(valid, launcher)
+    job["environment"] = _environment(valid, out_dir, files)
+    if compute is not None:
+        job["compute"] = f"azureml:{compute}"
+    resources: Dict[str, Any] = {"instance_count": valid.nodes}
+    if compute is None:
+        resources["instance_type"] = valid.sku.name if valid.sku else spec.resources.sku
+    if spec.resources.shm_size:
+        resources["shm_size"] = spec.resources.shm_size
+    job["resources"] = resources
+    job["distribution"] = _distribution(valid, launcher)
+    job["environment_variables"] = _environment_variables(valid, launcher)
+    job["inputs"] = _inputs(valid, out_dir)
+    if spec.outputs:
+        job["outputs"] = {name: _output(o) for name, o in spec.outputs.items()}
+    if settings is not None and settings.timeout is not None:
+        job["limits"] = {"timeout": settings.timeout}
+    queue = _queue_settings(valid, compute)
+    if queue:
+        job["queue_settings"] = queue
+
+    header = emit.yaml_header(valid.source.display, valid.source.digest, NAME)
+    files.insert(0, base.OutFile(JOB_FILE, emit.yaml_bytes(job, header)))
+    files.append(base.shim_file())
+    return base.Artifact(target=NAME, name=spec.name, files=tuple(files), submit=SUBMIT)
+
+
+def _compute_name(valid: ValidSpec):
+    settings = valid.spec.targets.azureml
+    if settings is None or settings.compute is None:
+        return None
+    compute = settings.compute
+    return compute[len("azureml:"):] if compute.startswith("azureml:") else compute
+
+
+def _command(valid: ValidSpec, launcher: str) -> str:
+    spec = valid.spec
+    command = valid.render(("command",), spec.command, refs).strip()
+    if launcher == "per-node" and spec.framework not in ("lightning", "tensorflow"):
+        command = base.torchrun_command(
+            command, nodes=valid.nodes, procs_per_node=valid.procs_per_node, node_rank="$NODE_RANK",
+            master_addr="$MASTER_ADDR", master_port="$MASTER_PORT")
+    return f"python {refs('inputs', SHIM_INPUT)} -- {command}"
+
+
+def _distribution(valid: ValidSpec, launcher: str) -> Dict[str, Any]:
+    if valid.spec.framework == "tensorflow":
+        return {"type": "tensorflow", "worker_count": valid.nodes}
+    if launcher == "mpi":
+        return {"type": "mpi", "process_count_per_instance": valid.procs_per_node}
+    per_instance = 1 if launcher == "per-node" else valid.procs_per_node
+    return {"type": "pytorch", "process_count_per_instance": per_instance}
+
+
+def _environment_variables(valid: ValidSpec, launcher: str) -> Dict[str, str]:
+    spec = valid.spec
+    env = {key: valid.render(("env", key), value, refs) for key, value in spec.env.items()}
+    env.update(base.lightning_defaults(valid))
+    shim_launcher = "per-node" if spec.framework == "tensorflow" else launcher
+    env.update(base.expectations(valid, shim_launcher, spec.distribution.master_port))
+    return env
+
+
+def _environment(valid: ValidSpec, out_dir: Path, files: List[base.OutFile]):
+    e = valid.spec.environment
+    if e.azureml:
+        return e.azureml if e.azureml.startswith("azureml:") else f"azureml:{e.azureml}"
+    environment: Dict[str, Any] = {"image": e.image}
+    if e.conda_file:
+        environment["conda_file"] = base.relative(valid.resolve(e.conda_file), out_dir)
+    elif e.pip:
+        conda = {"name": f"{valid.name}-env", "channels": ["conda-forge"],
+                 "dependencies": [f"python={e.python}", "pip", {"pip": list(e.pip)}]}
+        header = emit.yaml_header(valid.source.display, valid.source.digest, NAME)
+        files.append(base.OutFile(CONDA_FILE, emit.yaml_bytes(conda, header)))
+        environment["conda_file"] = CONDA_FILE
+    return environment
+
+
+def _inputs(valid: ValidSpec, out_dir: Path) -> Dict[str, Any]:
+    inputs: Dict[str, Any] = {}
+    for name, item in valid.spec.inputs.items():
+        path = item.path
+        if _LOCAL.match(path):
+            path = base.relative(valid.resolve(path), out_dir)
+        inputs[name] = {"type": item.type, "path": path, "mode": item.mode}
+    inputs[SHIM_INPUT] = {"type": "uri_file", "path": f"./{base.SHIM_FILE}", "mode": "download"}
+    return inputs
+
+
+def _output(item) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"type": item.type}
+    if item.path:
+        out["path"] = item.path
+    out["mode"] = item.mode
+    return out
+
+
+def _queue_settings(valid: ValidSpec, compute) -> Dict[str, str]:
+    settings = valid.spec.targets.azureml
+    queue: Dict[str, str] = {}
+    tier = settings.job_tier if settings else None
+    if tier is None and valid.spec.resources.spot and compute is None:
+        tier = "spot"
+    if tier is not None:
+        queue["job_tier"] = tier
+    if settings is not None and settings.priority is not None:
+        queue["priority"] = settings.priority
+    return queue

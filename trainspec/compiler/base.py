@@ -1,0 +1,128 @@
+"""What every target shares: the Artifact it returns, how it reports what it cannot express,
+and the table of per-target launcher defaults.
+
+A target module (azureml.py, ...) exposes ``NAME``, ``check(valid) -> [Diagnostic]`` and
+``lower(valid, out_dir) -> Artifact``. ``lower`` is pure: no I/O, no clock, no randomness;
+``out_dir`` is only used to write paths *relative* to where the files will land.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from ..diagnostics import Diagnostic, SpecPath, error, warning
+from ..schema.validate import ValidSpec
+
+# Who starts the processes when the spec does not say: (target, framework) -> launcher.
+# DeepSpeed on Azure ML goes through MPI (Azure's guidance); TensorFlow ignores launchers.
+LAUNCHER_DEFAULTS: Dict[str, Dict[str, str]] = {
+    "azureml": {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
+                "deepspeed": "mpi", "tensorflow": "per-node"},
+}
+
+SHIM_FILE = "trainspec_shim.py"
+
+
+@dataclass(frozen=True)
+class OutFile:
+    path: str  # relative to the target's output directory, posix
+    data: bytes
+    executable: bool = False
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """Everything one target makes of one spec: the files and how to submit them."""
+
+    target: str
+    name: str
+    files: Tuple[OutFile, ...]
+    submit: str  # the platform's own command, relative to the output directory's parent
+    diagnostics: Tuple[Diagnostic, ...] = field(default=())
+
+    def file(self, path: str) -> OutFile:
+        return next(f for f in self.files if f.path == path)
+
+
+def launcher(valid: ValidSpec, target: str) -> str:
+    return valid.spec.distribution.launcher or LAUNCHER_DEFAULTS[target][valid.spec.framework]
+
+
+def unsupported(target: str, path: SpecPath, what: str, hint: Optional[str] = None, *,
+                fatal: bool = True) -> Diagnostic:
+    """A spec setting the target cannot express: an error (or a warning when it can be ignored
+    safely). Never dropped silently."""
+    message = f"{target} cannot express {what}"
+    return error(path, message, hint) if fatal else warning(path, message, hint)
+
+
+def expectations(valid: ValidSpec, launcher_name: str, master_port: Optional[int] = None) -> Dict[str, str]:
+    """The TRAINSPEC_* variables the shim checks the platform's world against."""
+    env = {
+        "TRAINSPEC_SPEC": valid.source.display,
+        "TRAINSPEC_NODES": str(valid.nodes),
+        "TRAINSPEC_PROCS_PER_NODE": str(valid.procs_per_node),
+        "TRAINSPEC_LAUNCHER": launcher_name,
+        "TRAINSPEC_BACKEND": valid.backend,
+    }
+    if master_port is not None:
+        env["TRAINSPEC_MASTER_PORT"] = str(master_port)
+    return env
+
+
+def lightning_defaults(valid: ValidSpec) -> Dict[str, str]:
+    """Lightning reads PL_TRAINER_* as Trainer() defaults (explicit arguments still win), so a
+    script that passes neither num_nodes nor devices gets the spec's numbers instead of 1."""
+    if valid.spec.framework != "lightning":
+        return {}
+    return {"PL_TRAINER_NUM_NODES": str(valid.nodes), "PL_TRAINER_DEVICES": str(valid.procs_per_node)}
+
+
+def relative(target: Path, start: Path) -> str:
+    """``target`` relative to ``start`` as a posix path, for files that reference each other."""
+    import os
+
+    rel = os.path.relpath(target, start)
+    return Path(rel).as_posix()
+
+
+def shim_file() -> OutFile:
+    from ..runtime import SHIM_PATH
+
+    return OutFile(SHIM_FILE, SHIM_PATH.read_bytes())
+
+
+_PYTHON = re.compile(r"^\s*python(?:3(?:\.\d+)?)?\s+(?:-u\s+)?(?P<rest>\S.*)$", re.S)
+_SHELL_OPERATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "(", ")", "<", ">", ">>"})
+
+
+def torchrun_problem(command: str) -> Optional[str]:
+    """Why ``command`` cannot be handed to torchrun, or None. torchrun runs a Python script or
+    module, not a shell line: ``python train.py ...`` or ``python -m pkg ...``."""
+    import shlex
+
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    if any(token in _SHELL_OPERATORS for token in lexer):
+        return "it contains shell operators (&&, ;, |, redirections)"
+    if not _PYTHON.match(command):
+        return "it does not start with `python <script>` or `python -m <module>`"
+    return None
+
+
+def torchrun_command(command: str, *, nodes: int, procs_per_node: int, node_rank: str, master_addr: str,
+                     master_port: str) -> str:
+    """``python train.py args`` -> ``torchrun <static rendezvous> train.py args``.
+
+    ``node_rank``/``master_addr``/``master_port`` are shell expressions (``$NODE_RANK``) expanded on the node;
+    the user's own text after the interpreter is kept verbatim: it is shell, written by them.
+    """
+    import shlex
+
+    rest = _PYTHON.match(command).group("rest")
+    prefix = shlex.join(["torchrun", "--nnodes", str(nodes), "--nproc_per_node", str(procs_per_node)])
+    return (f"{prefix} --node_rank {node_rank} --master_addr {master_addr} "
+            f"--master_port {master_port} {rest}")

@@ -1,0 +1,80 @@
+"""One diagnostic type for every stage: load, validate, lower.
+
+Stages report problems by *spec path* (``("resources", "gpus_per_node")``); the loader's
+position map turns that into ``file:line:col`` once, at the end, so no stage needs to know
+about YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Optional, Tuple, Union
+
+PathPart = Union[str, int]
+SpecPath = Tuple[PathPart, ...]
+
+ERROR = "error"
+WARNING = "warning"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    severity: str  # ERROR | WARNING
+    path: SpecPath  # where in the spec: ("resources", "nodes"); () is the whole document
+    message: str
+    hint: Optional[str] = None
+    file: Optional[str] = None  # filled in by locate()
+    line: Optional[int] = None  # 1-based
+    col: Optional[int] = None  # 1-based
+    on_key: bool = False  # point at the key (unknown key) rather than its value
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == ERROR
+
+    @property
+    def field(self) -> str:
+        return dotted(self.path)
+
+    def at(self, file: str, line: int, col: int) -> "Diagnostic":
+        return replace(self, file=file, line=line, col=col)
+
+    def render(self) -> str:
+        where = self.file or "<spec>"
+        if self.line is not None:
+            where = f"{where}:{self.line}:{self.col}"
+        field = f"{self.field}: " if self.path else ""
+        text = f"{where}: {self.severity}: {field}{self.message}"
+        if self.hint:
+            text += f" (hint: {self.hint})"
+        return text
+
+
+def dotted(path: SpecPath) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def error(path: SpecPath, message: str, hint: Optional[str] = None, *, on_key: bool = False) -> Diagnostic:
+    return Diagnostic(ERROR, tuple(path), message, hint, on_key=on_key)
+
+
+def warning(path: SpecPath, message: str, hint: Optional[str] = None) -> Diagnostic:
+    return Diagnostic(WARNING, tuple(path), message, hint)
+
+
+def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
+    return any(d.is_error for d in diagnostics)
+
+
+class SpecError(Exception):
+    """Raised when a spec cannot go further; carries every diagnostic found so far."""
+
+    def __init__(self, diagnostics: Iterable[Diagnostic]):
+        self.diagnostics = list(diagnostics)
+        super().__init__("\n".join(d.render() for d in self.diagnostics))

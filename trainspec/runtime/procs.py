@@ -1,0 +1,180 @@
+"""Run a handful of processes as one job, the way a cluster would: `trainspec run --local`.
+
+Each process gets its own process group, so whatever it spawns (Lightning's
+workers, torchrun's agents) dies with it.  Output is interleaved line by line
+with a ``[label] `` prefix.  The first failure stops the job after a grace
+period, like a scheduler tearing down a failed distributed job, and nothing is
+left running when ``run_all`` returns, whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import IO, Deque, List, Mapping, Optional, Sequence, Tuple
+
+TAIL_LINES = 30
+KILL_AFTER = 5.0  # seconds between SIGTERM and SIGKILL
+READER_JOIN = 5.0  # seconds to wait for output still buffered in a pipe after the processes ended
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process to start; the caller builds its complete argv and environment."""
+
+    label: str  # output prefix, e.g. "rank 3" or "node 1"
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: str
+
+
+@dataclass
+class Result:
+    """How the job ended."""
+
+    exit_code: int  # 0 if all exited 0, else the first failing process's code (signal -> 128+sig)
+    failed: Optional[str]  # label of the first failing process
+    tail: List[str]  # its last lines
+    timed_out: bool
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that is free on host right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def loopback_host(node_rank: int) -> str:
+    """A distinct loopback address per simulated node: 127.0.0.2, 127.0.0.3, ..."""
+    if not 0 <= node_rank <= 252:
+        raise ValueError("node_rank %d has no loopback address (0..252)" % node_rank)
+    return "127.0.0.%d" % (node_rank + 2)
+
+
+def _exit_code(returncode: int) -> int:
+    """Popen's -N for "killed by signal N" becomes the shell's 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Job:
+    """The started processes, their reader and waiter threads, and the queue of exits."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.lock = threading.Lock()
+        self.exits: queue.Queue[Tuple[int, int]] = queue.Queue()
+        self.labels: List[str] = []
+        self.popens: List[subprocess.Popen[bytes]] = []
+        self.tails: List[Deque[str]] = []
+        self.readers: List[threading.Thread] = []
+        self.waiters: List[threading.Thread] = []
+
+    def start(self, proc: Proc) -> None:
+        index = len(self.popens)
+        popen = subprocess.Popen(
+            list(proc.argv),
+            env=dict(proc.env),
+            cwd=proc.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.labels.append(proc.label)
+        self.popens.append(popen)
+        self.tails.append(deque(maxlen=TAIL_LINES))
+        for target, threads in ((self._read, self.readers), (self._wait, self.waiters)):
+            thread = threading.Thread(target=target, args=(index,), name="%s %s" % (target.__name__, proc.label))
+            thread.daemon = True
+            thread.start()
+            threads.append(thread)
+
+    def _read(self, index: int) -> None:
+        prefix, tail, pipe = "[%s] " % self.labels[index], self.tails[index], self.popens[index].stdout
+        assert pipe is not None
+        for raw in iter(pipe.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            tail.append(line)
+            with self.lock:
+                self.out.write(prefix + line + "\n")
+                self.out.flush()
+
+    def _wait(self, index: int) -> None:
+        self.exits.put((index, self.popens[index].wait()))
+
+    def wait(self, timeout: float, grace: float) -> Tuple[int, Optional[int], bool]:
+        """Block until all exited, or grace after the first failure, or timeout.
+
+        Returns (exit code, index of the first failing process, timed out).
+        """
+        deadline = time.monotonic() + timeout
+        until = deadline
+        running = len(self.popens)
+        first: Optional[Tuple[int, int]] = None
+        while running:
+            try:
+                index, returncode = self.exits.get(timeout=max(0.0, until - time.monotonic()))
+            except queue.Empty:
+                break
+            running -= 1
+            if returncode != 0 and first is None:
+                first = (index, _exit_code(returncode))
+                until = min(deadline, time.monotonic() + grace)
+        if first is not None:
+            return first[1], first[0], False
+        if running:
+            return 124, None, True
+        return 0, None, False
+
+    def stop(self) -> None:
+        """SIGTERM every process group, SIGKILL after KILL_AFTER; reap the processes and drain their output."""
+        self._signal_groups(signal.SIGTERM)
+        deadline = time.monotonic() + KILL_AFTER
+        for waiter in self.waiters:
+            waiter.join(max(0.0, deadline - time.monotonic()))
+        # Also for groups whose leader is gone: its children may still hold on.
+        self._signal_groups(signal.SIGKILL)
+        for waiter in self.waiters:
+            waiter.join()
+        deadline = time.monotonic() + READER_JOIN
+        for reader in self.readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+
+    def _signal_groups(self, signum: int) -> None:
+        for popen in self.popens:
+            try:
+                os.killpg(popen.pid, signum)  # start_new_session: the group id is the pid
+            except (ProcessLookupError, PermissionError):
+                pass  # the whole group has exited
+
+
+def run_all(procs: Sequence[Proc], *, timeout: float, grace: float = 10.0, out: IO[str] = sys.stdout) -> Result:
+    """Run procs together, streaming their output to out, and tear all down on the first failure.
+
+    The first process to exit non-zero decides the exit code; the others get
+    ``grace`` seconds to exit by themselves (they usually fail too, once a peer
+    is gone), then SIGTERM, then SIGKILL.  On ``timeout`` all are killed and the
+    exit code is 124, as with coreutils' timeout.  Ctrl-C kills all and re-raises.
+    """
+    job = _Job(out)
+    try:
+        for proc in procs:
+            job.start(proc)
+        exit_code, failed, timed_out = job.wait(timeout, grace)
+    finally:
+        job.stop()
+    return Result(
+        exit_code=exit_code,
+        failed=None if failed is None else job.labels[failed],
+        tail=[] if failed is None else list(job.tails[failed]),
+        timed_out=timed_out,
+    )

@@ -1,0 +1,563 @@
+"""trainspec runtime shim: turn a platform's distributed variables into torch's.
+
+Every compiled job runs each training process as
+
+    python trainspec_shim.py [--print] -- CMD...
+
+The shim finds out which launcher started this process (torchrun, Azure ML MPI or
+PyTorch distribution, TensorFlow, a plain ``env://`` launcher, or nothing), checks
+the world it sees against what the compiler expected (``TRAINSPEC_*`` variables),
+exports MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK, NODE_RANK, ... the way
+PyTorch and Lightning read them, and execs CMD.  A world that disagrees with the
+spec fails here, at once, instead of hanging for 30 minutes in the rendezvous.
+
+This file is copied verbatim next to every compiled job, so it is one file,
+standard library only, Python >= 3.8.  All logic works on a plain mapping;
+only ``main`` touches ``os.environ`` and execs.  To support a new platform, add
+one small detector class and one entry in ``DETECTORS``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, replace
+
+LAUNCHERS = ("per-process", "per-node", "mpi")
+AZUREML_MASTER_PORT = 6105  # what Azure ML's pytorch distribution uses
+
+
+class ShimError(Exception):
+    """A problem the user can fix; the message is shown as is, without a traceback."""
+
+
+@dataclass(frozen=True)
+class World:
+    """The processes as the platform started them, seen from this process."""
+
+    platform: str
+    master_addr: str
+    master_port: int
+    world_size: int
+    rank: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    nodes: int
+
+    def env(self, launcher: str | None) -> dict[str, str | None]:
+        """The variables to export; None means unset.
+
+        per-node: this process launches the workers itself (torchrun, Lightning
+        spawn), so it must not carry a LOCAL_RANK, or Lightning will not spawn.
+        """
+        common: dict[str, str | None] = {
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+            "NODE_RANK": str(self.node_rank),
+            "GROUP_RANK": str(self.node_rank),
+        }
+        if launcher == "per-node":
+            unset = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+            return {**common, **dict.fromkeys(unset)}
+        if launcher not in (None, "per-process", "mpi"):
+            raise ShimError("unknown launcher %r; expected one of %s" % (launcher, ", ".join(LAUNCHERS)))
+        return {
+            **common,
+            "WORLD_SIZE": str(self.world_size),
+            "RANK": str(self.rank),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+        }
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the compiler expected, from TRAINSPEC_* variables; None = not checked."""
+
+    nodes: int | None = None
+    procs_per_node: int | None = None  # training processes per node in the final world
+    launcher: str | None = None
+    master_port: int | None = None  # overrides the platform's port
+    spec: str | None = None  # spec file, for messages
+
+    @property
+    def procs_per_node_launched(self) -> int | None:
+        """Processes per node the platform starts: one launcher per node in per-node mode."""
+        return 1 if self.launcher == "per-node" else self.procs_per_node
+
+    @staticmethod
+    def from_env(env: Mapping[str, str]) -> Expectation:
+        launcher = env.get("TRAINSPEC_LAUNCHER") or None
+        if launcher is not None and launcher not in LAUNCHERS:
+            raise ShimError(
+                "TRAINSPEC_LAUNCHER=%r (distribution.launcher) is not one of %s"
+                % (launcher, ", ".join(LAUNCHERS))
+            )
+        port = _opt_int(env, "TRAINSPEC_MASTER_PORT", minimum=1)
+        if port is not None and port > 65535:
+            raise ShimError("TRAINSPEC_MASTER_PORT=%d is not a TCP port (1-65535)" % port)
+        return Expectation(
+            nodes=_opt_int(env, "TRAINSPEC_NODES", minimum=1),
+            procs_per_node=_opt_int(env, "TRAINSPEC_PROCS_PER_NODE", minimum=1),
+            launcher=launcher,
+            master_port=port,
+            spec=env.get("TRAINSPEC_SPEC") or None,
+        )
+
+
+# ---------------------------------------------------------------- parsing helpers
+
+
+def _opt_int(env: Mapping[str, str], name: str, minimum: int = 0) -> int | None:
+    """The integer in env[name], None when unset or empty; garbage is a ShimError."""
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ShimError("%s=%r is not an integer" % (name, env[name])) from None
+    if value < minimum:
+        raise ShimError("%s=%d must be at least %d" % (name, value, minimum))
+    return value
+
+
+def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
+    value = _opt_int(env, name, minimum)
+    if value is None:
+        raise ShimError("%s is not set, but the launcher sets it for every process" % name)
+    return value
+
+
+def _split_host_port(text: str, name: str) -> tuple[str, int | None]:
+    """'host:port' or 'host' -> (host, port or None)."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep:
+        host, port = port, ""
+    if not host or (port and not port.isdigit()):
+        raise ShimError("%s=%r is not 'host' or 'host:port'" % (name, text))
+    return host, int(port) if port else None
+
+
+def _nodes(world_size: int, local_world_size: int, how: str) -> int:
+    if world_size % local_world_size:
+        raise ShimError(
+            "%s: world size %d is not a multiple of the processes per node %d; "
+            "every node must run the same number of processes" % (how, world_size, local_world_size)
+        )
+    return world_size // local_world_size
+
+
+def _torch_style(name: str, env: Mapping[str, str], expect: Expectation, default_port: int | None) -> World:
+    """A world from torch's own variables, as Azure ML's pytorch distribution and env:// launchers set them."""
+    world_size = _int(env, "WORLD_SIZE", minimum=1)
+    rank = _int(env, "RANK")
+    local_world_size = (
+        _opt_int(env, "LOCAL_WORLD_SIZE", minimum=1) or expect.procs_per_node_launched or world_size
+    )
+    node_rank = _opt_int(env, "NODE_RANK")
+    if node_rank is None:
+        node_rank = _opt_int(env, "GROUP_RANK")
+    if node_rank is None:
+        node_rank = rank // local_world_size
+    local_rank = _opt_int(env, "LOCAL_RANK")
+    if local_rank is None:
+        local_rank = rank - node_rank * local_world_size
+    master_addr = env.get("MASTER_ADDR", "").strip()
+    if not master_addr:
+        if local_world_size != world_size:
+            raise ShimError("MASTER_ADDR is not set in a world of %d processes on several nodes" % world_size)
+        master_addr = "127.0.0.1"
+    master_port = _opt_int(env, "MASTER_PORT", minimum=1) or default_port or expect.master_port
+    if master_port is None:
+        raise ShimError("MASTER_PORT is not set and the spec sets no port (TRAINSPEC_MASTER_PORT)")
+    nodes = _nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size)
+    return World(name, master_addr, master_port, world_size, rank, local_rank, local_world_size, node_rank, nodes)
+
+
+# ---------------------------------------------------------------- detectors
+
+
+class Detector:
+    """One launcher: ``detect`` says whether it started this process, ``world`` reads its variables.
+
+    ``sources`` names, per World field, where the value came from (for messages).
+    ``inside_launcher`` is True when an agent already exported torch's variables and
+    owns the rendezvous (torchrun): the shim then keeps its port and its per-process
+    world whatever the spec's launcher, so running the shim twice changes nothing.
+    """
+
+    name = "?"
+    sources: Mapping[str, str] = {}
+    inside_launcher = False
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        raise NotImplementedError
+
+    @staticmethod
+    def world(env: Mapping[str, str], expect: Expectation) -> World:
+        raise NotImplementedError
+
+
+_TORCH_SOURCES = {
+    "world_size": "WORLD_SIZE",
+    "rank": "RANK",
+    "local_rank": "LOCAL_RANK",
+    "local_world_size": "LOCAL_WORLD_SIZE",
+    "node_rank": "NODE_RANK",
+    "nodes": "WORLD_SIZE/LOCAL_WORLD_SIZE",
+}
+
+
+class TorchElastic(Detector):
+    """Inside a torchrun worker: torchrun's variables are already right."""
+
+    name = "torchelastic"
+    sources = {**_TORCH_SOURCES, "node_rank": "GROUP_RANK", "nodes": "GROUP_WORLD_SIZE"}
+    inside_launcher = True
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return "TORCHELASTIC_RUN_ID" in env
+
+    @staticmethod
+    def world(env: Mapping[str, str], expect: Expectation) -> World:
+        world_size = _int(env, "WORLD_SIZE", minimum=1)
+        rank = _int(env, "RANK")
+        local_world_size = _int(env, "LOCAL_WORLD_SIZE", minimum=1)
+        nodes = _opt_int(env, "GROUP_WORLD_SIZE", minimum=1)
+        if nodes is None:
+            nodes = _nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size)
+        node_rank = _opt_int(env, "GROUP_RANK")
+        master_addr = env.get("MASTER_ADDR", "").strip()
+        if not master_addr:
+            raise ShimError("MASTER_ADDR is not set, but torchrun sets it for every worker")
+        return World(
+            platform=TorchElastic.name,
+            master_addr=master_addr,
+            master_port=_int(env, "MASTER_PORT", minimum=1),
+            world_size=world_size,
+            rank=rank,
+            local_rank=_int(env, "LOCAL_RANK"),
+            local_world_size=local_world_size,
+            node_rank=rank // local_world_size if node_rank is None else node_rank,
+            nodes=nodes,
+        )
+
+
+class AzureMLMPI(Detector):
+    """Azure ML MPI distribution (Open MPI's mpirun started every process)."""
+
+    name = "azureml-mpi"
+    sources = {
+        "world_size": "OMPI_COMM_WORLD_SIZE",
+        "rank": "OMPI_COMM_WORLD_RANK",
+        "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK",
+        "local_world_size": "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "node_rank": "OMPI_COMM_WORLD_RANK//OMPI_COMM_WORLD_LOCAL_SIZE",
+        "nodes": "OMPI_COMM_WORLD_SIZE/OMPI_COMM_WORLD_LOCAL_SIZE",
+    }
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return "OMPI_COMM_WORLD_RANK" in env
+
+    @staticmethod
+    def world(env: Mapping[str, str], expect: Expectation) -> World:
+        world_size = _int(env, "OMPI_COMM_WORLD_SIZE", minimum=1)
+        rank = _int(env, "OMPI_COMM_WORLD_RANK")
+        local_rank = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK")
+        local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", minimum=1)
+        # OMPI_COMM_WORLD_NODE_RANK is not a node index; node ranks only follow
+        # from the rank when mpirun fills each node's slots before the next.
+        if local_rank != rank % local_size:
+            raise ShimError(
+                "OMPI_COMM_WORLD_LOCAL_RANK=%d but OMPI_COMM_WORLD_RANK=%d %% OMPI_COMM_WORLD_LOCAL_SIZE=%d is %d: "
+                "mpirun placed the ranks round-robin, not by slot, so node ranks cannot be derived; "
+                "run mpirun with --map-by slot (the default) instead of --map-by node"
+                % (local_rank, rank, local_size, rank % local_size)
+            )
+        nodes = _nodes(world_size, local_size, "OMPI_COMM_WORLD_SIZE=%d" % world_size)
+        # AZ_BATCH_MASTER_NODE's port belongs to Azure Batch: take only its host.
+        if env.get("AZ_BATCH_MASTER_NODE", "").strip():
+            master_addr, _ = _split_host_port(env["AZ_BATCH_MASTER_NODE"], "AZ_BATCH_MASTER_NODE")
+        elif env.get("AZ_BATCHAI_MPI_MASTER_NODE", "").strip():
+            master_addr = env["AZ_BATCHAI_MPI_MASTER_NODE"].strip()
+        elif env.get("MASTER_ADDR", "").strip():
+            master_addr = env["MASTER_ADDR"].strip()
+        elif local_size == world_size:
+            master_addr = "127.0.0.1"
+        else:
+            raise ShimError(
+                "no master address: none of AZ_BATCH_MASTER_NODE, AZ_BATCHAI_MPI_MASTER_NODE, MASTER_ADDR "
+                "is set in an MPI world of %d processes on %d nodes" % (world_size, nodes)
+            )
+        return World(
+            platform=AzureMLMPI.name,
+            master_addr=master_addr,
+            master_port=_opt_int(env, "MASTER_PORT", minimum=1) or AZUREML_MASTER_PORT,
+            world_size=world_size,
+            rank=rank,
+            local_rank=local_rank,
+            local_world_size=local_size,
+            node_rank=rank // local_size,
+            nodes=nodes,
+        )
+
+
+class AzureMLPyTorch(Detector):
+    """Azure ML pytorch distribution: Azure ML itself starts every process."""
+
+    name = "azureml-pytorch"
+    sources = _TORCH_SOURCES
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return all(name in env for name in ("AZUREML_RUN_ID", "RANK", "WORLD_SIZE"))
+
+    @staticmethod
+    def world(env: Mapping[str, str], expect: Expectation) -> World:
+        return _torch_style(AzureMLPyTorch.name, env, expect, AZUREML_MASTER_PORT)
+
+
+class TensorFlow(Detector):
+    """TF_CONFIG (Azure ML tensorflow distribution): one worker process per node."""
+
+    name = "tensorflow"
+    sources = {
+        "world_size": "TF_CONFIG cluster.worker",
+        "rank": "TF_CONFIG task.index",
+        "node_rank": "TF_CONFIG task.index",
+        "nodes": "TF_CONFIG cluster.worker",
+        "local_world_size": "TF_CONFIG (one worker per node)",
+    }
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return "TF_CONFIG" in env
+
+    @staticmethod
+    def world(env: Mapping[str, str], expect: Expectation) -> World:
+        import json  # only here: keeps the shim's start-up cheap elsewhere
+
+        try:
+            config = json.loads(env["TF_CONFIG"])
+            workers = config["cluster"]["worker"]
+            task_type, index = config["task"]["type"], config["task"]["index"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise ShimError(
+                "TF_CONFIG=%r is not {\"cluster\": {\"worker\": [...]}, \"task\": {\"type\", \"index\"}} (%s)"
+                % (env["TF_CONFIG"], error)
+            ) from None
+        if task_type != "worker":
+            raise ShimError("TF_CONFIG task type %r is not supported; trainspec runs only workers" % task_type)
+        if not isinstance(workers, list) or not workers or not isinstance(index, int) or index < 0:
+            raise ShimError("TF_CONFIG=%r needs a non-empty worker list and an integer index" % env["TF_CONFIG"])
+        master_addr, master_port = _split_host_port(str(workers[0]), "TF_CONFIG cluster.worker[0]")
+        if master_port is None:
+            raise ShimError("TF_CONFIG cluster.worker[0]=%r has no port" % workers[0])
+        return World(TensorFlow.name, master_addr, master_port, len(workers), index, 0, 1, index, len(workers))
+
+
+class EnvVars(Detector):
+    """A generic env:// launcher (or trainspec run --local): torch's variables, no platform marker."""
+
+    name = "env"
+    sources = _TORCH_SOURCES
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return all(name in env for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+
+    @staticmethod
+    def world(env: Mapping[str, str], expect: Expectation) -> World:
+        return _torch_style(EnvVars.name, env, expect, None)
+
+
+class SingleProcess(Detector):
+    """No launcher at all: a world of one process on this machine."""
+
+    name = "single-process"
+    sources = {}
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return True
+
+    @staticmethod
+    def world(env: Mapping[str, str], expect: Expectation) -> World:
+        port = _opt_int(env, "MASTER_PORT", minimum=1) or expect.master_port or _free_port()
+        return World(SingleProcess.name, "127.0.0.1", port, 1, 0, 0, 1, 0, 1)
+
+
+def _free_port() -> int:
+    """Any free port: one process cannot collide with itself, but may with a neighbour's fixed port."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# In priority order: the first whose detect() is true wins.
+DETECTORS: tuple[type[Detector], ...] = (TorchElastic, AzureMLMPI, AzureMLPyTorch, TensorFlow, EnvVars, SingleProcess)
+
+
+# ---------------------------------------------------------------- detect, check, normalize
+
+
+def detect(env: Mapping[str, str], expect: Expectation | None = None) -> tuple[type[Detector], World]:
+    """The first detector that recognises env, and the world it reads from env."""
+    if expect is None:
+        expect = Expectation.from_env(env)
+    for detector in DETECTORS:
+        if detector.detect(env):
+            return detector, detector.world(env, expect)
+    raise ShimError("no detector matched")  # unreachable: SingleProcess always matches
+
+
+def _described(world: World, field: str) -> str:
+    """'(WORLD_SIZE=4)': the value of a World field and the variable it came from."""
+    sources = next((d.sources for d in DETECTORS if d.name == world.platform), {})
+    source = sources.get(field)
+    value = getattr(world, field)
+    return "(%s=%d)" % (source, value) if source else "(%s %d, no launcher variables found)" % (field, value)
+
+
+def check(world: World, expect: Expectation) -> None:
+    """Fail at once when the platform's world disagrees with the spec or with itself."""
+    launcher = expect.launcher or "per-process"
+    spec = "the spec %s" % expect.spec if expect.spec else "the spec"
+    per_node = expect.procs_per_node_launched
+    if launcher == "per-node":
+        per_node_text = "1 launcher process per node (distribution.launcher per-node)"
+    else:
+        per_node_text = "resources.procs_per_node (%s)" % expect.procs_per_node
+    if expect.nodes is not None and per_node is not None and world.world_size != expect.nodes * per_node:
+        raise ShimError(
+            "the platform started %d processes %s but %s expects %d = resources.nodes (%d) x %s [launcher %s]; "
+            "check the job's instance count and processes per instance"
+            % (world.world_size, _described(world, "world_size"), spec, expect.nodes * per_node,
+               expect.nodes, per_node_text, launcher)
+        )
+    if per_node is not None and world.local_world_size != per_node:
+        raise ShimError(
+            "the platform started %d processes on this node %s but %s expects %s [launcher %s]; "
+            "check the job's processes per instance (resources.procs_per_node defaults to resources.gpus_per_node)"
+            % (world.local_world_size, _described(world, "local_world_size"), spec, per_node_text, launcher)
+        )
+    if expect.nodes is not None and world.nodes != expect.nodes:
+        raise ShimError(
+            "the platform started %d node(s) %s but %s expects resources.nodes (%d); check the job's instance count"
+            % (world.nodes, _described(world, "nodes"), spec, expect.nodes)
+        )
+    for field, size_field in (("rank", "world_size"), ("node_rank", "nodes"), ("local_rank", "local_world_size")):
+        if not 0 <= getattr(world, field) < getattr(world, size_field):
+            raise ShimError(
+                "%s %d %s is outside 0..%d %s"
+                % (field, getattr(world, field), _described(world, field),
+                   getattr(world, size_field) - 1, _described(world, size_field))
+            )
+    if launcher != "per-node" and world.rank != world.node_rank * world.local_world_size + world.local_rank:
+        raise ShimError(
+            "rank %d %s is not node_rank %d %s x local_world_size %d + local_rank %d %s; "
+            "the platform did not place consecutive ranks on the same node"
+            % (world.rank, _described(world, "rank"), world.node_rank, _described(world, "node_rank"),
+               world.local_world_size, world.local_rank, _described(world, "local_rank"))
+        )
+
+
+def _plan(env: Mapping[str, str]) -> tuple[World, Expectation, dict[str, str | None]]:
+    """Detect, check and compute exports; the world carries the port actually exported."""
+    expect = Expectation.from_env(env)
+    detector, world = detect(env, expect)
+    if detector.inside_launcher:
+        # The agent owns ports and started the final workers: keep what it exported.
+        expect = replace(expect, launcher="per-process", master_port=None)
+    check(world, expect)
+    if expect.master_port is not None:
+        world = replace(world, master_port=expect.master_port)
+    return world, expect, world.env(expect.launcher)
+
+
+def normalize(env: MutableMapping[str, str] | None = None, *, apply: bool = True) -> World:
+    """Detect and check the world, and (if apply) export torch's variables into env (default os.environ)."""
+    if env is None:
+        env = os.environ
+    world, _, exports = _plan(env)
+    if apply:
+        _apply(env, exports)
+    return world
+
+
+def _apply(env: MutableMapping[str, str], exports: Mapping[str, str | None]) -> None:
+    for key, value in exports.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+
+
+# ---------------------------------------------------------------- command line
+
+USAGE = "usage: python trainspec_shim.py [--print] -- CMD [ARG...]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Normalize os.environ, then exec CMD (or, with --print, show the variables)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    show, command = False, []
+    while args:
+        arg = args.pop(0)
+        if arg == "--":
+            command = args
+            break
+        if arg == "--print":
+            show = True
+        elif arg in ("-h", "--help"):
+            print(USAGE)
+            return 0
+        elif arg.startswith("-"):
+            print("trainspec: error: unknown option %s\n%s" % (arg, USAGE), file=sys.stderr)
+            return 2
+        else:
+            command = [arg, *args]
+            break
+    if not command and not show:
+        print("trainspec: error: no command to run\n%s" % USAGE, file=sys.stderr)
+        return 2
+    try:
+        world, expect, exports = _plan(os.environ)
+    except ShimError as error:
+        print("trainspec: error: %s" % error, file=sys.stderr)
+        return 3
+    _apply(os.environ, exports)
+    launcher = expect.launcher or "per-process"
+    if (world.node_rank if launcher == "per-node" else world.rank) == 0:
+        procs = world.local_world_size
+        if launcher == "per-node" and expect.procs_per_node is not None:
+            procs = expect.procs_per_node
+        print(
+            "trainspec: %s detected; world %d = %d node(s) x %d process(es) [%s]; master %s:%d"
+            % (world.platform, world.nodes * procs, world.nodes, procs, launcher, world.master_addr, world.master_port),
+            file=sys.stderr,
+        )
+    if show:
+        for key in sorted(key for key, value in exports.items() if value is not None):
+            print("%s=%s" % (key, exports[key]))
+        return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(command[0], command)
+    except OSError as error:
+        print("trainspec: error: cannot run %s: %s" % (command[0], error.strerror), file=sys.stderr)
+        return 127
+    return 0  # not reached: exec replaced this process
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The training spec, format version 1, as pydantic v2 models.
+
+These models decide the *shape* of a spec: field names, types, enums, ranges, formats.
+Cross-field and catalog checks (SKU, Lightning trap, files on disk) live in validate.py.
+Every model forbids unknown keys and is strict: ``nodes: "2"`` or ``nodes: 2.5`` is an
+error, not a silent coercion (azure-ai-ml truncates 2.5 to 2).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Literal, Optional
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from typing_extensions import Annotated
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+IO_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,254}$"  # Azure ML input/output names
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+SHM_PATTERN = r"^[1-9][0-9]*[bkmg]$"
+
+Framework = Literal["pytorch", "lightning", "deepspeed", "huggingface", "tensorflow"]
+Launcher = Literal["per-process", "per-node", "mpi"]
+Backend = Literal["nccl", "gloo", "mpi"]
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(value):
+    """'2d', '12h', '1h30m', '45s' or an integer number of seconds -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like 2d, 12h, 90m or a number of seconds")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and value and _DURATION.match(value.strip()):
+        d, h, m, s = (int(x or 0) for x in _DURATION.match(value.strip()).groups())
+        seconds = ((d * 24 + h) * 60 + m) * 60 + s
+    else:
+        raise ValueError("expected a duration like 2d, 12h, 90m or a number of seconds")
+    if seconds < 1:
+        raise ValueError("a duration must be at least 1 second")
+    return seconds
+
+
+def _scalar_to_str(value):
+    """Environment values: YAML ints and floats become strings; booleans are ambiguous."""
+    if isinstance(value, bool):
+        raise ValueError('a boolean is ambiguous as an environment value; quote it ("true" or "1")')
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value
+
+
+Duration = Annotated[int, BeforeValidator(parse_duration)]
+EnvValue = Annotated[str, BeforeValidator(_scalar_to_str)]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Resources(Model):
+    nodes: int = Field(1, ge=1, le=1024, description="Number of nodes (VMs).", examples=[2])
+    gpus_per_node: Optional[int] = Field(
+        None, ge=0, le=16,
+        description="GPUs used on each node. Default: all GPUs of the SKU.", examples=[4])
+    procs_per_node: Optional[int] = Field(
+        None, ge=1, le=256,
+        description="Training processes per node. Default: gpus_per_node, or 1 without GPUs.", examples=[4])
+    sku: Optional[str] = Field(
+        None, min_length=1, description="Azure VM size, checked against the SKU catalog.",
+        examples=["Standard_NC24rs_v3"])
+    spot: bool = Field(False, description="Run on spot / low-priority capacity.")
+    shm_size: Optional[str] = Field(
+        None, pattern=SHM_PATTERN,
+        description="Shared memory of the container: an integer and a unit b, k, m or g.", examples=["16g"])
+
+
+class Distribution(Model):
+    launcher: Optional[Launcher] = Field(
+        None,
+        description="Who starts the training processes: the platform, one per process (per-process); "
+        "one launcher per node that spawns the workers (per-node: torchrun or Lightning); or MPI (mpi). "
+        "Default: per framework and target.")
+    backend: Optional[Backend] = Field(
+        None, description="torch.distributed backend. Default: nccl with GPUs, gloo without.")
+    master_port: int = Field(6105, ge=1024, le=65535, description="Rendezvous port on the master node.")
+
+
+class Environment(Model):
+    image: Optional[str] = Field(None, min_length=1, description="Docker image the job runs in.",
+                                 examples=["mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04"])
+    conda_file: Optional[str] = Field(None, min_length=1, description="Conda environment file, relative to the spec.")
+    pip: Optional[list[str]] = Field(None, description="pip requirements installed on top of the image.")
+    python: str = Field("3.11", pattern=r"^3\.\d+$", description="Python version for an environment built from pip.")
+    azureml: Optional[str] = Field(
+        None, min_length=1,
+        description="A registered Azure ML environment: name@label or name:version.", examples=["my-env@latest"])
+
+
+class Input(Model):
+    path: str = Field(..., min_length=1, description="Data asset (azureml:name@latest), datastore or URL, or a local path.")
+    type: Literal["uri_folder", "uri_file", "mltable", "mlflow_model", "custom_model"] = "uri_folder"
+    mode: Literal["ro_mount", "download", "direct"] = "ro_mount"
+
+
+class Output(Model):
+    path: Optional[str] = Field(None, min_length=1, description="Datastore path; default: the job's own output.")
+    type: Literal["uri_folder", "uri_file", "mlflow_model", "custom_model"] = "uri_folder"
+    mode: Literal["rw_mount", "upload"] = "rw_mount"
+
+
+class AzureMLTarget(Model):
+    compute: Optional[str] = Field(
+        None, description="Compute cluster name. Omitted: serverless, with resources.sku as instance_type.")
+    experiment_name: Optional[str] = Field(None, description="Default: the spec's name.")
+    job_tier: Optional[Literal["spot", "basic", "standard", "premium"]] = Field(
+        None, description="Default: spot when resources.spot, else the workspace default.")
+    priority: Optional[Literal["low", "medium", "high"]] = None
+    timeout: Optional[Duration] = Field(None, description="Job time limit: 2d, 12h, 90m or seconds.")
+    tags: Dict[str, str] = Field(default_factory=dict, description="Extra job tags.")
+
+
+class Targets(Model):
+    azureml: Optional[AzureMLTarget] = None
+
+
+class Spec(Model):
+    version: Literal[1] = Field(..., description="Spec format version.")
+    name: str = Field(..., pattern=NAME_PATTERN, description="Job name: lower case, digits, - and _.",
+                      examples=["mnist-lightning"])
+    description: Optional[str] = None
+    code: str = Field(..., min_length=1, description="Directory with the training code, relative to the spec.",
+                      examples=["../examples/mnist"])
+    command: str = Field(..., min_length=1, description="Shell command run in the code directory; a Jinja2 template.",
+                         examples=["python train.py --num_nodes {{ nodes }} --devices {{ procs_per_node }}"])
+    framework: Framework = "pytorch"
+    resources: Resources = Field(default_factory=Resources)
+    distribution: Distribution = Field(default_factory=Distribution)
+    environment: Environment = Field(default_factory=Environment)
+    env: Dict[str, EnvValue] = Field(default_factory=dict, description="Environment variables for every process.")
+    inputs: Dict[str, Input] = Field(default_factory=dict)
+    outputs: Dict[str, Output] = Field(default_factory=dict)
+    targets: Targets = Field(default_factory=Targets)

@@ -1,0 +1,446 @@
+"""Decide whether a spec is correct, and resolve its defaults.
+
+The only place that says what a correct spec is. It turns a loaded document into a
+`ValidSpec` (the pydantic `Spec` plus the numbers every target lowers from) or a list of
+diagnostics, every one with its spec path. Targets add what they cannot express through
+their own ``check()``; they never re-check what is decided here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from pydantic import BaseModel, ValidationError
+
+from ..diagnostics import Diagnostic, SpecPath, error, warning
+from . import skus, templating
+from .loader import Document
+from .model import ENV_NAME_PATTERN, IO_NAME_PATTERN, Spec
+
+# Set by the shim in every process: a spec that sets them would fight it.
+RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
+                          "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"})
+RESERVED_INPUTS = frozenset({"trainspec_runtime"})
+_AZUREML_ASSET = re.compile(r"^azureml:(?!//)([^:@/]+)(?:(:[^:@/]+)|(@[^:@/]+))?$")
+_REMOTE = re.compile(r"^(azureml:|https?://|wasbs?://|abfss?://|adl://)")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a spec came from, in the forms messages and outputs need."""
+
+    file: str  # as the user named it: for diagnostics
+    path: Path  # absolute: for resolving relative paths
+    display: str  # relative to the repository root (or the file name): for generated headers/tags
+    digest: str  # content hash of the validated spec
+
+    @property
+    def dir(self) -> Path:
+        return self.path.parent
+
+
+@dataclass(frozen=True)
+class ValidSpec:
+    """A spec that passed validation, with every default resolved."""
+
+    spec: Spec
+    source: Source
+    gpus_per_node: int
+    procs_per_node: int
+    backend: str
+    sku: Optional[skus.Sku]
+    warnings: Tuple[Diagnostic, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def nodes(self) -> int:
+        return self.spec.resources.nodes
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    def resolve(self, relative: str) -> Path:
+        """A path written in the spec, made absolute against the spec's directory."""
+        return (self.source.dir / relative).resolve()
+
+    def template_context(self, refs: templating.Refs) -> Dict[str, Any]:
+        return templating.context(
+            name=self.name, nodes=self.nodes, gpus_per_node=self.gpus_per_node,
+            procs_per_node=self.procs_per_node, world_size=self.world_size, backend=self.backend,
+            inputs={n: refs("inputs", n) for n in self.spec.inputs},
+            outputs={n: refs("outputs", n) for n in self.spec.outputs})
+
+    def render(self, path: SpecPath, text: str, refs: templating.Refs) -> str:
+        """Render a templated spec string for one target (validated already: cannot fail)."""
+        return templating.render(text, self.template_context(refs))
+
+
+def neutral_refs(kind: str, name: str) -> str:
+    return f"<{kind}.{name}>"
+
+
+def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
+    """Structure (pydantic), then meaning. Returns the ValidSpec only when there is no error."""
+    if not isinstance(doc.data, dict):
+        return None, [error((), "a spec is a YAML mapping (key: value lines)",
+                            "start from one of the files in specs/")]
+    try:
+        spec = Spec.model_validate(doc.data)
+    except ValidationError as exc:
+        return None, [_from_pydantic(e, doc.data) for e in exc.errors()]
+
+    diagnostics: List[Diagnostic] = []
+    sku = _check_sku(spec, diagnostics)
+    gpus, procs, backend = _resolve_counts(spec, sku, diagnostics)
+    _check_names(spec, diagnostics)
+    _check_environment(spec, doc, diagnostics)
+    _check_paths(spec, doc, diagnostics)
+    _check_data(spec, diagnostics)
+    source = Source(file=doc.file, path=doc.path, display=_display_path(doc.path), digest=digest(spec))
+    if any(d.is_error for d in diagnostics):
+        return None, diagnostics
+    valid = ValidSpec(spec=spec, source=source, gpus_per_node=gpus, procs_per_node=procs,
+                      backend=backend, sku=sku)
+    _check_templates(valid, diagnostics)
+    if any(d.is_error for d in diagnostics):
+        return None, diagnostics
+    return ValidSpec(spec=spec, source=source, gpus_per_node=gpus, procs_per_node=procs, backend=backend,
+                     sku=sku, warnings=tuple(diagnostics)), diagnostics
+
+
+def digest(spec: Spec) -> str:
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+# --- structure ------------------------------------------------------------------------------
+
+_TYPE_WORDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+               dict: "a mapping", list: "a list", type(None): "null"}
+
+
+def _from_pydantic(err: Dict[str, Any], data: Any) -> Diagnostic:
+    path = tuple(err["loc"])
+    kind = err["type"]
+    given = err.get("input")
+    if kind == "extra_forbidden":
+        parent, key = path[:-1], str(path[-1])
+        allowed = _allowed_keys(parent)
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'?" if close else (f"allowed keys: {', '.join(allowed)}" if allowed else None)
+        return error(path, f"unknown key '{key}'", hint, on_key=True)
+    if kind == "missing":
+        return error(path, "is required", _field_hint(path), on_key=True)
+    got = f", got {_describe(given)}" if kind not in ("missing",) else ""
+    message = err["msg"]
+    if kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        close = difflib.get_close_matches(str(given), re.findall(r"'([^']*)'", expected), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else None
+        return error(path, f"expected one of {expected}{got}", hint)
+    if kind == "string_pattern_mismatch":
+        return error(path, f"{_pattern_words(path)}{got}", _field_hint(path))
+    if kind.startswith("value_error"):
+        message = message.removeprefix("Value error, ")
+        return error(path, f"{message}{got}", _field_hint(path))
+    message = message[0].lower() + message[1:] if message else message
+    message = message.replace("input should be", "expected")
+    return error(path, f"{message}{got}", _field_hint(path))
+
+
+def _describe(value: Any) -> str:
+    word = _TYPE_WORDS.get(type(value), type(value).__name__)
+    if isinstance(value, (dict, list)):
+        return word
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({word})" if not isinstance(value, str) else text
+
+
+def _model_at(path: SpecPath):
+    """The pydantic model class describing the mapping at ``path`` (None for free-form maps)."""
+    model: Any = Spec
+    in_dict = False  # the next part is a key of Dict[str, Model]
+    for part in path:
+        if in_dict:
+            in_dict = False
+            continue
+        info = model.model_fields.get(part) if model is not None and isinstance(part, str) else None
+        if info is None:
+            return None
+        model, in_dict = _unwrap(info.annotation)
+    return None if in_dict else model
+
+
+def _unwrap(annotation) -> Tuple[Any, bool]:
+    """Optional[M] -> (M, False); Dict[str, M] -> (M, True); anything else -> (None, False)."""
+    from typing import get_args, get_origin
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    if get_origin(annotation) is dict:
+        value = get_args(annotation)[1]
+        return (value, True) if isinstance(value, type) and issubclass(value, BaseModel) else (None, False)
+    for arg in get_args(annotation):
+        found = _unwrap(arg)
+        if found[0] is not None:
+            return found
+    return None, False
+
+
+def _allowed_keys(parent: SpecPath) -> List[str]:
+    model = _model_at(parent)
+    return sorted(model.model_fields) if model is not None else []
+
+
+_HINTS = {
+    ("version",): "write version: 1",
+    ("name",): "lower case letters, digits, - and _, starting with a letter or digit, at most 63 characters",
+    ("code",): "a directory relative to the spec, e.g. ../examples/mnist",
+    ("command",): "e.g. python train.py --num_nodes {{ nodes }} --devices {{ procs_per_node }}",
+    ("resources", "nodes"): "an integer >= 1, e.g. nodes: 2",
+    ("resources", "gpus_per_node"): "an integer, at most the SKU's GPU count",
+    ("resources", "procs_per_node"): "an integer >= 1",
+    ("resources", "shm_size"): "an integer and a unit, e.g. 16g or 512m",
+    ("distribution", "master_port"): "a port number between 1024 and 65535",
+    ("targets", "azureml", "timeout"): "e.g. 2d, 12h, 1h30m or 3600",
+}
+
+
+def _field_hint(path: SpecPath) -> Optional[str]:
+    return _HINTS.get(tuple(p for p in path if isinstance(p, str)))
+
+
+def _pattern_words(path: SpecPath) -> str:
+    if path[-1:] == ("name",):
+        return "is not a valid job name"
+    if path[-1:] == ("shm_size",):
+        return "is not a size like 16g"
+    if path[-1:] == ("python",):
+        return "expected a Python version like 3.11"
+    return "has the wrong format"
+
+
+# --- meaning --------------------------------------------------------------------------------
+
+def _check_sku(spec: Spec, out: List[Diagnostic]) -> Optional[skus.Sku]:
+    name = spec.resources.sku
+    if name is None:
+        return None
+    sku = skus.lookup(name)
+    if sku is None:
+        close = skus.closest(name)
+        hint = f"did you mean {', '.join(close)}?" if close else "see trainspec/schema/skus.json for the catalog"
+        out.append(error(("resources", "sku"), f"unknown Azure VM size '{name}'", hint))
+    elif sku.retired:
+        out.append(warning(("resources", "sku"), f"{sku.name} was retired on {sku.retired}: Azure no longer provisions it",
+                           "pick a current size, e.g. Standard_ND96isr_H100_v5"))
+    return sku
+
+
+def _resolve_counts(spec: Spec, sku: Optional[skus.Sku], out: List[Diagnostic]) -> Tuple[int, int, str]:
+    r = spec.resources
+    gpus = r.gpus_per_node
+    if sku is not None:
+        if gpus is None:
+            gpus = sku.gpus
+        elif gpus > sku.gpus:
+            out.append(error(("resources", "gpus_per_node"),
+                             f"{gpus} GPUs per node, but {sku.name} has {sku.gpus}"
+                             + (f" x {sku.gpu}" if sku.gpu else ""),
+                             f"use at most {sku.gpus}, or a larger SKU"))
+        elif gpus < sku.gpus:
+            out.append(warning(("resources", "gpus_per_node"),
+                               f"{gpus} of the {sku.gpus} GPUs of {sku.name} are used; {sku.gpus - gpus} stay idle",
+                               f"set gpus_per_node: {sku.gpus} or pick a smaller SKU"))
+    elif gpus is None:
+        gpus = 0
+        if spec.resources.sku is None and spec.distribution.backend == "nccl":
+            out.append(error(("resources",), "nccl needs GPUs, but neither sku nor gpus_per_node is set",
+                             "set resources.sku (checked against the catalog) or resources.gpus_per_node"))
+
+    procs = r.procs_per_node
+    if procs is None:
+        procs = gpus if gpus > 0 else 1
+    elif gpus > 0 and procs > gpus:
+        out.append(error(("resources", "procs_per_node"),
+                         f"{procs} processes per node share {gpus} GPUs: NCCL fails with 'Duplicate GPU detected'",
+                         f"use procs_per_node <= {gpus}"))
+    if spec.framework == "tensorflow":
+        if r.procs_per_node not in (None, 1):
+            out.append(error(("resources", "procs_per_node"),
+                             "TensorFlow runs one worker per node (MultiWorkerMirroredStrategy uses all its GPUs)",
+                             "remove procs_per_node"))
+        if spec.distribution.launcher is not None:
+            out.append(error(("distribution", "launcher"),
+                             "does not apply to tensorflow: the platform starts one worker per node",
+                             "remove distribution.launcher"))
+        procs = 1
+
+    backend = spec.distribution.backend or ("nccl" if gpus > 0 else "gloo")
+    if backend == "nccl" and gpus == 0 and (sku is not None or r.gpus_per_node is not None):
+        out.append(error(("distribution", "backend"), "nccl needs GPUs, but the nodes have none",
+                         "use backend: gloo, or a GPU SKU"))
+    if (sku is not None and backend == "nccl" and r.nodes > 1 and not sku.infiniband):
+        out.append(warning(("resources", "sku"),
+                           f"{sku.name} has no InfiniBand: NCCL between {r.nodes} nodes falls back to TCP sockets",
+                           "multi-node training wants an RDMA size (an 'r' in the name, e.g. Standard_ND96isr_H100_v5)"))
+    return gpus, procs, backend
+
+
+def _check_names(spec: Spec, out: List[Diagnostic]) -> None:
+    for key in spec.env:
+        path = ("env", key)
+        if not re.match(ENV_NAME_PATTERN, key):
+            out.append(error(path, f"'{key}' is not a valid environment variable name",
+                             "letters, digits and _, not starting with a digit", on_key=True))
+        elif key in RESERVED_ENV or key.startswith("TRAINSPEC_"):
+            out.append(error(path, f"{key} is set by the trainspec shim in every process",
+                             "remove it; use distribution.master_port for the port", on_key=True))
+    for kind in ("inputs", "outputs"):
+        for key in getattr(spec, kind):
+            if not re.match(IO_NAME_PATTERN, key):
+                out.append(error((kind, key), f"'{key}' is not a valid {kind[:-1]} name",
+                                 "letters, digits and _, not starting with a digit", on_key=True))
+            elif key in RESERVED_INPUTS:
+                out.append(error((kind, key), f"'{key}' is reserved for the trainspec runtime", on_key=True))
+    clash = sorted(set(spec.inputs) & set(spec.outputs))
+    for key in clash:
+        out.append(error(("outputs", key), f"'{key}' is both an input and an output", on_key=True))
+
+
+def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
+    e = spec.environment
+    if e.image and e.azureml:
+        out.append(error(("environment", "azureml"), "set either image or azureml, not both"))
+    if e.azureml and (e.conda_file or e.pip):
+        which = "conda_file" if e.conda_file else "pip"
+        out.append(error(("environment", which), "only applies to an image; a registered environment is complete"))
+    if e.conda_file and e.pip:
+        out.append(error(("environment", "pip"), "set either conda_file or pip, not both",
+                         "put the pip packages in the conda file's pip: section"))
+    if e.azureml:
+        value = e.azureml
+        if not value.startswith("azureml://"):
+            bare = value[len("azureml:"):] if value.startswith("azureml:") else value
+            if not re.match(r"^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+|@[A-Za-z0-9_.-]+)$", bare):
+                out.append(error(("environment", "azureml"),
+                                 f"'{value}' needs a version or a label: Azure ML rejects it only at submit",
+                                 f"write {bare.split(':')[0].split('@')[0]}@latest or {bare.split(':')[0].split('@')[0]}:1"))
+
+
+def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
+    base = doc.path.parent
+    code = (base / spec.code)
+    if not code.is_dir():
+        what = "is not a directory" if code.exists() else "does not exist"
+        out.append(error(("code",), f"'{spec.code}' {what} (resolved against the spec's directory: {code})",
+                         "code is a directory relative to the spec file"))
+    conda = spec.environment.conda_file
+    if conda is not None and not (base / conda).is_file():
+        out.append(error(("environment", "conda_file"), f"'{conda}' does not exist (relative to the spec)"))
+    for name, item in spec.inputs.items():
+        if not _REMOTE.match(item.path) and not (base / item.path).exists():
+            out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist (relative to the spec)",
+                             "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
+
+
+def _check_data(spec: Spec, out: List[Diagnostic]) -> None:
+    for name, item in spec.inputs.items():
+        if item.path.startswith("azureml:") and not item.path.startswith("azureml://"):
+            m = _AZUREML_ASSET.match(item.path)
+            if not m or not (m.group(2) or m.group(3)):
+                asset = item.path[len("azureml:"):].split(":")[0].split("@")[0]
+                out.append(error(("inputs", name, "path"), f"data asset '{item.path}' needs a version or a label",
+                                 f"write azureml:{asset}@latest or azureml:{asset}:1"))
+
+
+# --- templates and the Lightning trap -------------------------------------------------------
+
+def _check_templates(valid: ValidSpec, out: List[Diagnostic]) -> None:
+    spec = valid.spec
+    ctx = valid.template_context(neutral_refs)
+    strings: List[Tuple[SpecPath, str]] = [(("command",), spec.command)]
+    strings += [(("env", k), v) for k, v in spec.env.items()]
+    if spec.description:
+        strings.append((("description",), spec.description))
+    rendered: Dict[SpecPath, str] = {}
+    for path, text in strings:
+        try:
+            rendered[path] = templating.render(text, ctx)
+        except templating.TemplateProblem as exc:
+            out.append(error(path, exc.message, exc.hint))
+    command = rendered.get(("command",))
+    if command is None:
+        return
+    if not command.strip():
+        out.append(error(("command",), "renders to an empty command"))
+        return
+    try:
+        shlex.split(command)
+    except ValueError as exc:
+        out.append(error(("command",), f"is not a valid shell command: {exc}", "close the quote"))
+        return
+    if spec.framework == "lightning":
+        _check_lightning(valid, command, out)
+
+
+_LIGHTNING_FLAG = re.compile(r"^--?(?:[\w-]+\.)*(num[_-]nodes|devices)$")
+_LIGHTNING_ASSIGN = re.compile(r"^(?:--?)?(?:[\w-]+\.)*(num[_-]nodes|devices)=(.*)$")
+_LIGHTNING_KWARG = re.compile(r"\b(num_nodes|devices)\s*=\s*([\w\"'.-]+)")
+
+
+def lightning_settings(command: str) -> List[Tuple[str, str]]:
+    """Every (num_nodes|devices, value) literal in a command line: flags, key=value, kwargs in -c code."""
+    found: List[Tuple[str, str]] = []
+    tokens = shlex.split(command)
+    for i, token in enumerate(tokens):
+        m = _LIGHTNING_FLAG.match(token)
+        if m and i + 1 < len(tokens):
+            found.append((m.group(1).replace("-", "_"), tokens[i + 1]))
+            continue
+        m = _LIGHTNING_ASSIGN.match(token)
+        if m:
+            found.append((m.group(1).replace("-", "_"), m.group(2)))
+            continue
+        for kw, value in _LIGHTNING_KWARG.findall(token):
+            found.append((kw, value.strip("\"'")))
+    return found
+
+
+def _check_lightning(valid: ValidSpec, command: str, out: List[Diagnostic]) -> None:
+    expected = {"num_nodes": (valid.nodes, "resources.nodes"),
+                "devices": (valid.procs_per_node, "resources.procs_per_node"
+                            if valid.spec.resources.procs_per_node is not None else "resources.gpus_per_node")}
+    for key, value in lightning_settings(command):
+        want, source = expected[key]
+        if value.lstrip("-").isdigit():
+            if int(value) != want:
+                out.append(error(("command",),
+                                 f"Lightning {key}={value} but {source} gives {want}: "
+                                 f"the launcher starts {valid.world_size} processes and Lightning expects "
+                                 f"{int(value) * (valid.procs_per_node if key == 'num_nodes' else valid.nodes)}, "
+                                 "so the job hangs at the rendezvous",
+                                 f"write {{{{ {'nodes' if key == 'num_nodes' else 'procs_per_node'} }}}} instead of {value}"))
+        elif value in ("auto", "-1") and key == "devices":
+            out.append(warning(("command",), f"Lightning devices={value} lets Lightning count the devices itself",
+                               "write --devices {{ procs_per_node }} so it always matches the launcher"))
+
+
+def _display_path(path: Path) -> str:
+    for parent in path.parents:
+        if (parent / ".git").exists():
+            return path.relative_to(parent).as_posix()
+    return path.name
