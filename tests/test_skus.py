@@ -63,7 +63,7 @@ def test_json_is_sorted_and_canonically_formatted():
 
 
 def test_every_entry_has_the_documented_shape():
-    required = {"gpus", "gpu", "gpu_memory_gb", "vcpus", "memory_gb", "infiniband", "family", "source"}
+    required = {"gpus", "gpu", "gpu_memory_gb", "vcpus", "memory_gb", "infiniband", "family", "source", "retired"}
     for name, e in _raw()["skus"].items():
         assert name.startswith("Standard_"), name
         assert required <= set(e) <= required | {"note"}, name
@@ -130,3 +130,8 @@ def test_retired_ncv3_is_flagged():
 def test_fractional_gpu_sizes_are_not_listed():
     for name in ("Standard_NV6ads_A10_v5", "Standard_NV12ads_A10_v5", "Standard_NV18ads_A10_v5"):
         assert skus.lookup(name) is None
+
+
+def test_retired_sizes_carry_their_date():
+    assert skus.lookup("Standard_NC24rs_v3").retired == "2025-09-30"
+    assert skus.lookup("Standard_ND96isr_H100_v5").retired is None

@@ -147,6 +147,8 @@ def _walk(node: Any, path: SpecPath, positions: Positions, budget, depth: int, f
     if isinstance(node, dict):
         out = {}
         lc = getattr(node, "lc", None)
+        if lc is not None and lc.line is not None:
+            positions.values.setdefault(path, (lc.line + 1, lc.col + 1))
         for key in node:
             if not isinstance(key, (str, int, float, bool)) or key is None:
                 line, col = positions.find(path)
@@ -166,6 +168,8 @@ def _walk(node: Any, path: SpecPath, positions: Positions, budget, depth: int, f
     if isinstance(node, list):
         out_list = []
         lc = getattr(node, "lc", None)
+        if lc is not None and lc.line is not None:
+            positions.values.setdefault(path, (lc.line + 1, lc.col + 1))
         for i, item in enumerate(node):
             child = path + (i,)
             if lc is not None:

@@ -137,7 +137,8 @@ def _from_pydantic(err: Dict[str, Any], data: Any) -> Diagnostic:
     if kind == "extra_forbidden":
         parent, key = path[:-1], str(path[-1])
         allowed = _allowed_keys(parent)
-        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6) \
+            or [k for k in allowed if k.startswith(key) or key.startswith(k)][:1]
         hint = f"did you mean '{close[0]}'?" if close else (f"allowed keys: {', '.join(allowed)}" if allowed else None)
         return error(path, f"unknown key '{key}'", hint, on_key=True)
     if kind == "missing":
@@ -147,8 +148,9 @@ def _from_pydantic(err: Dict[str, Any], data: Any) -> Diagnostic:
     if kind == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
         close = difflib.get_close_matches(str(given), re.findall(r"'([^']*)'", expected), n=1)
-        hint = f"did you mean '{close[0]}'?" if close else None
-        return error(path, f"expected one of {expected}{got}", hint)
+        hint = f"did you mean '{close[0]}'?" if close else _field_hint(path)
+        words = f"one of {expected}" if " or " in expected else expected
+        return error(path, f"expected {words}{got}", hint)
     if kind == "string_pattern_mismatch":
         return error(path, f"{_pattern_words(path)}{got}", _field_hint(path))
     if kind.startswith("value_error"):
