@@ -75,12 +75,10 @@ def overrides(options: LocalOptions):
 
 def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
     from .build import build
-    from .compiler.write import write
+    from .compiler.write import target_dir, write
 
-    out = out or sys.stdout
     workdir = Path(options.workdir) if options.workdir else Path(tempfile.mkdtemp(prefix="trainspec-run-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    job_dir = workdir / "job"
     outcome = build(spec_file, workdir, [options.target], transform=overrides(options))
     for d in outcome.diagnostics:
         print(d.render(), file=sys.stderr)
@@ -88,7 +86,7 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
         print("trainspec: the spec has errors; nothing was run", file=sys.stderr)
         return 1
     artifact = outcome.artifacts[0]
-    write(job_dir, artifact)
+    job_dir = write(target_dir(workdir, artifact), artifact)
     valid = outcome.valid
     code = workdir / "code"
     if code.exists():
@@ -96,26 +94,34 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
     shutil.copytree(valid.resolve(valid.spec.code), code,
                     ignore=shutil.ignore_patterns("__pycache__", ".git", "lightning_logs", "outputs"))
 
+    return play(job_dir / "job.yml", code, workdir, inputs=options.inputs, timeout=options.timeout, out=out,
+                name=valid.name, target=options.target)
+
+
+def play(job_file: Path, code: Path, workdir: Path, *, inputs: Mapping[str, str] = {}, timeout: float = 900,
+         out=None, name: str = "job", target: str = "azureml") -> int:
+    """Run a compiled Azure ML job file the way Azure ML would, with local processes."""
     from ruamel.yaml import YAML
 
-    job = YAML(typ="safe", pure=True).load((job_dir / "job.yml").read_text())
-    paths = _data_paths(valid, job, job_dir, workdir, options.inputs)
+    out = out or sys.stdout
+    job = YAML(typ="safe", pure=True).load(Path(job_file).read_text())
+    paths = _data_paths(job, Path(job_file).parent, workdir, inputs)
     command = _substitute(job["command"], paths)
     procs = simulate_azureml(job, command, cwd=str(code), base_env=_base_env())
-    print(f"trainspec: running {valid.name} locally as {options.target} would: {len(procs)} process(es) "
+    print(f"trainspec: running {name} locally as {target} would: {len(procs)} process(es) "
           f"on {job['resources']['instance_count']} simulated node(s); workdir {workdir}", file=sys.stderr)
     started = time.monotonic()
-    result = run_all(procs, timeout=options.timeout, out=out)
+    result = run_all(procs, timeout=timeout, out=out)
     elapsed = time.monotonic() - started
     if result.exit_code == 0:
         print(f"trainspec: all {len(procs)} processes exited 0 in {elapsed:.1f} s", file=sys.stderr)
         return 0
     if result.timed_out:
-        print(f"trainspec: error: the run did not finish within {options.timeout:g} s; every process was stopped",
+        print(f"trainspec: error: the run did not finish within {timeout:g} s; every process was stopped",
               file=sys.stderr)
         return result.exit_code
-    print(f"trainspec: error: {result.failed} exited with code {result.exit_code}; the run was stopped. "
-          f"Its last lines:", file=sys.stderr)
+    print(f"trainspec: error: {result.failed} exited with code {result.exit_code} after {elapsed:.1f} s; "
+          "the run was stopped. Its last lines:", file=sys.stderr)
     for line in result.tail:
         print(f"  | {line}", file=sys.stderr)
     return result.exit_code
@@ -132,7 +138,7 @@ def _base_env() -> Dict[str, str]:
     return env
 
 
-def _data_paths(valid, job: Mapping[str, Any], job_dir: Path, workdir: Path,
+def _data_paths(job: Mapping[str, Any], job_dir: Path, workdir: Path,
                 given: Mapping[str, str]) -> Dict[str, str]:
     """``inputs.x`` / ``outputs.x`` -> local paths, as Azure ML would mount them."""
     paths: Dict[str, str] = {}
