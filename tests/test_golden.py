@@ -63,3 +63,12 @@ def test_byte_identical_across_runs_and_directories(tmp_path):
     for key in first:
         assert first[key] == second[key] == again[key], key
     assert not any(str(tmp_path).encode() in data for data in first.values()), "absolute path in output"
+
+
+def test_compiled_shim_is_the_runtime_shim(tmp_path):
+    from trainspec.runtime import SHIM_PATH
+
+    out = tmp_path / "build"
+    subprocess.run([*trainspec_cmd(), "compile", str(SPECS / "single-node.yaml"), "-o", str(out)], check=True,
+                   capture_output=True, timeout=60)
+    assert (out / "single-node" / "azureml" / "trainspec_shim.py").read_bytes() == SHIM_PATH.read_bytes()

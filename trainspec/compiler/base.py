@@ -89,10 +89,13 @@ def relative(target: Path, start: Path) -> str:
     return Path(rel).as_posix()
 
 
-def shim_file() -> OutFile:
-    from ..runtime import SHIM_PATH
+# The shim's source, copied byte for byte next to every job. Read by path rather than through
+# `trainspec.runtime` so compiling never imports the runtime itself.
+SHIM_SOURCE = Path(__file__).resolve().parents[1] / "runtime" / "shim.py"
 
-    return OutFile(SHIM_FILE, SHIM_PATH.read_bytes())
+
+def shim_file() -> OutFile:
+    return OutFile(SHIM_FILE, SHIM_SOURCE.read_bytes())
 
 
 _PYTHON = re.compile(r"^\s*python(?:3(?:\.\d+)?)?\s+(?:-u\s+)?(?P<rest>\S.*)$", re.S)

@@ -1,0 +1,150 @@
+"""The command line as a user meets it: exit codes, messages, what is (not) written."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SPECS, trainspec_cmd
+
+
+def ts(*args, cwd=REPO, **kw):
+    return subprocess.run([*trainspec_cmd(), *args], cwd=cwd, capture_output=True, text=True, timeout=60, **kw)
+
+
+def write_spec(path: Path, body: str) -> Path:
+    path.write_text(body.replace("CODE", str(REPO / "examples" / "mnist")))
+    return path
+
+
+GOOD = """version: 1
+name: good
+code: CODE
+command: python train.py
+resources: {sku: Standard_ND96isr_H100_v5}
+environment: {image: pytorch:latest}
+targets: {azureml: {compute: gpu-cluster}}
+"""
+
+
+def test_version_and_help():
+    from trainspec import __version__
+
+    assert ts("--version").stdout.strip().endswith(__version__)
+    help_text = ts("--help").stdout
+    assert "Examples:" in help_text and "trainspec compile specs/ -o build/" in help_text
+
+
+def test_compile_writes_every_target_dir_and_says_how_to_submit(tmp_path):
+    proc = ts("compile", "specs", "-o", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    for spec in SPECS.glob("*.yaml"):
+        assert (tmp_path / spec.stem / "azureml" / "job.yml").is_file()
+    assert f"az ml job create --file {tmp_path}/mnist-lightning/azureml/job.yml" in proc.stdout
+    assert "6 specs: 0 errors, 0 warnings" in proc.stderr
+
+
+def test_one_bad_spec_writes_nothing_and_leaves_previous_outputs(tmp_path):
+    out = tmp_path / "build"
+    good = write_spec(tmp_path / "good.yaml", GOOD)
+    assert ts("compile", str(good), "-o", str(out)).returncode == 0
+    before = (out / "good" / "azureml" / "job.yml").read_bytes()
+    write_spec(good, GOOD.replace("python train.py", "python train.py --x {{ nope }}"))
+    other = write_spec(tmp_path / "other.yaml", GOOD.replace("name: good", "name: other"))
+    proc = ts("compile", str(good), str(other), "-o", str(out))
+    assert proc.returncode == 1
+    assert "good.yaml:4:10: error: command: undefined template name: nope" in proc.stderr
+    assert "nothing written" in proc.stderr and "Traceback" not in proc.stderr
+    assert (out / "good" / "azureml" / "job.yml").read_bytes() == before
+    assert not (out / "other").exists()
+
+
+def test_a_failed_write_leaves_previous_outputs_intact(tmp_path, monkeypatch):
+    """Disk full / interrupted during the write: the old files stay, no staging debris is left."""
+    from trainspec.compiler import write as writer
+    from trainspec.compiler.base import Artifact, OutFile
+
+    final = tmp_path / "out" / "job" / "azureml"
+    writer.write(final, Artifact("azureml", "job", (OutFile("job.yml", b"old\n"),), "submit"))
+
+    real_fsync = os.fsync
+    monkeypatch.setattr(writer.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    with pytest.raises(OSError):
+        writer.write(final, Artifact("azureml", "job", (OutFile("job.yml", b"new\n"),), "submit"))
+    monkeypatch.setattr(writer.os, "fsync", real_fsync)
+    assert (final / "job.yml").read_bytes() == b"old\n"
+    assert sorted(p.name for p in final.parent.iterdir()) == ["azureml"]
+
+
+def test_compile_reports_an_unwritable_output_without_traceback(tmp_path):
+    blocker = tmp_path / "out"
+    blocker.write_text("a file where the output directory should be")
+    good = write_spec(tmp_path / "good.yaml", GOOD)
+    proc = ts("compile", str(good), "-o", str(blocker / "build"))
+    assert proc.returncode == 1
+    assert "trainspec: error: cannot write" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_validate_shows_every_problem_and_exit_codes(tmp_path):
+    bad = write_spec(tmp_path / "bad.yaml", GOOD.replace("sku: Standard_ND96isr_H100_v5",
+                                                         "sku: Standard_ND96isr_H100_v5, nodes: 0, shm_size: 1x"))
+    proc = ts("validate", str(bad))
+    assert proc.returncode == 1
+    assert proc.stderr.count(": error: ") == 2
+    good = write_spec(tmp_path / "good.yaml", GOOD)
+    assert ts("validate", str(good)).returncode == 0
+
+
+def test_two_specs_with_one_name_are_an_error(tmp_path):
+    a = write_spec(tmp_path / "a.yaml", GOOD)
+    b = write_spec(tmp_path / "b.yaml", GOOD)
+    proc = ts("compile", str(a), str(b), "-o", str(tmp_path / "out"))
+    assert proc.returncode == 1 and "is also the name of" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"version: 1\nname: caf\xe9\n", "2:10: error: file is not valid UTF-8 (byte 0xe9)"),
+    (b"\x7fELF\x02\x01\x01\x00\x00\x00", "1:8: error: file contains NUL bytes"),
+    (b"version: 1\n" + b"# padding\n" * 120_000, "1:1: error: file is larger than 1024 KiB"),
+    (b"version: 1\ncommand: [unclosed\n", "error: invalid YAML"),
+    (b"[" * 5000 + b"]" * 5000, "error: document is nested too deeply"),
+    (b"", "1:1: error: version: is required"),
+])
+def test_hostile_files_get_one_clear_error(tmp_path, content, message):
+    spec = tmp_path / "spec.yaml"
+    spec.write_bytes(content)
+    proc = ts("validate", str(spec))
+    assert proc.returncode == 1
+    assert message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_spec_file_and_empty_dir(tmp_path):
+    proc = ts("validate", str(tmp_path / "nope.yaml"))
+    assert proc.returncode == 1 and "nope.yaml:1:1: error: no such file" in proc.stderr
+    proc = ts("compile", str(tmp_path))
+    assert proc.returncode == 2 and "no spec files" in proc.stderr
+
+
+def test_schema_is_json_schema_of_the_spec():
+    proc = ts("schema")
+    schema = json.loads(proc.stdout)
+    assert schema["title"] == "Spec"
+    assert {"version", "name", "code", "command"} <= set(schema["required"])
+    assert schema["additionalProperties"] is False
+
+
+def test_compile_imports_no_heavy_library(tmp_path):
+    """compile must not pay for torch, ray, azure-ai-ml or lightning (timing lives in benchmarks/)."""
+    code = ("import sys; from trainspec.cli import main\n"
+            "try:\n    main(['compile', 'specs', '-o', %r])\nexcept SystemExit as e:\n    assert e.code in (0, None)\n"
+            "print('HEAVY:' + ','.join(m for m in ('torch', 'ray', 'azure.ai.ml', 'lightning', 'jinja2.sandbox') "
+            "if m in sys.modules))" % str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    line = [l for l in proc.stdout.splitlines() if l.startswith("HEAVY:")][0]
+    heavy = [m for m in line[6:].split(",") if m and m != "jinja2.sandbox"]
+    assert heavy == [], heavy

@@ -1,0 +1,124 @@
+"""`trainspec run --local` with real processes: 2 simulated nodes x 2 CPU processes, gloo,
+started exactly as Azure ML would start them, running the unmodified example scripts.
+
+Each rank prints `TRAINSPEC_RESULT {json}` after a real all_reduce; the tests check that
+every rank agrees on the world. Runs inside a loopback-only network namespace when it can
+(root + unshare), so rendezvous servers are reachable from nowhere else.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SPECS, trainspec_cmd
+
+pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+pytest.importorskip("lightning", reason="lightning is a test extra")
+
+pytestmark = pytest.mark.realproc
+
+RESULT = re.compile(r"^\[(?:rank|node) \d+\] TRAINSPEC_RESULT (\{.*\})$", re.M)
+CAN_UNSHARE = os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip")
+
+
+def run(args, workdir, timeout=240):
+    command = [*trainspec_cmd(), "run", *args, "--local", "--workdir", str(workdir)]
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    if CAN_UNSHARE:
+        command = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
+    started = time.monotonic()
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    proc.elapsed = time.monotonic() - started
+    return proc
+
+
+def results(proc):
+    return [json.loads(m) for m in RESULT.findall(proc.stdout)]
+
+
+def assert_world(proc, *, script, world=4, per_node=2):
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = sorted(results(proc), key=lambda r: r["rank"])
+    assert [r["rank"] for r in found] == list(range(world)), proc.stdout[-3000:]
+    for r in found:
+        assert r["script"] == script
+        assert r["world_size"] == world
+        assert r["allreduce"] == world  # a real all_reduce over every rank
+        assert r["node_rank"] == r["rank"] // per_node
+        assert r["local_rank"] == r["rank"] % per_node
+    assert len({r["master"] for r in found}) == 1
+    assert found[0]["master"].startswith("127.0.0.2:")  # node 0's simulated address, not the default
+    assert "trainspec: all" in proc.stderr
+
+
+@pytest.mark.parametrize("spec, launcher, platform", [
+    ("mnist-lightning.yaml", None, "azureml-pytorch"),     # Azure ML pytorch distribution, per-process
+    ("mnist-lightning-mpi.yaml", None, "azureml-mpi"),     # Open MPI variables only
+    ("mnist-lightning.yaml", "per-node", "azureml-pytorch"),  # one process per node, Lightning spawns
+], ids=["pytorch-vars", "mpi-vars", "per-node-lightning-spawn"])
+def test_lightning_fit_agrees_on_the_world(tmp_path, spec, launcher, platform):
+    args = [str(SPECS / spec), "--procs-per-node", "2"] + (["--launcher", launcher] if launcher else [])
+    proc = run(args, tmp_path)
+    assert_world(proc, script="mnist")
+    assert re.search(rf"trainspec: {platform}\S* detected; world 4 = 2 node\(s\) x 2", proc.stderr + proc.stdout)
+
+
+@pytest.mark.parametrize("launcher", ["per-process", "mpi", "per-node"])
+def test_torch_distributed_all_reduce(tmp_path, launcher):
+    proc = run([str(SPECS / "ddp-torchrun.yaml"), "--procs-per-node", "2", "--launcher", launcher], tmp_path)
+    assert_world(proc, script="ddp")
+
+
+def test_lightning_under_per_node_torchrun(tmp_path):
+    proc = run([str(REPO / "tests" / "specs" / "lightning-torchrun.yaml")], tmp_path)
+    assert_world(proc, script="mnist")
+
+
+def _spec_with(tmp_path, base: str, **replace):
+    text = (SPECS / base).read_text()
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    text = text.replace("code: ../examples/", f"code: {REPO}/examples/")
+    text = re.sub(r"conda_file: \.\./examples/", f"conda_file: {REPO}/examples/", text)
+    spec = tmp_path / base
+    spec.write_text(text)
+    return spec
+
+
+def test_a_crashing_rank_ends_the_run_with_its_code_and_output(tmp_path):
+    spec = _spec_with(tmp_path, "ddp-torchrun.yaml", **{"--steps 100": "--steps 3 --fail-rank 3"})
+    proc = run([str(spec), "--procs-per-node", "2", "--launcher", "per-process"], tmp_path / "work")
+    assert proc.returncode == 7, proc.stderr
+    assert "rank 3 exited with code 7" in proc.stderr
+    assert "  | rank 3 failing on purpose" in proc.stderr  # its last lines are shown
+    assert proc.elapsed < 120
+    assert "Traceback (most recent call last)" not in proc.stderr.split("Its last lines:")[0]
+
+
+def test_a_world_that_disagrees_with_the_spec_fails_fast(tmp_path):
+    """The compiled job says 2 nodes; the platform starts 3 (say `az ml job create --set
+    resources.instance_count=3`). Every process must exit at once naming both numbers."""
+    from trainspec.local import play
+
+    out = tmp_path / "build"
+    subprocess.run([*trainspec_cmd(), "compile", str(SPECS / "ddp-torchrun.yaml"), "-o", str(out)], check=True,
+                   capture_output=True)
+    job = out / "ddp-torchrun" / "azureml" / "job.yml"
+    job.write_text(job.read_text().replace("instance_count: 2", "instance_count: 3"))
+    started = time.monotonic()
+    log = tmp_path / "log.txt"
+    with open(log, "w") as fh:
+        code = play(job, REPO / "examples" / "ddp", tmp_path / "work", timeout=60, out=fh)
+    elapsed = time.monotonic() - started
+    text = log.read_text()
+    assert code == 3
+    assert elapsed < 30
+    assert "3" in text and "resources.nodes (2)" in text, text
