@@ -13,8 +13,12 @@ from typing import List, Optional, Sequence, Tuple
 
 import click
 
-from . import __version__
-from .compiler import TARGETS
+# trainspec's models use no pydantic plugin; scanning every installed package's entry points
+# for them costs more than compiling a spec.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
+from . import __version__  # noqa: E402
+from .compiler import TARGETS  # noqa: E402
 
 EPILOG = """\b
 Examples:

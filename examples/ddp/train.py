@@ -123,7 +123,10 @@ def main(argv=None):
     dist.all_reduce(ones, op=dist.ReduceOp.SUM)
     print_result("ddp", rank, world_size, local_rank, node_rank, int(ones.item()))
 
-    # Without this, gloo jobs sometimes abort with SIGABRT at interpreter exit.
+    # Drop everything that holds the process group (DDP's reducer does) before destroying it,
+    # then destroy it: otherwise gloo jobs sometimes abort with SIGABRT at interpreter exit,
+    # when the group is torn down after Python's own threads are gone.
+    del model, optimizer
     dist.destroy_process_group()
 
 
