@@ -193,3 +193,10 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+    # torch 2.13 + gloo: a few percent of processes abort with SIGABRT ("terminate called
+    # without an active exception") during interpreter teardown, after a clean
+    # destroy_process_group() -- measured 2 of 48 ranks here. The work is done and flushed:
+    # leave without the teardown so a successful rank reports success.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
