@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Mapping, Optional
 
+import re
+
 TEMPLATE_MARKS = ("{{", "{%", "{#")
+# `{{ name }}` / `{{ inputs.x }}` and nothing else: rendered without importing Jinja2 (it costs
+# more than the rest of a compile). Anything else -- filters, tests, blocks -- goes to Jinja2.
+_SIMPLE = re.compile(r"\{\{\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\}\}")
 
 
 class TemplateProblem(Exception):
@@ -33,6 +38,8 @@ def render(text: str, context: Mapping[str, Any]) -> str:
             "write {{ inputs.x }} / {{ outputs.x }}: trainspec renders them to each target's reference")
     if not is_template(text):
         return text
+    if not is_template(_SIMPLE.sub("", text)):
+        return _SIMPLE.sub(lambda m: _lookup(m.group(1), context), text)
     import jinja2
     from jinja2.sandbox import SandboxedEnvironment
 
@@ -49,6 +56,23 @@ def render(text: str, context: Mapping[str, Any]) -> str:
         raise TemplateProblem(f"template not allowed: {exc}") from None
     except jinja2.TemplateError as exc:
         raise TemplateProblem(f"template error: {exc}") from None
+
+
+def _lookup(dotted: str, context: Mapping[str, Any]) -> str:
+    """What Jinja2 renders for ``{{ a.b }}`` with StrictUndefined, for plain mappings."""
+    value: Any = context
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts):
+        if not isinstance(value, Mapping) or part not in value:
+            if depth == 0:
+                names = ", ".join(sorted(context))
+                raise TemplateProblem(f"undefined template name: {part}", f"defined: {names}")
+            namespace = parts[depth - 1]
+            have = ", ".join(sorted(value)) if isinstance(value, Mapping) else "none"
+            raise TemplateProblem(f"undefined template name: {namespace}.{part} (the spec's {namespace}: {have or 'none'})",
+                                  f"defined: {', '.join(sorted(context))}")
+        value = value[part]
+    return str(value)
 
 
 _ENV_CACHE: Dict[Any, Any] = {}
