@@ -22,6 +22,7 @@ touched.
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -159,9 +160,10 @@ def _command(valid: ValidSpec, launcher: str) -> str:
     spec = valid.spec
     command = valid.render(("command",), spec.command, refs).strip()
     if launcher == "per-node" and spec.framework not in ("lightning", "tensorflow"):
-        command = base.torchrun_command(
-            command, nodes=valid.nodes, procs_per_node=valid.procs_per_node, node_rank="$NODE_RANK",
-            master_addr="$MASTER_ADDR", master_port="$MASTER_PORT")
+        # $NODE_RANK, $MASTER_ADDR, $MASTER_PORT: set by Azure ML on each node, expanded by its shell
+        counts = shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
+        command = (f"{counts} --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT "
+                   f"{base.python_arguments(command)}")
     return f"python {refs('inputs', SHIM_INPUT)} -- {command}"
 
 

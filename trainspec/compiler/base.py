@@ -21,6 +21,9 @@ from ..schema.validate import ValidSpec
 LAUNCHER_DEFAULTS: Dict[str, Dict[str, str]] = {
     "azureml": {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
                 "deepspeed": "mpi", "tensorflow": "per-node"},
+    # HPC Pack starts one task per node; torchrun fans out to the GPUs.
+    "hpcpack": {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node",
+                "deepspeed": "per-node", "tensorflow": "per-node"},
 }
 
 SHIM_FILE = "trainspec_shim.py"
@@ -116,16 +119,7 @@ def torchrun_problem(command: str) -> Optional[str]:
     return None
 
 
-def torchrun_command(command: str, *, nodes: int, procs_per_node: int, node_rank: str, master_addr: str,
-                     master_port: str) -> str:
-    """``python train.py args`` -> ``torchrun <static rendezvous> train.py args``.
-
-    ``node_rank``/``master_addr``/``master_port`` are shell expressions (``$NODE_RANK``) expanded on the node;
-    the user's own text after the interpreter is kept verbatim: it is shell, written by them.
-    """
-    import shlex
-
-    rest = _PYTHON.match(command).group("rest")
-    prefix = shlex.join(["torchrun", "--nnodes", str(nodes), "--nproc_per_node", str(procs_per_node)])
-    return (f"{prefix} --node_rank {node_rank} --master_addr {master_addr} "
-            f"--master_port {master_port} {rest}")
+def python_arguments(command: str) -> str:
+    """``python train.py --x 1`` -> ``train.py --x 1``: the user's own text after the interpreter,
+    kept verbatim (it is shell, written by them), for a launcher that runs Python itself."""
+    return _PYTHON.match(command).group("rest")

@@ -121,8 +121,31 @@ class AzureMLTarget(Model):
     tags: Dict[str, str] = Field(default_factory=dict, description="Extra job tags.")
 
 
+class HPCPackTarget(Model):
+    shared_dir: str = Field(
+        ..., pattern=r"^/[^\s;&|<>()$`'\"\\*?]*$",
+        description="Absolute path of storage every node mounts: the code, the shim and the logs live there.",
+        examples=["/app"])
+    node_group: Optional[str] = Field(None, min_length=1, description="HPC Pack node group to run on.",
+                                      examples=["LinuxNodes"])
+    nodes: Optional[list[str]] = Field(
+        None, description="Explicit node names, one per resources.nodes: the first is the rendezvous host.")
+    python: str = Field("python3", min_length=1,
+                        description="Interpreter on the nodes (no conda or venv is active in a task).",
+                        examples=["/opt/conda/envs/torch/bin/python"])
+    setup: Optional[str] = Field(None, min_length=1,
+                                 description="Shell line run before training on every node, e.g. an activation.",
+                                 examples=["source /opt/conda/bin/activate torch"])
+    rdzv_port: int = Field(29400, ge=1024, le=65535, description="torchrun rendezvous port on the first node.")
+    priority: Optional[Literal["Lowest", "BelowNormal", "Normal", "AboveNormal", "Highest"]] = None
+    runtime: Optional[Duration] = Field(None, description="Job run-time limit: 2d, 12h, 90m or seconds.")
+    job_template: Optional[str] = Field(None, min_length=1)
+    project: Optional[str] = Field(None, min_length=1)
+
+
 class Targets(Model):
     azureml: Optional[AzureMLTarget] = None
+    hpcpack: Optional[HPCPackTarget] = None
 
 
 class Spec(Model):

@@ -120,7 +120,8 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
 
 
 def digest(spec: Spec) -> str:
-    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    # what the spec says, canonically: stable when trainspec adds fields with defaults
+    canonical = json.dumps(spec.model_dump(mode="json", exclude_unset=True), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -218,6 +219,8 @@ _HINTS = {
     ("resources", "shm_size"): "an integer and a unit, e.g. 16g or 512m",
     ("distribution", "master_port"): "a port number between 1024 and 65535",
     ("targets", "azureml", "timeout"): "e.g. 2d, 12h, 1h30m or 3600",
+    ("targets", "hpcpack", "runtime"): "e.g. 2d, 12h, 1h30m or 3600",
+    ("targets", "hpcpack", "shared_dir"): "an absolute path without spaces or shell characters, e.g. /app",
 }
 
 
@@ -232,6 +235,8 @@ def _pattern_words(path: SpecPath) -> str:
         return "is not a size like 16g"
     if path[-1:] == ("python",):
         return "expected a Python version like 3.11"
+    if path[-1:] == ("shared_dir",):
+        return "is not an absolute path the node agent can use unquoted"
     return "has the wrong format"
 
 
