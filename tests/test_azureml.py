@@ -32,8 +32,8 @@ def compiled(tmp_path_factory, request):
     return out
 
 
-def test_every_example_spec_has_an_expectation():
-    assert {p.stem for p in SPEC_FILES} == set(EXPECTED)
+def test_every_azureml_example_spec_has_an_expectation(compiled):
+    assert {p.parent.parent.name for p in compiled.glob("*/azureml/job.yml")} == set(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

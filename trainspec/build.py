@@ -18,6 +18,7 @@ from .schema.loader import load_file
 from .schema.validate import ValidSpec, validate
 
 SPEC_SUFFIXES = (".yaml", ".yml")
+DEFAULT_TARGET = "azureml"
 
 
 @dataclass
@@ -50,11 +51,11 @@ def find_specs(paths: Iterable[str]) -> List[str]:
 
 
 def targets_for(valid: ValidSpec, requested: Optional[Sequence[str]]) -> List[str]:
-    """-t wins; else the targets the spec lists; else every target."""
+    """-t wins; else the targets the spec lists; else Azure ML (the one that needs no settings)."""
     if requested:
         return list(requested)
     listed = [name for name in TARGETS if getattr(valid.spec.targets, name, None) is not None]
-    return listed or list(TARGETS)
+    return listed or [DEFAULT_TARGET]
 
 
 def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lower: bool = True,

@@ -33,13 +33,13 @@ Examples:
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="trainspec")
 def cli() -> None:
-    """Compile one training spec into the job files of Azure ML (and more targets to come),
+    """Compile one training spec into the job files of Azure ML and HPC Pack,
     checked before anything runs."""
 
 
 target_option = click.option(
     "-t", "--target", "targets", multiple=True, type=click.Choice(sorted(TARGETS)),
-    help="Target to compile for (repeatable). Default: the targets the spec lists, else all.")
+    help="Target to compile for (repeatable). Default: the targets the spec lists, else azureml.")
 strict_option = click.option("--strict", is_flag=True, help="Treat warnings as errors.")
 
 

@@ -1,6 +1,6 @@
 """Targets, registered by name. Each is one module; none imports another.
 
-A target module exposes ``NAME``, ``refs(kind, name)`` (how ``{{ inputs.x }}`` renders),
+A target module exposes ``NAME``,
 ``check(valid) -> [Diagnostic]`` and ``lower(valid, out_dir) -> Artifact``. Modules are
 imported on first use, so compiling for one target never pays for the others.
 """
@@ -13,6 +13,7 @@ from typing import Dict
 
 TARGETS: Dict[str, str] = {
     "azureml": "trainspec.compiler.azureml",
+    "hpcpack": "trainspec.compiler.hpcpack",
 }
 
 
