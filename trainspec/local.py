@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +41,7 @@ class LocalOptions:
     inputs: Dict[str, str] = field(default_factory=dict)
     timeout: float = 900
     workdir: Optional[str] = None
+    start_delays: Dict[int, float] = field(default_factory=dict)  # node -> seconds late (hpcpack)
 
 
 def overrides(options: LocalOptions):
@@ -63,21 +65,32 @@ def overrides(options: LocalOptions):
         if options.launcher is not None:
             distribution["launcher"] = options.launcher
         data["distribution"] = distribution
-        # local runs need no cloud compute; a serverless job would otherwise want a SKU
         targets = dict(data.get("targets") or {}) if isinstance(data.get("targets", {}), dict) else {}
-        azureml = dict(targets.get("azureml") or {}) if isinstance(targets.get("azureml", {}), dict) else {}
-        azureml.setdefault("compute", "local-sim")
-        targets["azureml"] = azureml
+        settings = dict(targets.get(options.target) or {}) if isinstance(targets.get(options.target, {}), dict) else {}
+        if options.target == "azureml":
+            settings.setdefault("compute", "local-sim")  # a serverless job would otherwise want a SKU
+        elif options.target == "hpcpack":
+            # the "shared storage" is a folder of the run; the nodes' python is this one
+            settings["shared_dir"] = str(shared_dir(options))
+            settings["python"] = shlex.quote(sys.executable)
+            settings.pop("setup", None)
+        targets[options.target] = settings
         data["targets"] = targets
         return data
     return transform
+
+
+def shared_dir(options: LocalOptions) -> Path:
+    return Path(options.workdir).resolve() / "shared"
 
 
 def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
     from .build import build
     from .compiler.write import target_dir, write
 
-    workdir = Path(options.workdir) if options.workdir else Path(tempfile.mkdtemp(prefix="trainspec-run-"))
+    if not options.workdir:
+        options.workdir = tempfile.mkdtemp(prefix="trainspec-run-")
+    workdir = Path(options.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     outcome = build(spec_file, workdir, [options.target], transform=overrides(options))
     for d in outcome.diagnostics:
@@ -88,12 +101,18 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
     artifact = outcome.artifacts[0]
     job_dir = write(target_dir(workdir, artifact), artifact)
     valid = outcome.valid
+    if options.target == "hpcpack":
+        staged = subprocess.run(["bash", str(job_dir / "stage.sh")], capture_output=True, text=True)
+        if staged.returncode != 0:
+            print(f"trainspec: error: stage.sh failed: {staged.stderr.strip()}", file=sys.stderr)
+            return 1
+        return play_hpcpack(job_dir / "job.xml", timeout=options.timeout, out=out, name=valid.name,
+                            start_delays=options.start_delays)
     code = workdir / "code"
     if code.exists():
         shutil.rmtree(code)
     shutil.copytree(valid.resolve(valid.spec.code), code,
                     ignore=shutil.ignore_patterns("__pycache__", ".git", "lightning_logs", "outputs"))
-
     return play(job_dir / "job.yml", code, workdir, inputs=options.inputs, timeout=options.timeout, out=out,
                 name=valid.name, target=options.target)
 
@@ -110,8 +129,51 @@ def play(job_file: Path, code: Path, workdir: Path, *, inputs: Mapping[str, str]
     procs = simulate_azureml(job, command, cwd=str(code), base_env=_base_env())
     print(f"trainspec: running {name} locally as {target} would: {len(procs)} process(es) "
           f"on {job['resources']['instance_count']} simulated node(s); workdir {workdir}", file=sys.stderr)
+    return _run_and_report(procs, timeout, out)
+
+
+def play_hpcpack(job_xml: Path, *, timeout: float = 900, out=None, name: str = "job",
+                 start_delays: Optional[Mapping[int, float]] = None, job_id: str = "4242",
+                 retry_count: str = "0") -> int:
+    """Run a compiled HPC Pack job the way the Linux node agent would: every task's CommandLine
+    written to cmd.sh and run by bash in its WorkDirectory, with the task's environment plus the
+    CCP_* variables the scheduler sets; task i on the simulated host 127.0.0.(i+2).
+    ``start_delays`` starts some tasks late, as a busy scheduler would."""
+    import xml.etree.ElementTree as ET
+
+    ns = {"j": "http://schemas.microsoft.com/HPCS2008R2/scheduler/"}
+    root = ET.parse(job_xml).getroot()
+    tasks = root.findall("j:Tasks/j:Task", ns)
+    port = free_port(loopback_host(0))
+    cores = str(os.cpu_count() or 1)
+    procs: List[Proc] = []
+    folder = Path(job_xml).parent / "tasks"
+    for i, task in enumerate(tasks):
+        env = dict(_base_env())
+        env.update({v.findtext("j:Name", namespaces=ns): v.findtext("j:Value", namespaces=ns) or ""
+                    for v in task.findall("j:EnvironmentVariables/j:Variable", ns)})
+        host = loopback_host(i)
+        env.update(CCP_JOBID=job_id, CCP_TASKID=str(i + 1), CCP_TASKINSTANCEID="0", CCP_RETRY_COUNT=retry_count,
+                   CCP_NODES=f"1 {host} {cores}", CCP_NUMCPUS=cores, CCP_JOBNAME=root.get("Name", ""),
+                   CCP_WORKDIR=task.get("WorkDirectory", ""), TRAINSPEC_MASTER_PORT=str(port))
+        if "TRAINSPEC_MASTER_ADDR" in env:  # explicit node names: node 0 is simulated at 127.0.0.2
+            env["TRAINSPEC_MASTER_ADDR"] = loopback_host(0)
+        script = folder / task.get("Name", f"task-{i}") / "cmd.sh"
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(task.get("CommandLine", ""))
+        delay = (start_delays or {}).get(i)
+        run = f"cd {shlex.quote(task.get('WorkDirectory') or '.')} && exec /bin/bash {shlex.quote(str(script))}"
+        if delay:
+            run = f"sleep {delay:g} && {run}"  # the scheduler starts this task late
+        procs.append(Proc(label=f"node {i}", argv=["bash", "-c", run], env=env, cwd=str(script.parent)))
+    print(f"trainspec: running {name} locally as hpcpack would: {len(procs)} task(s), one per simulated node",
+          file=sys.stderr)
+    return _run_and_report(procs, timeout, out)
+
+
+def _run_and_report(procs: List[Proc], timeout: float, out) -> int:
     started = time.monotonic()
-    result = run_all(procs, timeout=timeout, out=out)
+    result = run_all(procs, timeout=timeout, out=out or sys.stdout)
     elapsed = time.monotonic() - started
     if result.exit_code == 0:
         print(f"trainspec: all {len(procs)} processes exited 0 in {elapsed:.1f} s", file=sys.stderr)

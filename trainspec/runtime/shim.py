@@ -4,8 +4,8 @@ Every compiled job runs each training process as
 
     python trainspec_shim.py [--print] -- CMD...
 
-The shim finds out which launcher started this process (torchrun, Azure ML MPI or
-PyTorch distribution, TensorFlow, a plain ``env://`` launcher, or nothing), checks
+The shim finds out which launcher started this process (torchrun, HPC Pack, Azure ML
+MPI or PyTorch distribution, TensorFlow, a plain ``env://`` launcher, or nothing), checks
 the world it sees against what the compiler expected (``TRAINSPEC_*`` variables),
 exports MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK, NODE_RANK, ... the way
 PyTorch and Lightning read them, and execs CMD.  A world that disagrees with the
@@ -13,8 +13,9 @@ spec fails here, at once, instead of hanging for 30 minutes in the rendezvous.
 
 This file is copied verbatim next to every compiled job, so it is one file,
 standard library only, Python >= 3.8.  All logic works on a plain mapping;
-only ``main`` touches ``os.environ`` and execs.  To support a new platform, add
-one small detector class and one entry in ``DETECTORS``.
+only ``main`` touches ``os.environ`` and execs, and only ``Detector.rendezvous``
+(HPC Pack's shared-directory election, ``elect_master``) touches files.  To support
+a new platform, add one small detector class and one entry in ``DETECTORS``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from dataclasses import dataclass, replace
 
 LAUNCHERS = ("per-process", "per-node", "mpi")
 AZUREML_MASTER_PORT = 6105  # what Azure ML's pytorch distribution uses
+HPCPACK_MASTER_PORT = 29400  # trainspec's rendezvous port on HPC Pack unless the spec sets one
+RDZV_TIMEOUT = 900.0  # seconds a node waits for node 0 in the shared directory (TRAINSPEC_RDZV_TIMEOUT)
+RDZV_STALE_AFTER = 86400.0  # an attempt directory idle this long is left over: never read, may be removed
 
 
 class ShimError(Exception):
@@ -46,11 +50,17 @@ class World:
     node_rank: int
     nodes: int
 
-    def env(self, launcher: str | None) -> dict[str, str | None]:
+    def env(self, launcher: str | None, procs_per_node: int | None = None) -> dict[str, str | None]:
         """The variables to export; None means unset.
 
         per-node: this process launches the workers itself (torchrun, Lightning
         spawn), so it must not carry a LOCAL_RANK, or Lightning will not spawn.
+        It also gets torchrun's PET_<FLAG> variables, which torchrun reads for
+        every flag missing from its command line (torch/distributed/argparse_util.py,
+        class ``env``): a bare ``torchrun train.py`` then makes a static rendezvous
+        on this world's master with this node's rank, and explicit flags still win.
+        ``procs_per_node`` (TRAINSPEC_PROCS_PER_NODE) is the workers torchrun starts.
+        torchrun's --max-restarts already defaults to 0, so PET_MAX_RESTARTS is not set.
         """
         common: dict[str, str | None] = {
             "MASTER_ADDR": self.master_addr,
@@ -60,7 +70,15 @@ class World:
         }
         if launcher == "per-node":
             unset = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
-            return {**common, **dict.fromkeys(unset)}
+            torchrun: dict[str, str | None] = {
+                "PET_NNODES": str(self.nodes),
+                "PET_NODE_RANK": str(self.node_rank),
+                "PET_MASTER_ADDR": self.master_addr,
+                "PET_MASTER_PORT": str(self.master_port),
+            }
+            if procs_per_node is not None:
+                torchrun["PET_NPROC_PER_NODE"] = str(procs_per_node)
+            return {**common, **dict.fromkeys(unset), **torchrun}
         if launcher not in (None, "per-process", "mpi"):
             raise ShimError("unknown launcher %r; expected one of %s" % (launcher, ", ".join(LAUNCHERS)))
         return {
@@ -187,6 +205,8 @@ class Detector:
     ``inside_launcher`` is True when an agent already exported torch's variables and
     owns the rendezvous (torchrun): the shim then keeps its port and its per-process
     world whatever the spec's launcher, so running the shim twice changes nothing.
+    ``world`` is pure; ``rendezvous``, called once the world passed ``check``, may do
+    I/O to learn what only the other processes know (HPC Pack's master).
     """
 
     name = "?"
@@ -200,6 +220,11 @@ class Detector:
     @staticmethod
     def world(env: Mapping[str, str], expect: Expectation) -> World:
         raise NotImplementedError
+
+    @staticmethod
+    def rendezvous(env: Mapping[str, str], world: World) -> World:
+        """The world completed by talking to the other processes; most launchers already told us all."""
+        return world
 
 
 _TORCH_SOURCES = {
@@ -246,6 +271,317 @@ class TorchElastic(Detector):
             node_rank=rank // local_world_size if node_rank is None else node_rank,
             nodes=nodes,
         )
+
+
+class HPCPack(Detector):
+    """HPC Pack (Linux node agent), as trainspec compiles it: one Basic task per node.
+
+    Each task's command line runs one shim + launcher (torchrun) on its node, so the
+    world is one process per node.  HPC Pack tells a task nothing about the job's other
+    tasks (CCP_NODES lists only this task's node), so the compiler bakes the node rank
+    and node count into every task, and the master's name when the spec lists the
+    nodes; otherwise the nodes elect node 0's host through a shared directory
+    (``rendezvous`` -> ``elect_master``).
+    """
+
+    name = "hpcpack"
+    sources = {
+        "world_size": "TRAINSPEC_NODES",
+        "rank": "TRAINSPEC_NODE_RANK",
+        "local_rank": "HPC Pack task on its node",
+        "local_world_size": "HPC Pack tasks per node",
+        "node_rank": "TRAINSPEC_NODE_RANK",
+        "nodes": "TRAINSPEC_NODES",
+    }
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return "CCP_JOBID" in env
+
+    @staticmethod
+    def world(env: Mapping[str, str], expect: Expectation) -> World:
+        """Pure: the baked-in variables only.  master_addr "" means: elect it in ``rendezvous``."""
+        nodes = _baked_int(env, "TRAINSPEC_NODES", minimum=1)
+        node_rank = _baked_int(env, "TRAINSPEC_NODE_RANK", minimum=0)
+        if node_rank >= nodes:
+            raise ShimError(
+                "TRAINSPEC_NODE_RANK=%d is not below TRAINSPEC_NODES=%d: the HPC Pack job has more tasks than "
+                "nodes, or was edited; node ranks run from 0 to %d" % (node_rank, nodes, nodes - 1)
+            )
+        master_addr = env.get("TRAINSPEC_MASTER_ADDR", "").strip()
+        if not master_addr:
+            if nodes == 1:
+                master_addr = "127.0.0.1"  # nothing to elect: the only node is the master
+            elif not env.get("TRAINSPEC_RDZV_DIR", "").strip():
+                raise ShimError(
+                    "neither TRAINSPEC_MASTER_ADDR nor TRAINSPEC_RDZV_DIR is set in an HPC Pack job of %d nodes, "
+                    "so the nodes cannot agree on a master; the job was not compiled by trainspec or was edited "
+                    "(targets.hpcpack: list the node names, or set shared_dir)" % nodes
+                )
+        return World(
+            platform=HPCPack.name,
+            master_addr=master_addr,
+            master_port=expect.master_port or HPCPACK_MASTER_PORT,
+            world_size=nodes,
+            rank=node_rank,
+            local_rank=0,
+            local_world_size=1,
+            node_rank=node_rank,
+            nodes=nodes,
+        )
+
+    @staticmethod
+    def rendezvous(env: Mapping[str, str], world: World) -> World:
+        """Elect the master in TRAINSPEC_RDZV_DIR when it was not baked in (file I/O, may wait)."""
+        if world.master_addr:
+            return world
+        job = env.get("CCP_JOBID", "").strip()
+        retry = env.get("CCP_RETRY_COUNT", "").strip() or "0"
+        if not _safe_name(job) or not retry.isdigit():
+            raise ShimError(
+                "CCP_JOBID=%r and CCP_RETRY_COUNT=%r must be a job id and a number: they name the attempt "
+                "directory in TRAINSPEC_RDZV_DIR" % (env.get("CCP_JOBID"), env.get("CCP_RETRY_COUNT"))
+            )
+        timeout = _opt_float(env, "TRAINSPEC_RDZV_TIMEOUT")
+        identity = "job=%s retry=%d nodes=%d port=%d spec=%s" % (
+            job, int(retry), world.nodes, world.master_port, " ".join(env.get("TRAINSPEC_SPEC", "").split()))
+        master = elect_master(
+            env["TRAINSPEC_RDZV_DIR"].strip(), "%s.%d" % (job, int(retry)), world.node_rank,
+            _hpcpack_host(env), RDZV_TIMEOUT if timeout is None else timeout, identity)
+        return replace(world, master_addr=master)
+
+
+def _baked_int(env: Mapping[str, str], name: str, minimum: int) -> int:
+    """A TRAINSPEC_* integer the compiler writes into every HPC Pack task."""
+    edited = "trainspec writes it into every task of the HPC Pack jobs it compiles, so this job was not " \
+             "compiled by trainspec or was edited"
+    try:
+        value = _opt_int(env, name, minimum)
+    except ShimError as error:
+        raise ShimError("%s; %s" % (error, edited)) from None
+    if value is None:
+        raise ShimError("%s is not set; %s" % (name, edited))
+    return value
+
+
+def _opt_float(env: Mapping[str, str], name: str) -> float | None:
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ShimError("%s=%r is not a number of seconds" % (name, env[name])) from None
+    if not value > 0:
+        raise ShimError("%s=%r must be more than 0 seconds" % (name, env[name]))
+    return value
+
+
+def _safe_name(text: str) -> bool:
+    """A job id that is safe as one path component (HPC Pack's are integers)."""
+    return bool(text) and text not in (".", "..") and all(c.isalnum() or c in "-_" for c in text)
+
+
+def _hpcpack_host(env: Mapping[str, str]) -> str:
+    """This node's HPC Pack name: CCP_NODES is '<count> <node> <cores> ...', this task's node first.
+
+    HPC node names, not IPs: torch's c10d handled names better than IPs (pytorch#69197).
+    """
+    fields = env.get("CCP_NODES", "").split()
+    if len(fields) >= 2:
+        return fields[1]
+    import socket  # only here: keeps the shim's start-up cheap elsewhere
+
+    return socket.gethostname()
+
+
+# ---------------------------------------------------------------- shared-directory election
+
+RDZV_POLL_FIRST = 0.1  # seconds between the first looks for node 0's master file ...
+RDZV_POLL_MAX = 1.0  # ... backing off to this
+RDZV_WAIT_NOTICE = 30.0  # a waiting node says so once, after this many seconds
+
+
+def elect_master(rdzv_dir: str, attempt: str, node_rank: int, host: str, timeout: float,
+                 identity: str = "") -> str:
+    """Agree on node 0's host through a directory that every node mounts (NFS, SMB, Lustre...).
+
+    Protocol (HPC Pack tasks cannot talk to each other before torch starts):
+
+    1. Attempt directory D = <rdzv_dir>/<attempt>, attempt = "<CCP_JOBID>.<CCP_RETRY_COUNT>".
+       Another job, or a requeue/retry of this one, uses another D, so a file left by an
+       earlier run is never read.  Any node may be first: each creates D (0o755) if missing.
+    2. Every node writes D/node-<rank> = its host (for diagnostics: who did register).
+    3. Node 0 writes D/master = "<host>\\n<identity>\\n" atomically (temp file in D, fsync,
+       os.replace) and returns its host at once: it never waits for the others.
+    4. Node r != 0 polls D/master (0.1 s backing off to 1 s: shared filesystems give no change
+       notification, and NFS may show a new file up to ~60 s late) for ``timeout`` seconds,
+       then fails naming the missing file, D, the wait and the nodes that did register.
+    5. Node 0 tidies up, best effort: it removes D's siblings of the same job with a lower
+       retry count and any attempt directory idle for RDZV_STALE_AFTER (a day).
+
+    Beyond the directory name, a follower accepts D/master only when its identity line
+    (job, retry, nodes, port, spec) equals its own and it is younger than RDZV_STALE_AFTER:
+    a job id reused (a reinstalled cluster, two clusters on one share) with a left-over D
+    then still waits for the new node 0, which overwrites the file.  Late starters are
+    fine either way: node 0 may come minutes after the others (they wait) or before
+    them (the file is already there).  Failing: a task whose CCP_RETRY_COUNT differs from
+    node 0's waits in another D; the timeout message then names the other attempts.
+    """
+    import time  # only here: keeps the shim's start-up cheap elsewhere
+
+    directory = os.path.join(rdzv_dir, attempt)
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        _write_atomic(os.path.join(directory, "node-%d" % node_rank), "%s\n" % host, host)
+    except OSError as error:
+        raise ShimError("cannot register node %d in the rendezvous directory %s (TRAINSPEC_RDZV_DIR): %s"
+                        % (node_rank, directory, error)) from None
+    master_path = os.path.join(directory, "master")
+    if node_rank == 0:
+        previous = _read_master(master_path)
+        if previous is not None and previous[0] != host:
+            print("trainspec: warning: replacing %s, written by %s (%s)" % (master_path, previous[0], previous[1]),
+                  file=sys.stderr)
+        try:
+            _write_atomic(master_path, "%s\n%s\n" % (host, identity), host)
+        except OSError as error:
+            raise ShimError("cannot write %s (TRAINSPEC_RDZV_DIR): %s" % (master_path, error)) from None
+        _remove_stale_attempts(rdzv_dir, attempt)
+        return host
+
+    start = time.monotonic()
+    pause, noticed, rejected = RDZV_POLL_FIRST, False, None
+    while True:
+        found = _read_master(master_path)
+        if found is not None:
+            master, written, age = found
+            if written == identity and age < RDZV_STALE_AFTER:
+                return master
+            rejected = "%s names %s but is %s" % (
+                master_path, master,
+                "%d s old" % age if written == identity else "from another run (%s)" % written)
+        waited = time.monotonic() - start
+        if waited >= timeout:
+            raise ShimError(_no_master_message(rdzv_dir, attempt, timeout, rejected))
+        if not noticed and waited >= RDZV_WAIT_NOTICE:
+            noticed = True
+            print("trainspec: node %d waiting for node 0 to write %s (up to %g s, TRAINSPEC_RDZV_TIMEOUT)"
+                  % (node_rank, master_path, timeout), file=sys.stderr)
+            sys.stderr.flush()
+        time.sleep(min(pause, max(timeout - waited, 0.0)))
+        pause = min(pause * 1.5, RDZV_POLL_MAX)
+
+
+def _write_atomic(path: str, text: str, host: str) -> None:
+    """Replace path by text in one step: readers on any node see the old file or the whole new one."""
+    directory, base = os.path.split(path)
+    tag = "".join(c if c.isalnum() or c in "-_" else "_" for c in host)  # unique per node and process
+    temporary = os.path.join(directory, ".%s.%s-%d.tmp" % (base, tag, os.getpid()))
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            os.write(fd, text.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except OSError:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def _read_master(path: str) -> tuple[str, str, float] | None:
+    """(host, identity line, age in seconds) of a complete master file, or None."""
+    import time
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().split("\n")
+            age = time.time() - os.fstat(handle.fileno()).st_mtime
+    except OSError:
+        return None
+    if len(lines) < 3 or not lines[0].strip():
+        return None  # not written by elect_master
+    return lines[0].strip(), lines[1], age
+
+
+def _registered(directory: str) -> list[str]:
+    """node-<rank> files in directory, in rank order."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    ranks = sorted(int(name[5:]) for name in names if name.startswith("node-") and name[5:].isdigit())
+    return ["node-%d" % rank for rank in ranks]
+
+
+def _attempts(rdzv_dir: str) -> list[tuple[str, str, int]]:
+    """(name, job, retry) of every attempt directory in rdzv_dir."""
+    try:
+        names = os.listdir(rdzv_dir)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        job, dot, retry = name.rpartition(".")
+        if dot and _safe_name(job) and retry.isdigit():
+            found.append((name, job, int(retry)))
+    return sorted(found)
+
+
+def _no_master_message(rdzv_dir: str, attempt: str, timeout: float, rejected: str | None) -> str:
+    directory = os.path.join(rdzv_dir, attempt)
+    registered = _registered(directory)
+    if "node-0" in registered:
+        what = "node 0 registered but never wrote %s" % os.path.join(directory, "master")
+    else:
+        what = "node 0 never registered in %s" % directory
+    text = "%s within %g s (TRAINSPEC_RDZV_TIMEOUT); registered: %s -- is task 0 queued or failed?" % (
+        what, timeout, ", ".join(registered) or "none")
+    if rejected:
+        text += "; ignored %s" % rejected
+    job = attempt.rpartition(".")[0]
+    others = ["%s (%s)" % (name, ", ".join(_registered(os.path.join(rdzv_dir, name))) or "empty")
+              for name, other_job, _ in _attempts(rdzv_dir) if other_job == job and name != attempt]
+    if others:
+        text += ("; other attempts of job %s: %s -- tasks of one run disagree on CCP_RETRY_COUNT"
+                 % (job, "; ".join(others)))
+    return text
+
+
+def _protocol_file(name: str) -> bool:
+    """A file elect_master writes: master, node-<rank>, or one of their temporary files."""
+    return name == "master" or (name.startswith("node-") and name[5:].isdigit()) or (
+        name.startswith((".master.", ".node-")) and name.endswith(".tmp"))
+
+
+def _remove_stale_attempts(rdzv_dir: str, attempt: str) -> None:
+    """Best effort: earlier retries of this job, and attempt directories idle for RDZV_STALE_AFTER.
+
+    A directory holding anything this protocol did not write is left alone.
+    """
+    import time
+
+    job, _, retry = attempt.rpartition(".")
+    now = time.time()
+    for name, other_job, other_retry in _attempts(rdzv_dir):
+        path = os.path.join(rdzv_dir, name)
+        try:
+            idle = now - os.stat(path).st_mtime
+            if not ((other_job == job and other_retry < int(retry)) or (name != attempt and idle > RDZV_STALE_AFTER)):
+                continue
+            entries = os.listdir(path)
+            if not all(_protocol_file(entry) for entry in entries):
+                continue  # someone else's files: not ours to remove
+            for entry in entries:
+                os.unlink(os.path.join(path, entry))
+            os.rmdir(path)
+        except OSError:
+            continue
 
 
 class AzureMLMPI(Detector):
@@ -403,7 +739,8 @@ def _free_port() -> int:
 
 
 # In priority order: the first whose detect() is true wins.
-DETECTORS: tuple[type[Detector], ...] = (TorchElastic, AzureMLMPI, AzureMLPyTorch, TensorFlow, EnvVars, SingleProcess)
+DETECTORS: tuple[type[Detector], ...] = (
+    TorchElastic, HPCPack, AzureMLMPI, AzureMLPyTorch, TensorFlow, EnvVars, SingleProcess)
 
 
 # ---------------------------------------------------------------- detect, check, normalize
@@ -480,7 +817,8 @@ def _plan(env: Mapping[str, str]) -> tuple[World, Expectation, dict[str, str | N
     check(world, expect)
     if expect.master_port is not None:
         world = replace(world, master_port=expect.master_port)
-    return world, expect, world.env(expect.launcher)
+    world = detector.rendezvous(env, world)  # after check: a wrong world fails before any waiting
+    return world, expect, world.env(expect.launcher, expect.procs_per_node)
 
 
 def normalize(env: MutableMapping[str, str] | None = None, *, apply: bool = True) -> World:

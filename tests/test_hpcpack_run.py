@@ -1,0 +1,69 @@
+"""A simulated HPC Pack cluster on this machine: one process per node task, each given the
+environment an HPC Pack task gets (CCP_JOBID, CCP_TASKID, CCP_NODES=1 <its own host> <cores>)
+and the compiled CommandLine run through bash as the node agent runs it, on distinct loopback
+hosts (127.0.0.2, 127.0.0.3) so that "the master is another host" is really exercised --
+including a task the scheduler starts seconds after the others."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SPECS
+
+pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+pytest.importorskip("lightning", reason="lightning is a test extra")
+
+pytestmark = pytest.mark.realproc
+
+RESULT = re.compile(r"^\[node \d+\] TRAINSPEC_RESULT (\{.*\})$", re.M)
+CAN_UNSHARE = os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip")
+
+
+def simulate(spec: Path, workdir: Path, *, procs_per_node=2, start_delays=None, timeout=240):
+    code = ("import sys; from trainspec.local import LocalOptions, run_local\n"
+            f"options = LocalOptions(target='hpcpack', procs_per_node={procs_per_node}, workdir={str(workdir)!r}, "
+            f"timeout=180, start_delays={start_delays or {}!r})\n"
+            f"sys.exit(run_local({str(spec)!r}, options))")
+    command = [sys.executable, "-c", code]
+    if CAN_UNSHARE:
+        command = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def check_world(proc, script, world=4, per_node=2):
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = sorted((json.loads(m) for m in RESULT.findall(proc.stdout)), key=lambda r: r["rank"])
+    assert [r["rank"] for r in found] == list(range(world)), proc.stdout[-2000:]
+    for r in found:
+        assert r["script"] == script and r["world_size"] == world and r["allreduce"] == world
+        assert r["node_rank"] == r["rank"] // per_node
+    assert {r["master"].split(":")[0] for r in found} == {"127.0.0.2"}  # node 0's host, elected
+
+
+def test_ddp_all_reduce_with_a_late_task(tmp_path):
+    proc = simulate(SPECS / "hpcpack-ddp.yaml", tmp_path, start_delays={1: 3})
+    check_world(proc, "ddp")
+    assert "hpcpack" in proc.stderr + proc.stdout
+    # the election happened through the shared folder, keyed by job id and retry count
+    assert (tmp_path / "shared" / ".trainspec" / "4242.0" / "master").read_text().split()[0] == "127.0.0.2"
+
+
+def test_lightning_fit_when_node_zero_starts_last(tmp_path):
+    spec = tmp_path / "lightning.yaml"
+    spec.write_text(f"""version: 1
+name: hpc-lightning
+code: {REPO}/examples/mnist
+framework: lightning
+command: python train.py --num_nodes {{{{ nodes }}}} --devices {{{{ procs_per_node }}}}
+resources: {{nodes: 2, gpus_per_node: 2}}
+targets:
+  hpcpack: {{shared_dir: /app}}
+""")
+    proc = simulate(spec, tmp_path / "work", start_delays={0: 3})
+    check_world(proc, "mnist")

@@ -1,0 +1,476 @@
+"""The runtime shim on HPC Pack: one task per node, the master baked in or elected.
+
+The table tests use plain dicts and stay pure (the master is baked in, or the
+input fails before any file is touched).  The election tests run the real shim
+file in several processes with a temp dir as the "shared directory"; they never
+sleep to synchronise, they watch the directory for the files they wait for.
+"""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainspec.runtime import SHIM_PATH
+from trainspec.runtime.shim import (
+    DETECTORS, HPCPack, Expectation, ShimError, World, check, detect, elect_master, normalize,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+JOB = "1234"
+
+
+def hpcpack(rank, nodes=3, **extra):
+    """One task's variables: the scheduler's CCP_* plus what the compiled job XML sets."""
+    env = {
+        "CCP_JOBID": JOB,
+        "CCP_TASKID": str(rank + 1),
+        "CCP_TASKINSTANCEID": "0",
+        "CCP_RETRY_COUNT": "0",
+        "CCP_NODES": "1 127.0.0.%d 8" % (2 + rank),  # one task per node: each task sees only itself
+        "CCP_NUMCPUS": "8",
+        "TRAINSPEC_NODES": str(nodes),
+        "TRAINSPEC_PROCS_PER_NODE": "4",
+        "TRAINSPEC_LAUNCHER": "per-node",
+        "TRAINSPEC_MASTER_PORT": "29400",
+        "TRAINSPEC_SPEC": "specs/ddp-hpcpack.yaml",
+        "TRAINSPEC_NODE_RANK": str(rank),
+    }
+    return {**env, **extra}
+
+
+def baked(rank, nodes=3, **extra):
+    return hpcpack(rank, nodes, TRAINSPEC_MASTER_ADDR="NODE00", **extra)
+
+
+# ---------------------------------------------------------------- pure: world, check, exports
+
+#                     platform, master_addr, master_port, world_size, rank, local_rank, local_world_size, node_rank, nodes
+WORLD_CASES = [
+    pytest.param(baked(0), World("hpcpack", "NODE00", 29400, 3, 0, 0, 1, 0, 3), id="node-0"),
+    pytest.param(baked(2), World("hpcpack", "NODE00", 29400, 3, 2, 0, 1, 2, 3), id="node-2"),
+    pytest.param(baked(1, TRAINSPEC_MASTER_PORT=""), World("hpcpack", "NODE00", 29400, 3, 1, 0, 1, 1, 3),
+                 id="default-port"),
+    pytest.param(baked(1, TRAINSPEC_MASTER_PORT="7000"), World("hpcpack", "NODE00", 7000, 3, 1, 0, 1, 1, 3),
+                 id="spec-port"),
+    pytest.param(hpcpack(0, nodes=1), World("hpcpack", "127.0.0.1", 29400, 1, 0, 0, 1, 0, 1),
+                 id="one-node-nothing-to-elect"),
+    pytest.param(baked(1, TRAINSPEC_LAUNCHER="per-process", TRAINSPEC_PROCS_PER_NODE="1"),
+                 World("hpcpack", "NODE00", 29400, 3, 1, 0, 1, 1, 3), id="one-process-per-node-per-process"),
+]
+
+
+@pytest.mark.parametrize("env, expected", WORLD_CASES)
+def test_world_from_hpcpack_env(env, expected):
+    assert normalize(dict(env), apply=False) == expected
+
+
+def test_world_is_pure_and_check_accepts_it():
+    env = baked(2)
+    world = HPCPack.world(env, Expectation.from_env(env))
+    check(world, Expectation.from_env(env))  # 3 launchers, 1 per node, per-node spec: accepted
+    assert world.master_addr == "NODE00"
+
+
+def test_unelected_world_leaves_the_master_to_rendezvous(tmp_path):
+    env = hpcpack(1, TRAINSPEC_RDZV_DIR=str(tmp_path))
+    world = HPCPack.world(env, Expectation.from_env(env))
+    assert (world.master_addr, world.node_rank, world.nodes) == ("", 1, 3)
+    assert list(tmp_path.iterdir()) == []  # world() touched nothing
+
+
+ERROR_CASES = [
+    pytest.param({k: v for k, v in baked(1).items() if k != "TRAINSPEC_NODE_RANK"},
+                 ["TRAINSPEC_NODE_RANK is not set", "not compiled by trainspec or was edited"], id="no-node-rank"),
+    pytest.param(baked(1, TRAINSPEC_NODE_RANK="one"),
+                 ["TRAINSPEC_NODE_RANK='one'", "not compiled by trainspec or was edited"], id="garbled-node-rank"),
+    pytest.param(baked(1, TRAINSPEC_NODE_RANK="-1"), ["TRAINSPEC_NODE_RANK=-1"], id="negative-node-rank"),
+    pytest.param({k: v for k, v in baked(1).items() if k != "TRAINSPEC_NODES"},
+                 ["TRAINSPEC_NODES is not set"], id="no-nodes"),
+    pytest.param(baked(3), ["TRAINSPEC_NODE_RANK=3", "TRAINSPEC_NODES=3", "0 to 2"], id="node-rank-too-big"),
+    pytest.param(baked(5, nodes=2), ["TRAINSPEC_NODE_RANK=5", "TRAINSPEC_NODES=2"], id="node-rank-way-too-big"),
+    pytest.param(hpcpack(1), ["TRAINSPEC_MASTER_ADDR", "TRAINSPEC_RDZV_DIR"], id="no-master-no-rdzv-dir"),
+    pytest.param(hpcpack(1, TRAINSPEC_RDZV_DIR="/nonexistent/never-touched", CCP_JOBID="../x"),
+                 ["CCP_JOBID='../x'"], id="job-id-not-a-path-component"),
+    pytest.param(hpcpack(1, TRAINSPEC_RDZV_DIR="/nonexistent/never-touched", CCP_RETRY_COUNT="x"),
+                 ["CCP_RETRY_COUNT='x'"], id="garbled-retry"),
+    pytest.param(hpcpack(1, TRAINSPEC_RDZV_DIR="/nonexistent/never-touched", TRAINSPEC_RDZV_TIMEOUT="soon"),
+                 ["TRAINSPEC_RDZV_TIMEOUT='soon'"], id="garbled-timeout"),
+    pytest.param(hpcpack(1, TRAINSPEC_RDZV_DIR="/nonexistent/never-touched", TRAINSPEC_RDZV_TIMEOUT="0"),
+                 ["TRAINSPEC_RDZV_TIMEOUT='0'"], id="zero-timeout"),
+    pytest.param(baked(0, TRAINSPEC_LAUNCHER="per-process"),
+                 ["3 processes (TRAINSPEC_NODES=3)", "12", "resources.procs_per_node (4)"],
+                 id="per-process-spec-but-one-task-per-node"),
+]
+
+
+@pytest.mark.parametrize("env, fragments", ERROR_CASES)
+def test_errors_name_the_variables(env, fragments):
+    with pytest.raises(ShimError) as caught:
+        normalize(dict(env), apply=False)
+    for fragment in fragments:
+        assert fragment in str(caught.value), str(caught.value)
+    assert not Path("/nonexistent").exists()
+
+
+def test_per_node_exports_for_a_bare_torchrun():
+    env = baked(2, RANK="7", LOCAL_RANK="3", WORLD_SIZE="12", LOCAL_WORLD_SIZE="4")  # stale: must go
+    normalize(env)
+    exported = {k: v for k, v in env.items() if k.startswith(("PET_", "MASTER_", "NODE_", "GROUP_"))}
+    assert exported == {
+        "MASTER_ADDR": "NODE00", "MASTER_PORT": "29400", "NODE_RANK": "2", "GROUP_RANK": "2",
+        "PET_NNODES": "3", "PET_NPROC_PER_NODE": "4", "PET_NODE_RANK": "2",
+        "PET_MASTER_ADDR": "NODE00", "PET_MASTER_PORT": "29400",
+    }
+    assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "PET_MAX_RESTARTS"} & set(env)
+
+
+def test_no_nproc_per_node_export_when_the_spec_gives_none():
+    env = {k: v for k, v in baked(1).items() if k != "TRAINSPEC_PROCS_PER_NODE"}
+    normalize(env)
+    assert env["PET_NNODES"] == "3" and "PET_NPROC_PER_NODE" not in env
+
+
+def test_per_process_exports_no_torchrun_variables():
+    env = baked(1, TRAINSPEC_LAUNCHER="per-process", TRAINSPEC_PROCS_PER_NODE="1")
+    normalize(env)
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("1", "3", "0")
+    assert not [k for k in env if k.startswith("PET_")]
+
+
+def test_azureml_per_node_gets_the_same_torchrun_defaults():
+    env = {"AZUREML_RUN_ID": "run-1", "MASTER_ADDR": "10.0.0.4", "MASTER_PORT": "6105", "WORLD_SIZE": "2",
+           "RANK": "1", "NODE_RANK": "1", "LOCAL_WORLD_SIZE": "1", "TRAINSPEC_LAUNCHER": "per-node",
+           "TRAINSPEC_NODES": "2", "TRAINSPEC_PROCS_PER_NODE": "8"}
+    normalize(env)
+    assert {k: env[k] for k in env if k.startswith("PET_")} == {
+        "PET_NNODES": "2", "PET_NPROC_PER_NODE": "8", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "10.0.0.4",
+        "PET_MASTER_PORT": "6105"}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_torchrun_reads_pet_defaults_and_explicit_flags_win():
+    """Against the installed torch: bare flags come from PET_*, flags on the command line win."""
+    code = ("import json, sys; from torch.distributed.run import parse_args; "
+            "a = parse_args(sys.argv[1:]); "
+            "print(json.dumps([a.nnodes, a.nproc_per_node, a.node_rank, a.master_addr, a.master_port, "
+            "a.rdzv_backend, a.max_restarts]))")
+    env = {**os.environ, "PET_NNODES": "3", "PET_NPROC_PER_NODE": "4", "PET_NODE_RANK": "2",
+           "PET_MASTER_ADDR": "NODE00", "PET_MASTER_PORT": "29400"}
+    env.pop("PET_MAX_RESTARTS", None)
+    env.pop("PET_RDZV_BACKEND", None)
+
+    def parsed(*args):
+        done = subprocess.run([sys.executable, "-c", code, *args, "train.py"], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    assert parsed() == ["3", "4", 2, "NODE00", 29400, "static", 0]  # max_restarts defaults to 0 by itself
+    assert parsed("--nnodes", "2", "--nproc_per_node", "8", "--node_rank", "1", "--master_addr", "10.0.0.4",
+                  "--master_port", "6105") == ["2", "8", 1, "10.0.0.4", 6105, "static", 0]
+
+
+def test_detector_order():
+    names = [d.name for d in DETECTORS]
+    assert names == ["torchelastic", "hpcpack", "azureml-mpi", "azureml-pytorch", "tensorflow", "env",
+                     "single-process"]
+    # A torchrun worker inside an HPC Pack task: torchrun's variables win.
+    worker = {**baked(1), "TORCHELASTIC_RUN_ID": "1234", "MASTER_ADDR": "NODE00", "MASTER_PORT": "29400",
+              "WORLD_SIZE": "12", "RANK": "5", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1",
+              "GROUP_WORLD_SIZE": "3"}
+    detector, world = detect(worker)
+    assert detector.name == "torchelastic" and (world.rank, world.world_size) == (5, 12)
+    assert detect(baked(1))[0] is HPCPack
+
+
+# ---------------------------------------------------------------- the election, in-process
+
+
+def test_node_0_does_not_wait(tmp_path):
+    assert elect_master(str(tmp_path), "7.0", 0, "NODE00", timeout=0.1, identity="id") == "NODE00"
+    attempt = tmp_path / "7.0"
+    assert sorted(p.name for p in attempt.iterdir()) == ["master", "node-0"]  # no temp file left
+    assert (attempt / "master").read_text() == "NODE00\nid\n"
+
+
+def test_modes_suit_a_shared_directory(tmp_path):
+    old = os.umask(0o022)
+    try:
+        elect_master(str(tmp_path), "7.0", 0, "NODE00", timeout=0.1)
+    finally:
+        os.umask(old)
+    attempt = tmp_path / "7.0"
+    assert attempt.stat().st_mode & 0o777 == 0o755
+    assert {(attempt / n).stat().st_mode & 0o777 for n in ("master", "node-0")} == {0o644}
+
+
+def write_master(directory, host, identity, age=0.0):
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "master").write_text("%s\n%s\n" % (host, identity))
+    if age:
+        then = time.time() - age
+        os.utime(directory / "master", (then, then))
+        os.utime(directory, (then, then))
+
+
+def test_follower_takes_a_matching_master(tmp_path):
+    write_master(tmp_path / "7.0", "NODE00", "id")
+    assert elect_master(str(tmp_path), "7.0", 2, "NODE02", timeout=5, identity="id") == "NODE00"
+    assert (tmp_path / "7.0" / "node-2").read_text() == "NODE02\n"
+
+
+def test_master_of_another_run_in_the_same_directory_is_ignored(tmp_path):
+    """A reused job id (reinstalled cluster, two clusters on one share) leaves a master of another spec."""
+    write_master(tmp_path / "7.0", "OLDNODE", "job=7 retry=0 nodes=3 port=29400 spec=specs/other.yaml")
+    with pytest.raises(ShimError) as caught:
+        elect_master(str(tmp_path), "7.0", 1, "NODE01", timeout=0.3,
+                     identity="job=7 retry=0 nodes=3 port=29400 spec=specs/mine.yaml")
+    assert "names OLDNODE but is from another run (job=7 retry=0 nodes=3 port=29400 spec=specs/other.yaml)" \
+        in str(caught.value)
+
+
+def test_a_day_old_master_is_ignored(tmp_path):
+    write_master(tmp_path / "7.0", "OLDNODE", "id", age=2 * 86400)
+    with pytest.raises(ShimError, match="names OLDNODE but is 17[0-9]{4} s old"):
+        elect_master(str(tmp_path), "7.0", 1, "NODE01", timeout=0.3, identity="id")
+
+
+def test_timeout_names_other_attempts_of_the_job(tmp_path):
+    """Node 0 ran with another CCP_RETRY_COUNT than this node: say so."""
+    (tmp_path / "7.0").mkdir()
+    (tmp_path / "7.0" / "node-0").write_text("NODE00\n")
+    start = time.monotonic()
+    with pytest.raises(ShimError) as caught:
+        elect_master(str(tmp_path), "7.1", 1, "NODE01", timeout=0.3)
+    assert time.monotonic() - start < 2
+    assert str(caught.value) == (
+        "node 0 never registered in %s within 0.3 s (TRAINSPEC_RDZV_TIMEOUT); registered: node-1 -- is task 0 "
+        "queued or failed?; other attempts of job 7: 7.0 (node-0) -- tasks of one run disagree on "
+        "CCP_RETRY_COUNT" % (tmp_path / "7.1"))
+
+
+def test_node_0_registered_but_no_master(tmp_path):
+    (tmp_path / "7.0").mkdir()
+    (tmp_path / "7.0" / "node-0").write_text("NODE00\n")
+    with pytest.raises(ShimError, match=r"node 0 registered but never wrote .*7\.0/master within 0\.2 s"):
+        elect_master(str(tmp_path), "7.0", 2, "NODE02", timeout=0.2)
+
+
+def test_node_0_removes_earlier_retries_and_idle_attempts_only(tmp_path):
+    write_master(tmp_path / "7.0", "NODE09", "old retry")                   # same job, lower retry: removed
+    write_master(tmp_path / "5.0", "NODE05", "idle", age=2 * 86400)         # another job, idle: removed
+    write_master(tmp_path / "6.0", "NODE06", "running")                     # another job, recent: kept
+    write_master(tmp_path / "4.0", "NODE04", "idle, foreign", age=2 * 86400)
+    (tmp_path / "4.0" / "notes.txt").write_text("not ours")                 # foreign file: whole dir kept
+    (tmp_path / "README").write_text("not an attempt")
+    write_master(tmp_path / "7.2", "NODE07", "later retry")                 # higher retry: not ours to judge
+    elect_master(str(tmp_path), "7.1", 0, "NODE00", timeout=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["4.0", "6.0", "7.1", "7.2", "README"]
+    assert sorted(p.name for p in (tmp_path / "4.0").iterdir()) == ["master", "notes.txt"]
+
+
+def test_node_0_replacing_another_hosts_master_warns(tmp_path, capsys):
+    write_master(tmp_path / "7.0", "NODE09", "id")
+    assert elect_master(str(tmp_path), "7.0", 0, "NODE00", timeout=1, identity="id") == "NODE00"
+    assert "replacing %s, written by NODE09" % (tmp_path / "7.0" / "master") in capsys.readouterr().err
+
+
+def test_unwritable_rendezvous_directory_is_a_shim_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ShimError, match="cannot register node 1 in the rendezvous directory .*file/7.0"):
+        elect_master(str(tmp_path / "file"), "7.0", 1, "NODE01", timeout=1)
+
+
+# ---------------------------------------------------------------- the election, real processes
+
+
+@pytest.fixture
+def spawn():
+    """Start shims; every process started is killed when the test ends, whatever happens."""
+    started = []
+
+    def start(env, args=("--print",), **popen):
+        full_env = {"PATH": os.environ["PATH"], **env}
+        proc = subprocess.Popen([sys.executable, str(SHIM_PATH), *args], env=full_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, **popen)
+        started.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()  # the shim execs nothing in these tests but python -c: no grandchildren
+            proc.communicate()
+
+
+def finish(proc, timeout=20):
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, dict(line.split("=", 1) for line in out.splitlines()), err
+
+
+def wait_for(paths, procs, timeout=20):
+    """Watch the directory until every path exists; fail at once if a process ends meanwhile."""
+    deadline = time.monotonic() + timeout
+    while not all(p.exists() for p in paths):
+        for proc in procs:
+            assert proc.poll() is None, "exited early: %s" % (proc.communicate(),)
+        assert time.monotonic() < deadline, "never appeared: %s" % [str(p) for p in paths if not p.exists()]
+        time.sleep(0.02)
+
+
+def assert_agree(results, master="127.0.0.2"):
+    for rank, (code, exported, err) in enumerate(results):
+        assert code == 0, err
+        assert exported["MASTER_ADDR"] == exported["PET_MASTER_ADDR"] == master
+        assert exported["NODE_RANK"] == exported["PET_NODE_RANK"] == str(rank)
+        assert (exported["PET_NNODES"], exported["PET_NPROC_PER_NODE"], exported["MASTER_PORT"]) == (
+            "3", "4", "29400")
+
+
+def test_three_nodes_elect_node_0(tmp_path, spawn):
+    procs = [spawn(hpcpack(rank, TRAINSPEC_RDZV_DIR=str(tmp_path))) for rank in range(3)]
+    results = [finish(proc) for proc in procs]
+    assert_agree(results)
+    assert results[0][2] == ("trainspec: hpcpack detected; world 12 = 3 node(s) x 4 process(es) [per-node]; "
+                             "master 127.0.0.2:29400\n")
+    assert results[1][2] == results[2][2] == ""
+    attempt = tmp_path / ("%s.0" % JOB)
+    assert sorted(p.name for p in attempt.iterdir()) == ["master", "node-0", "node-1", "node-2"]
+    assert [(attempt / ("node-%d" % r)).read_text() for r in range(3)] == ["127.0.0.%d\n" % (2 + r) for r in range(3)]
+
+
+def test_node_0_starting_late(tmp_path, spawn):
+    attempt = tmp_path / ("%s.0" % JOB)
+    followers = [spawn(hpcpack(rank, TRAINSPEC_RDZV_DIR=str(tmp_path))) for rank in (1, 2)]
+    wait_for([attempt / "node-1", attempt / "node-2"], followers)
+    assert not (attempt / "master").exists()
+    assert all(proc.poll() is None for proc in followers)  # still waiting for node 0
+    leader = spawn(hpcpack(0, TRAINSPEC_RDZV_DIR=str(tmp_path)))
+    assert_agree([finish(leader), *(finish(proc) for proc in followers)])
+
+
+def test_earlier_job_left_in_the_directory_is_ignored(tmp_path, spawn):
+    write_master(tmp_path / "1000.0", "127.0.0.99", "job=1000 retry=0 nodes=3 port=29400 "
+                 "spec=specs/ddp-hpcpack.yaml")
+    procs = [spawn(hpcpack(rank, TRAINSPEC_RDZV_DIR=str(tmp_path))) for rank in (1, 2, 0)]
+    results = [finish(proc) for proc in procs]
+    assert_agree([results[2], results[0], results[1]])
+    assert (tmp_path / "1000.0" / "master").exists()  # a recent attempt of another job is left alone
+
+
+def test_rerun_of_the_job_uses_the_new_master(tmp_path, spawn):
+    """HPC Pack requeue/retry: same CCP_JOBID, CCP_RETRY_COUNT=1; attempt 0's master named another host."""
+    old = tmp_path / ("%s.0" % JOB)
+    write_master(old, "127.0.0.99", "job=%s retry=0 nodes=3 port=29400 spec=specs/ddp-hpcpack.yaml" % JOB)
+    for rank in range(3):
+        (old / ("node-%d" % rank)).write_text("127.0.0.%d\n" % (97 + rank))
+    new = tmp_path / ("%s.1" % JOB)
+    followers = [spawn(hpcpack(rank, TRAINSPEC_RDZV_DIR=str(tmp_path), CCP_RETRY_COUNT="1")) for rank in (1, 2)]
+    wait_for([new / "node-1", new / "node-2"], followers)  # they look in .1, not at the stale .0/master
+    assert all(proc.poll() is None for proc in followers)
+    leader = spawn(hpcpack(0, TRAINSPEC_RDZV_DIR=str(tmp_path), CCP_RETRY_COUNT="1"))
+    assert_agree([finish(leader), *(finish(proc) for proc in followers)])
+    assert not old.exists()  # node 0 removed the earlier attempt
+
+
+def test_node_0_never_comes(tmp_path, spawn):
+    start = time.monotonic()
+    proc = spawn(hpcpack(1, TRAINSPEC_RDZV_DIR=str(tmp_path), TRAINSPEC_RDZV_TIMEOUT="1"))
+    code, exported, err = finish(proc)
+    assert time.monotonic() - start < 10
+    assert (code, exported) == (3, {})
+    assert err == ("trainspec: error: node 0 never registered in %s within 1 s (TRAINSPEC_RDZV_TIMEOUT); "
+                   "registered: node-1 -- is task 0 queued or failed?\n" % (tmp_path / ("%s.0" % JOB)))
+
+
+def test_the_command_gets_the_elected_master(tmp_path, spawn):
+    code = "import os; print('MASTER=' + os.environ['MASTER_ADDR'] + ' ' + os.environ['PET_NODE_RANK'])"
+    procs = [spawn(hpcpack(rank, nodes=2, TRAINSPEC_RDZV_DIR=str(tmp_path)), args=("--", sys.executable, "-c", code))
+             for rank in range(2)]
+    outs = [proc.communicate(timeout=20) for proc in procs]
+    assert [out for out, _ in outs] == ["MASTER=127.0.0.2 0\n", "MASTER=127.0.0.2 1\n"]
+
+
+# ---------------------------------------------------------------- torchrun honours the exports
+
+
+def _in_loopback_namespace(argv):
+    """Run argv in a network namespace with only loopback (root), else as is (still loopback only)."""
+    if os.geteuid() == 0 and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0:
+        return ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
+    return argv
+
+
+DRIVER = r"""
+import json, os, subprocess, sys
+shim, rdzv, port, train = sys.argv[1:5]
+procs = []
+try:
+    for rank in range(2):
+        env = dict(os.environ, CCP_JOBID="77", CCP_RETRY_COUNT="0", CCP_NODES="1 127.0.0.%d 2" % (2 + rank),
+                   TRAINSPEC_NODES="2", TRAINSPEC_PROCS_PER_NODE="2", TRAINSPEC_LAUNCHER="per-node",
+                   TRAINSPEC_MASTER_PORT=port, TRAINSPEC_NODE_RANK=str(rank), TRAINSPEC_RDZV_DIR=rdzv,
+                   GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+        argv = [sys.executable, shim, "--", sys.executable, "-m", "torch.distributed.run", train, "--steps", "2",
+                "--timeout", "60"]
+        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=100)[0] for p in procs]
+    print(json.dumps({"codes": [p.returncode for p in procs], "outs": outs}))
+finally:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+"""
+
+
+def kill_marked(marker):
+    """SIGKILL every process whose environment carries marker (torchrun puts workers in new sessions)."""
+    needle = ("TRAINSPEC_TEST_MARKER=%s" % marker).encode()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:
+            continue  # gone, or not ours
+
+
+@pytest.mark.realproc
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_torchrun_without_flags_trains_on_two_simulated_nodes(tmp_path):
+    from trainspec.runtime.procs import free_port
+
+    marker = "hpcpack-%d-%d" % (os.getpid(), time.monotonic_ns())
+    argv = [sys.executable, "-c", DRIVER, str(SHIM_PATH), str(tmp_path / "rdzv"), str(free_port()),
+            str(REPO / "examples" / "ddp" / "train.py")]
+    env = {**os.environ, "TRAINSPEC_TEST_MARKER": marker}
+    for name in [k for k in env if k.startswith(("PET_", "TORCHELASTIC_", "CCP_", "TRAINSPEC_"))]:
+        if name != "TRAINSPEC_TEST_MARKER":
+            del env[name]
+    driver = subprocess.Popen(_in_loopback_namespace(argv), env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = driver.communicate(timeout=110)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.communicate()
+        kill_marked(marker)
+    assert driver.returncode == 0, err
+    done = json.loads(out.splitlines()[-1])
+    assert done["codes"] == [0, 0], done["outs"]
+    results = [json.loads(line.split(" ", 1)[1]) for text in done["outs"] for line in text.splitlines()
+               if line.startswith("TRAINSPEC_RESULT ")]
+    assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
+    assert {r["allreduce"] for r in results} == {4}
+    assert {r["master"].rsplit(":", 1)[0] for r in results} == {"127.0.0.2"}
+    assert sorted((r["rank"], r["node_rank"]) for r in results) == [(0, 0), (1, 0), (2, 1), (3, 1)]
