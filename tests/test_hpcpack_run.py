@@ -44,6 +44,8 @@ def check_world(proc, script, world=4, per_node=2):
         assert r["script"] == script and r["world_size"] == world and r["allreduce"] == world
         assert r["node_rank"] == r["rank"] // per_node
     assert {r["master"].split(":")[0] for r in found} == {"127.0.0.2"}  # node 0's host, elected
+    port = found[0]["master"].split(":")[1]
+    assert f"master 127.0.0.2:{port}" in proc.stdout  # torchrun used the port the shim reported
 
 
 def test_ddp_all_reduce_with_a_late_task(tmp_path):

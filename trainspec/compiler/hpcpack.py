@@ -227,9 +227,9 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
     python = _python(valid)
     user = valid.render(("command",), spec.command, refs_for(valid)).strip()
     launcher = shlex.join([*python, layout.shim, "--", *python, "-m", "torch.distributed.run",
-                           "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node),
-                           "--master_port", str(settings.rdzv_port)])
-    # node rank and master address reach torchrun from the shim, as PET_NODE_RANK / PET_MASTER_ADDR
+                           "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
+    # node rank, master address and port (TRAINSPEC_MASTER_PORT = rdzv_port) reach torchrun from
+    # the shim as PET_NODE_RANK / PET_MASTER_ADDR / PET_MASTER_PORT
     line = f"{launcher} {base.python_arguments(user)}"
     if settings.setup:
         line = f"{settings.setup} && {line}"
