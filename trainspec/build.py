@@ -14,7 +14,7 @@ from typing import Iterable, List, Optional, Sequence
 from .compiler import TARGETS, target
 from .compiler.base import Artifact
 from .diagnostics import Diagnostic, SpecError
-from .schema.loader import load_file
+from .schema.compose import compose
 from .schema.validate import ValidSpec, validate
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -59,15 +59,16 @@ def targets_for(valid: ValidSpec, requested: Optional[Sequence[str]]) -> List[st
 
 
 def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lower: bool = True,
-          transform=None) -> Outcome:
-    """Load, validate, check and (unless ``lower`` is False) lower one spec for its targets.
+          transform=None, sets: Sequence[str] = (), variables: Sequence[str] = ()) -> Outcome:
+    """Load (with its extends chain and overrides), validate, check and (unless ``lower`` is
+    False) lower one spec for its targets.
 
     ``transform`` optionally rewrites the loaded data before validation (used by
     ``run --local`` to apply its overrides through the same validation as file content).
     """
     outcome = Outcome(file=file)
     try:
-        doc = load_file(file)
+        doc = compose(file, sets, variables)
     except SpecError as exc:
         outcome.diagnostics = exc.diagnostics
         return outcome

@@ -24,7 +24,7 @@ EPILOG = """\b
 Examples:
   trainspec validate specs/                       check every spec, show every problem
   trainspec compile specs/ -o build/              write build/<name>/<target>/...
-  trainspec compile specs/mnist-lightning.yaml -t azureml
+  trainspec compile specs/mnist-lightning.yaml -t azureml --set resources.nodes=4
   trainspec run specs/mnist-lightning.yaml --local --procs-per-node 2
   trainspec schema > trainspec.schema.json        JSON Schema for editors
 """
@@ -41,6 +41,14 @@ target_option = click.option(
     "-t", "--target", "targets", multiple=True, type=click.Choice(sorted(TARGETS)),
     help="Target to compile for (repeatable). Default: the targets the spec lists, else azureml.")
 strict_option = click.option("--strict", is_flag=True, help="Treat warnings as errors.")
+
+
+def override_options(fn):
+    fn = click.option("--var", "variables", multiple=True, metavar="NAME=VALUE",
+                      help="Template variable {{ vars.NAME }} (repeatable; wins over the spec's vars:).")(fn)
+    fn = click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+                      help="Override a spec field, validated like file content: --set resources.nodes=4.")(fn)
+    return fn
 
 
 def _report(outcomes, strict: bool) -> Tuple[int, int]:
@@ -72,12 +80,14 @@ def _specs(paths: Sequence[str]) -> List[str]:
 @click.argument("paths", nargs=-1, required=True, metavar="SPEC|DIR...")
 @target_option
 @strict_option
-def validate(paths: Sequence[str], targets: Sequence[str], strict: bool) -> None:
+@override_options
+def validate(paths: Sequence[str], targets: Sequence[str], strict: bool, sets: Sequence[str],
+             variables: Sequence[str]) -> None:
     """Check specs and print every problem as file:line:col: severity: message (hint)."""
     from .build import build
 
     files = _specs(paths)
-    outcomes = [build(f, Path("build"), targets, lower=False) for f in files]
+    outcomes = [build(f, Path("build"), targets, lower=False, sets=sets, variables=variables) for f in files]
     errors, warnings = _report(outcomes, strict)
     click.echo(_summary(len(files), errors, warnings), err=True)
     sys.exit(1 if errors or (strict and warnings) else 0)
@@ -89,14 +99,16 @@ def validate(paths: Sequence[str], targets: Sequence[str], strict: bool) -> None
 @click.option("-o", "--out", default="build", show_default=True, type=click.Path(file_okay=False),
               help="Output directory; files go to OUT/<name>/<target>/.")
 @strict_option
-def compile_(paths: Sequence[str], targets: Sequence[str], out: str, strict: bool) -> None:
+@override_options
+def compile_(paths: Sequence[str], targets: Sequence[str], out: str, strict: bool, sets: Sequence[str],
+             variables: Sequence[str]) -> None:
     """Validate specs and write each target's files. Nothing is written unless every spec is valid."""
     from .build import build
     from .compiler.write import target_dir, write_all
 
     files = _specs(paths)
     out_path = Path(out)
-    outcomes = [build(f, out_path, targets) for f in files]
+    outcomes = [build(f, out_path, targets, sets=sets, variables=variables) for f in files]
     errors, warnings = _report(outcomes, strict)
     errors += _duplicate_names(outcomes)
     if errors or (strict and warnings):
@@ -159,8 +171,10 @@ def schema() -> None:
               help="Seconds before the whole run is stopped.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Where the run's copy of the code and its outputs go (default: a temporary directory).")
+@override_options
 def run(spec: str, local: bool, target: str, procs_per_node: Optional[int], nodes: Optional[int],
-        launcher: Optional[str], inputs: Sequence[str], timeout: float, workdir: Optional[str]) -> None:
+        launcher: Optional[str], inputs: Sequence[str], timeout: float, workdir: Optional[str],
+        sets: Sequence[str], variables: Sequence[str]) -> None:
     """Run a spec's job here, before paying for GPUs: nodes x processes local processes, each
     with exactly the environment the target platform would give it, on CPU with gloo."""
     from .local import LocalOptions, run_local
@@ -172,7 +186,8 @@ def run(spec: str, local: bool, target: str, procs_per_node: Optional[int], node
             raise click.BadParameter(f"expected NAME=PATH, got {item!r}", param_hint="--input")
         parsed[name] = path
     options = LocalOptions(target=target, procs_per_node=procs_per_node, nodes=nodes, launcher=launcher,
-                           inputs=parsed, timeout=timeout, workdir=workdir)
+                           inputs=parsed, timeout=timeout, workdir=workdir, sets=tuple(sets),
+                           variables=tuple(variables))
     sys.exit(run_local(spec, options))
 
 

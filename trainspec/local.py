@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .runtime.procs import Proc, free_port, loopback_host, run_all
 
@@ -42,6 +42,8 @@ class LocalOptions:
     timeout: float = 900
     workdir: Optional[str] = None
     start_delays: Dict[int, float] = field(default_factory=dict)  # node -> seconds late (hpcpack)
+    sets: Tuple[str, ...] = ()
+    variables: Tuple[str, ...] = ()
 
 
 def overrides(options: LocalOptions):
@@ -92,7 +94,8 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
         options.workdir = tempfile.mkdtemp(prefix="trainspec-run-")
     workdir = Path(options.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    outcome = build(spec_file, workdir, [options.target], transform=overrides(options))
+    outcome = build(spec_file, workdir, [options.target], transform=overrides(options), sets=options.sets,
+                    variables=options.variables)
     for d in outcome.diagnostics:
         print(d.render(), file=sys.stderr)
     if not outcome.ok:

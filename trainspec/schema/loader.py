@@ -7,7 +7,7 @@ nesting) becomes a Diagnostic with a position, never a traceback.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
@@ -45,10 +45,28 @@ class Document:
     data: Any
     positions: Positions
     raw: bytes
+    # after composition (compose.py): which file each path came from, and which paths an
+    # override (--set / --var) wrote; empty for a single file
+    origins: Dict[SpecPath, "Document"] = field(default_factory=dict)
+    overrides: Dict[SpecPath, str] = field(default_factory=dict)
 
     def locate(self, diagnostic: Diagnostic) -> Diagnostic:
+        """Attach file:line:col: of the file (or override) that wrote the diagnostic's path."""
+        if diagnostic.file:
+            return diagnostic
         if diagnostic.line is not None:
-            return diagnostic if diagnostic.file else diagnostic.at(self.file, diagnostic.line, diagnostic.col)
+            return diagnostic.at(self.file, diagnostic.line, diagnostic.col)
+        path = tuple(diagnostic.path)
+        while True:
+            if path in self.overrides:
+                return replace(diagnostic, file=self.overrides[path])
+            source = self.origins.get(path)
+            if source is not None and source is not self:
+                line, col = source.positions.find(diagnostic.path, diagnostic.on_key)
+                return diagnostic.at(source.file, line, col)
+            if not path or source is not None:
+                break
+            path = path[:-1]
         line, col = self.positions.find(diagnostic.path, diagnostic.on_key)
         return diagnostic.at(self.file, line, col)
 

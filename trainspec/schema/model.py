@@ -9,9 +9,9 @@ error, not a silent coercion (azure-ai-ml truncates 2.5 to 2).
 from __future__ import annotations
 
 import re
-from typing import Dict, Literal, Optional
+from typing import Dict, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from typing_extensions import Annotated
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -143,13 +143,42 @@ class HPCPackTarget(Model):
     project: Optional[str] = Field(None, min_length=1)
 
 
+class RayTarget(Model):
+    location: str = Field(..., pattern=r"^[a-z0-9]+$", description="Azure region of the cluster.",
+                          examples=["eastus"])
+    resource_group: str = Field(..., pattern=r"^[-\w._()]{1,90}$", description="Azure resource group (created if missing).",
+                                examples=["rg-training"])
+    subscription_id: Optional[str] = Field(
+        None, pattern=r"^[0-9a-fA-F-]{36}$", description="Default: the subscription of the `az` CLI profile.")
+    cluster_name: Optional[str] = Field(None, pattern=NAME_PATTERN, description="Default: the spec's name.")
+    head: Literal["worker", "cpu"] = Field(
+        "worker", description="The head node: one of the training nodes (worker), or a small extra CPU VM (cpu).")
+    head_sku: str = Field("Standard_D8s_v3", description="VM size of a cpu head.")
+    ssh_user: str = Field("ubuntu", pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
+    ssh_private_key: Optional[str] = Field(None, description="Both keys or neither: Ray generates a pair if unset.")
+    ssh_public_key: Optional[str] = None
+    python: str = Field("python", min_length=1, description="Interpreter on the nodes (or in the image).")
+    ray_version: str = Field("2.60.0", pattern=r"^\d+\.\d+\.\d+$", description="Ray installed on the nodes.")
+    idle_timeout_minutes: int = Field(10, ge=0)
+
+
 class Targets(Model):
     azureml: Optional[AzureMLTarget] = None
     hpcpack: Optional[HPCPackTarget] = None
+    ray: Optional[RayTarget] = None
+
+
+VarValue = Union[StrictStr, StrictInt, StrictFloat, StrictBool]
 
 
 class Spec(Model):
     version: Literal[1] = Field(..., description="Spec format version.")
+    extends: Optional[str] = Field(
+        None, description="A base spec this one builds on (relative path). Maps merge, lists and scalars replace.",
+        examples=["../base.yaml"])
+    vars: Dict[str, VarValue] = Field(
+        default_factory=dict, description="Template variables: {{ vars.x }}. --var x=v overrides.",
+        examples=[{"epochs": 10}])
     name: str = Field(..., pattern=NAME_PATTERN, description="Job name: lower case, digits, - and _.",
                       examples=["mnist-lightning"])
     description: Optional[str] = None

@@ -91,7 +91,7 @@ def _undefined_text(exc: Exception, context: Mapping[str, Any]) -> str:
     # "'dict object' has no attribute 'x'" -> say which namespace, and what it has
     if "has no attribute" in message:
         attr = message.rsplit("'", 2)[-2] if message.count("'") >= 2 else message
-        for namespace in ("inputs", "outputs"):
+        for namespace in ("inputs", "outputs", "vars"):
             members = context.get(namespace)
             if isinstance(members, Mapping) and attr not in members:
                 have = ", ".join(sorted(members)) or "none"
@@ -101,7 +101,8 @@ def _undefined_text(exc: Exception, context: Mapping[str, Any]) -> str:
 
 
 def context(*, name: str, nodes: int, gpus_per_node: int, procs_per_node: int, world_size: int,
-            backend: str, inputs: Mapping[str, str], outputs: Mapping[str, str]) -> Dict[str, Any]:
+            backend: str, inputs: Mapping[str, str], outputs: Mapping[str, str],
+            variables: Mapping[str, Any] = {}) -> Dict[str, Any]:
     """The names a template may use. ``inputs``/``outputs`` map names to target references."""
     return {
         "name": name,
@@ -112,6 +113,7 @@ def context(*, name: str, nodes: int, gpus_per_node: int, procs_per_node: int, w
         "backend": backend,
         "inputs": dict(inputs),
         "outputs": dict(outputs),
+        "vars": dict(variables),
     }
 
 

@@ -79,7 +79,8 @@ class ValidSpec:
             name=self.name, nodes=self.nodes, gpus_per_node=self.gpus_per_node,
             procs_per_node=self.procs_per_node, world_size=self.world_size, backend=self.backend,
             inputs={n: refs("inputs", n) for n in self.spec.inputs},
-            outputs={n: refs("outputs", n) for n in self.spec.outputs})
+            outputs={n: refs("outputs", n) for n in self.spec.outputs},
+            variables=self.spec.vars)
 
     def render(self, path: SpecPath, text: str, refs: templating.Refs) -> str:
         """Render a templated spec string for one target (validated already: cannot fail)."""

@@ -1,0 +1,99 @@
+"""extends chains, --set and --var: merged before validation, and every error points at the
+file (or the override) that wrote the value."""
+
+import subprocess
+from pathlib import Path
+
+from conftest import REPO, trainspec_cmd
+
+ROOT = f"""version: 1
+name: base
+code: {REPO}/examples/ddp
+command: python train.py --steps {{{{ vars.steps }}}}
+vars: {{steps: 10}}
+resources:
+  nodes: 2
+  sku: Standard_ND96isr_H100_v5
+environment:
+  image: pytorch:latest
+env:
+  NCCL_DEBUG: WARN
+  OMP_NUM_THREADS: "4"
+targets:
+  azureml: {{compute: gpu-cluster}}
+"""
+
+
+def ts(*args, cwd):
+    return subprocess.run([*trainspec_cmd(), *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def three_deep(tmp_path: Path, middle_extra: str = "") -> Path:
+    (tmp_path / "base").mkdir()
+    (tmp_path / "team").mkdir()
+    (tmp_path / "base" / "root.yaml").write_text(ROOT)
+    (tmp_path / "team" / "middle.yaml").write_text(
+        "extends: ../base/root.yaml\nname: middle\nresources:\n  nodes: 4\n" + middle_extra)
+    leaf = tmp_path / "job.yaml"
+    leaf.write_text("extends: team/middle.yaml\nname: leaf\nenv:\n  NCCL_DEBUG: INFO\n")
+    return leaf
+
+
+def test_three_deep_chain_merges_maps_and_replaces_scalars(tmp_path):
+    leaf = three_deep(tmp_path)
+    proc = ts("compile", leaf.name, "-o", "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    job = (tmp_path / "out" / "leaf" / "azureml" / "job.yml").read_text()
+    assert "instance_count: 4" in job  # middle's nodes replaced the root's
+    assert "instance_type" not in job and "compute: azureml:gpu-cluster" in job  # root's targets kept
+    assert "NCCL_DEBUG: INFO" in job and 'OMP_NUM_THREADS: "4"' in job  # env maps merged
+    assert "train.py --steps 10" in job  # root's vars
+
+
+def test_error_in_the_middle_file_is_reported_at_its_own_line(tmp_path):
+    leaf = three_deep(tmp_path, middle_extra="  gpus_per_node: 16\n")
+    proc = ts("validate", leaf.name, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "team/middle.yaml:5:18: error: resources.gpus_per_node: 16 GPUs per node, but Standard_ND96isr_H100_v5 " \
+           "has 8" in proc.stderr, proc.stderr
+    # an unknown key in the root is reported in the root
+    (tmp_path / "base" / "root.yaml").write_text(ROOT.replace("  nodes: 2\n", "  nodez: 2\n"))
+    proc = ts("validate", leaf.name, cwd=tmp_path)
+    assert "base/root.yaml:7:3: error: resources.nodez: unknown key 'nodez'" in proc.stderr, proc.stderr
+
+
+def test_cycles_are_errors_with_the_chain(tmp_path):
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\nversion: 1\n")
+    (tmp_path / "b.yaml").write_text("version: 1\nextends: a.yaml\n")
+    proc = ts("validate", "a.yaml", cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "b.yaml:2:10: error: extends: extends forms a cycle:" in proc.stderr
+    assert f"{tmp_path}/a.yaml -> {tmp_path}/b.yaml -> {tmp_path}/a.yaml" in proc.stderr
+
+
+def test_missing_base(tmp_path):
+    (tmp_path / "a.yaml").write_text("version: 1\nextends: nope.yaml\n")
+    proc = ts("validate", "a.yaml", cwd=tmp_path)
+    assert "a.yaml:2:10: error: extends: extended file 'nope.yaml' does not exist" in proc.stderr
+
+
+def test_set_overrides_are_validated_and_named(tmp_path):
+    leaf = three_deep(tmp_path)
+    ok = ts("compile", leaf.name, "-o", "out", "--set", "resources.nodes=8", cwd=tmp_path)
+    assert ok.returncode == 0 and "instance_count: 8" in (tmp_path / "out/leaf/azureml/job.yml").read_text()
+    bad = ts("compile", leaf.name, "-o", "out2", "--set", "resources.nodes=two", cwd=tmp_path)
+    assert bad.returncode == 1 and not (tmp_path / "out2").exists()
+    assert "--set resources.nodes=two: error: resources.nodes: expected a valid integer, got 'two'" in bad.stderr
+    typo = ts("validate", leaf.name, "--set", "resources.node=3", cwd=tmp_path)
+    assert "--set resources.node=3: error: resources.node: unknown key 'node' (hint: did you mean 'nodes'?)" \
+        in typo.stderr
+    malformed = ts("validate", leaf.name, "--set", "resources.nodes", cwd=tmp_path)
+    assert malformed.returncode == 1 and "--set resources.nodes: error: expected KEY=VALUE" in malformed.stderr
+
+
+def test_vars_from_the_command_line(tmp_path):
+    leaf = three_deep(tmp_path)
+    proc = ts("compile", leaf.name, "-o", "out", "--var", "steps=99", cwd=tmp_path)
+    assert proc.returncode == 0 and "train.py --steps 99" in (tmp_path / "out/leaf/azureml/job.yml").read_text()
+    proc = ts("validate", leaf.name, "--set", "command=python train.py {{ vars.nope }}", cwd=tmp_path)
+    assert "undefined template name: vars.nope (the spec's vars: steps)" in proc.stderr
