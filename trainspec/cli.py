@@ -146,6 +146,109 @@ def _duplicate_names(outcomes) -> int:
 
 
 @cli.command()
+@click.argument("paths", nargs=-1, required=True, metavar="SPEC|DIR...")
+@click.option("-o", "--out", default="build", show_default=True, type=click.Path(file_okay=False),
+              help="The output directory that compile wrote (and that is committed).")
+@target_option
+@override_options
+def check(paths: Sequence[str], out: str, targets: Sequence[str], sets: Sequence[str],
+          variables: Sequence[str]) -> None:
+    """CI gate: recompile in memory and fail (exit 1, with a diff) if any output under OUT is
+    stale, missing, hand-edited, or left over from a spec that is gone."""
+    from .build import build
+    from .review import check_outputs
+
+    files = _specs(paths)
+    out_path = Path(out)
+    outcomes = [build(f, out_path, targets, sets=sets, variables=variables) for f in files]
+    errors, warnings = _report([o for o in outcomes if not o.ok], False)
+    if errors:
+        click.echo(_summary(len(files), errors, warnings) + "; fix the specs first", err=True)
+        sys.exit(1)
+    findings = check_outputs(outcomes, out_path)
+    for finding in findings:
+        click.echo(finding.render())
+    count = sum(len(o.artifacts) for o in outcomes)
+    if findings:
+        click.echo(f"trainspec check: {len(findings)} problem(s) in {out}; run: trainspec compile "
+                   f"{' '.join(paths)} -o {out}", err=True)
+        sys.exit(1)
+    click.echo(f"trainspec check: {count} output folder(s) in {out} match their specs", err=True)
+
+
+@cli.command()
+@click.argument("spec", metavar="SPEC")
+@target_option
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text",
+              show_default=True, help="markdown for a pull-request comment, json for tools.")
+@override_options
+def plan(spec: str, targets: Sequence[str], fmt: str, sets: Sequence[str], variables: Sequence[str]) -> None:
+    """What will run, for a reviewer: per target the world, nodes x processes, launcher, SKU,
+    spot, environment, and the variables the first and the last rank get."""
+    from .build import build
+    from .review import plan as make_plan, render_plan
+
+    outcome = build(spec, Path("build"), targets, sets=sets, variables=variables)
+    if not outcome.ok:
+        _report([outcome], False)
+        sys.exit(1)
+    click.echo(render_plan(make_plan(outcome), fmt))
+
+
+@cli.command()
+@click.argument("specs", nargs=-1, metavar="[BASE HEAD]")
+@click.option("--git", "rev", metavar="REV", help="Compare every spec changed since REV with its version there.")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown"]), default="text", show_default=True)
+@target_option
+def diff(specs: Sequence[str], rev: Optional[str], fmt: str, targets: Sequence[str]) -> None:
+    """The semantic change between two specs (nodes, world, SKU, GPUs...), then the diff of
+    each compiled output. Exit 0 either way: this is for reading."""
+    from .build import build
+    from .review import diff_outcomes, git_changed_specs, render_diffs
+
+    def outcome(path: Optional[Path]):
+        if path is None or not path.exists():
+            return None
+        result = build(str(path), Path("build"), targets)
+        if not result.ok:
+            _report([result], False)
+            sys.exit(1)
+        return result
+
+    if rev:
+        if specs:
+            raise click.UsageError("give either BASE HEAD or --git REV")
+        import shutil
+        import subprocess
+        try:
+            root, changed, old_tree = git_changed_specs(rev, (), Path.cwd())
+        except subprocess.CalledProcessError as exc:
+            raise click.UsageError(f"git: {exc.stderr.strip() if exc.stderr else exc}") from None
+        try:
+            diffs = []
+            for name in changed:
+                old, new = old_tree / name, root / name
+                if not _looks_like_spec(old) and not _looks_like_spec(new):
+                    continue
+                diffs.append(diff_outcomes(name, outcome(old if old.exists() else None),
+                                           outcome(new if new.exists() else None)))
+        finally:
+            shutil.rmtree(old_tree, ignore_errors=True)
+    else:
+        if len(specs) != 2:
+            raise click.UsageError("give BASE and HEAD spec files, or --git REV")
+        diffs = [diff_outcomes(specs[1], outcome(Path(specs[0])), outcome(Path(specs[1])))]
+    click.echo(render_diffs(diffs, fmt) if diffs else "no spec changed")
+
+
+def _looks_like_spec(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    head = path.read_text(encoding="utf-8", errors="replace")[:4000]
+    return any(line.startswith(("version:", "extends:")) for line in head.splitlines())
+
+
+@cli.command()
 def schema() -> None:
     """Print the JSON Schema of the spec (for editors: yaml-language-server)."""
     import json

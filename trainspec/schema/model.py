@@ -69,8 +69,8 @@ class Resources(Model):
         description="Training processes per node. Default: gpus_per_node, or 1 without GPUs.", examples=[4])
     sku: Optional[str] = Field(
         None, min_length=1, description="Azure VM size, checked against the SKU catalog.",
-        examples=["Standard_NC24rs_v3"])
-    spot: bool = Field(False, description="Run on spot / low-priority capacity.")
+        examples=["Standard_ND96isr_H100_v5"])
+    spot: bool = Field(False, description="Run on spot / low-priority capacity.", examples=[True])
     shm_size: Optional[str] = Field(
         None, pattern=SHM_PATTERN,
         description="Shared memory of the container: an integer and a unit b, k, m or g.", examples=["16g"])
@@ -81,44 +81,58 @@ class Distribution(Model):
         None,
         description="Who starts the training processes: the platform, one per process (per-process); "
         "one launcher per node that spawns the workers (per-node: torchrun or Lightning); or MPI (mpi). "
-        "Default: per framework and target.")
+        "Default: per framework and target.", examples=["per-process"])
     backend: Optional[Backend] = Field(
-        None, description="torch.distributed backend. Default: nccl with GPUs, gloo without.")
-    master_port: int = Field(6105, ge=1024, le=65535, description="Rendezvous port on the master node.")
+        None, description="torch.distributed backend. Default: nccl with GPUs, gloo without.", examples=["nccl"])
+    master_port: int = Field(6105, ge=1024, le=65535, description="Rendezvous port on the master node.",
+                             examples=[6105])
 
 
 class Environment(Model):
     image: Optional[str] = Field(None, min_length=1, description="Docker image the job runs in.",
                                  examples=["mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04"])
-    conda_file: Optional[str] = Field(None, min_length=1, description="Conda environment file, relative to the spec.")
-    pip: Optional[list[str]] = Field(None, description="pip requirements installed on top of the image.")
-    python: str = Field("3.11", pattern=r"^3\.\d+$", description="Python version for an environment built from pip.")
+    conda_file: Optional[str] = Field(None, min_length=1, description="Conda environment file, relative to the spec.",
+                                      examples=["../examples/mnist/environment.yml"])
+    pip: Optional[list[str]] = Field(None, description="pip requirements installed on top of the image.",
+                                     examples=[["torch==2.4.1", "lightning==2.4.0"]])
+    python: str = Field("3.11", pattern=r"^3\.\d+$", description="Python version for an environment built from pip.",
+                        examples=["3.11"])
     azureml: Optional[str] = Field(
         None, min_length=1,
         description="A registered Azure ML environment: name@label or name:version.", examples=["my-env@latest"])
 
 
 class Input(Model):
-    path: str = Field(..., min_length=1, description="Data asset (azureml:name@latest), datastore or URL, or a local path.")
-    type: Literal["uri_folder", "uri_file", "mltable", "mlflow_model", "custom_model"] = "uri_folder"
-    mode: Literal["ro_mount", "download", "direct"] = "ro_mount"
+    path: str = Field(..., min_length=1,
+                      description="Data asset (azureml:name@latest), datastore or URL, or a local path.",
+                      examples=["azureml:mnist@latest"])
+    type: Literal["uri_folder", "uri_file", "mltable", "mlflow_model", "custom_model"] = Field(
+        "uri_folder", description="Azure ML input type.", examples=["uri_folder"])
+    mode: Literal["ro_mount", "download", "direct"] = Field(
+        "ro_mount", description="How Azure ML makes the data available.", examples=["download"])
 
 
 class Output(Model):
-    path: Optional[str] = Field(None, min_length=1, description="Datastore path; default: the job's own output.")
-    type: Literal["uri_folder", "uri_file", "mlflow_model", "custom_model"] = "uri_folder"
-    mode: Literal["rw_mount", "upload"] = "rw_mount"
+    path: Optional[str] = Field(None, min_length=1, description="Datastore path; default: the job's own output.",
+                                examples=["azureml://datastores/workspaceblobstore/paths/checkpoints/"])
+    type: Literal["uri_folder", "uri_file", "mlflow_model", "custom_model"] = Field(
+        "uri_folder", description="Azure ML output type.", examples=["uri_folder"])
+    mode: Literal["rw_mount", "upload"] = Field("rw_mount", description="How Azure ML stores what the job writes.",
+                                                examples=["upload"])
 
 
 class AzureMLTarget(Model):
     compute: Optional[str] = Field(
-        None, description="Compute cluster name. Omitted: serverless, with resources.sku as instance_type.")
-    experiment_name: Optional[str] = Field(None, description="Default: the spec's name.")
+        None, description="Compute cluster name. Omitted: serverless, with resources.sku as instance_type.",
+        examples=["gpu-cluster"])
+    experiment_name: Optional[str] = Field(None, description="Default: the spec's name.", examples=["mnist"])
     job_tier: Optional[Literal["spot", "basic", "standard", "premium"]] = Field(
-        None, description="Default: spot when resources.spot, else the workspace default.")
-    priority: Optional[Literal["low", "medium", "high"]] = None
-    timeout: Optional[Duration] = Field(None, description="Job time limit: 2d, 12h, 90m or seconds.")
-    tags: Dict[str, str] = Field(default_factory=dict, description="Extra job tags.")
+        None, description="Default: spot when resources.spot, else the workspace default.", examples=["standard"])
+    priority: Optional[Literal["low", "medium", "high"]] = Field(None, description="Queue priority.",
+                                                                 examples=["medium"])
+    timeout: Optional[Duration] = Field(None, description="Job time limit: 2d, 12h, 90m or seconds.",
+                                        examples=["2d"])
+    tags: Dict[str, str] = Field(default_factory=dict, description="Extra job tags.", examples=[{"team": "vision"}])
 
 
 class HPCPackTarget(Model):
@@ -129,50 +143,68 @@ class HPCPackTarget(Model):
     node_group: Optional[str] = Field(None, min_length=1, description="HPC Pack node group to run on.",
                                       examples=["LinuxNodes"])
     nodes: Optional[list[str]] = Field(
-        None, description="Explicit node names, one per resources.nodes: the first is the rendezvous host.")
+        None, description="Explicit node names, one per resources.nodes: the first is the rendezvous host.",
+        examples=[["GPUNODE-000", "GPUNODE-001"]])
     python: str = Field("python3", min_length=1,
                         description="Interpreter on the nodes (no conda or venv is active in a task).",
                         examples=["/opt/conda/envs/torch/bin/python"])
     setup: Optional[str] = Field(None, min_length=1,
                                  description="Shell line run before training on every node, e.g. an activation.",
                                  examples=["source /opt/conda/bin/activate torch"])
-    rdzv_port: int = Field(29400, ge=1024, le=65535, description="torchrun rendezvous port on the first node.")
-    priority: Optional[Literal["Lowest", "BelowNormal", "Normal", "AboveNormal", "Highest"]] = None
-    runtime: Optional[Duration] = Field(None, description="Job run-time limit: 2d, 12h, 90m or seconds.")
-    job_template: Optional[str] = Field(None, min_length=1)
-    project: Optional[str] = Field(None, min_length=1)
+    rdzv_port: int = Field(29400, ge=1024, le=65535, description="torchrun rendezvous port on the first node.",
+                           examples=[29400])
+    priority: Optional[Literal["Lowest", "BelowNormal", "Normal", "AboveNormal", "Highest"]] = Field(
+        None, description="Job priority.", examples=["Normal"])
+    runtime: Optional[Duration] = Field(None, description="Job run-time limit: 2d, 12h, 90m or seconds.",
+                                        examples=["12h"])
+    job_template: Optional[str] = Field(None, min_length=1, description="HPC Pack job template.",
+                                        examples=["GPUJobs"])
+    project: Optional[str] = Field(None, min_length=1, description="Project name, for accounting.",
+                                   examples=["ddp"])
 
 
 class RayTarget(Model):
     location: str = Field(..., pattern=r"^[a-z0-9]+$", description="Azure region of the cluster.",
                           examples=["eastus"])
-    resource_group: str = Field(..., pattern=r"^[-\w._()]{1,90}$", description="Azure resource group (created if missing).",
-                                examples=["rg-training"])
+    resource_group: str = Field(..., pattern=r"^[-\w._()]{1,90}$",
+                                description="Azure resource group (created if missing).", examples=["rg-training"])
     subscription_id: Optional[str] = Field(
-        None, pattern=r"^[0-9a-fA-F-]{36}$", description="Default: the subscription of the `az` CLI profile.")
-    cluster_name: Optional[str] = Field(None, pattern=NAME_PATTERN, description="Default: the spec's name.")
+        None, pattern=r"^[0-9a-fA-F-]{36}$", description="Default: the subscription of the `az` CLI profile.",
+        examples=["00000000-0000-0000-0000-000000000000"])
+    cluster_name: Optional[str] = Field(None, pattern=NAME_PATTERN, description="Default: the spec's name.",
+                                        examples=["mnist-ray"])
     head: Literal["worker", "cpu"] = Field(
-        "worker", description="The head node: one of the training nodes (worker), or a small extra CPU VM (cpu).")
-    head_sku: str = Field("Standard_D8s_v3", description="VM size of a cpu head.")
-    ssh_user: str = Field("ubuntu", pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
-    ssh_private_key: Optional[str] = Field(None, description="Both keys or neither: Ray generates a pair if unset.")
-    ssh_public_key: Optional[str] = None
-    python: str = Field("python", min_length=1, description="Interpreter on the nodes (or in the image).")
-    ray_version: str = Field("2.60.0", pattern=r"^\d+\.\d+\.\d+$", description="Ray installed on the nodes.")
-    idle_timeout_minutes: int = Field(10, ge=0)
+        "worker", description="The head node: one of the training nodes (worker), or a small extra CPU VM (cpu).",
+        examples=["cpu"])
+    head_sku: str = Field("Standard_D8s_v3", description="VM size of a cpu head.", examples=["Standard_D8s_v3"])
+    ssh_user: str = Field("ubuntu", pattern=r"^[a-z_][a-z0-9_-]{0,31}$", description="SSH user on the nodes.",
+                          examples=["ubuntu"])
+    ssh_private_key: Optional[str] = Field(None, description="Both keys or neither: Ray generates a pair if unset.",
+                                           examples=["~/.ssh/id_rsa"])
+    ssh_public_key: Optional[str] = Field(None, description="The public half of ssh_private_key.",
+                                          examples=["~/.ssh/id_rsa.pub"])
+    python: str = Field("python", min_length=1, description="Interpreter on the nodes (or in the image).",
+                        examples=["python3"])
+    ray_version: str = Field("2.60.0", pattern=r"^\d+\.\d+\.\d+$", description="Ray installed on the nodes.",
+                             examples=["2.60.0"])
+    idle_timeout_minutes: int = Field(10, ge=0, description="Minutes before idle workers are removed.",
+                                      examples=[10])
 
 
 class Targets(Model):
-    azureml: Optional[AzureMLTarget] = None
-    hpcpack: Optional[HPCPackTarget] = None
-    ray: Optional[RayTarget] = None
+    azureml: Optional[AzureMLTarget] = Field(None, description="Azure ML v2 command job settings.",
+                                             examples=[{"compute": "gpu-cluster"}])
+    hpcpack: Optional[HPCPackTarget] = Field(None, description="HPC Pack job settings.",
+                                             examples=[{"shared_dir": "/app", "node_group": "LinuxNodes"}])
+    ray: Optional[RayTarget] = Field(None, description="Ray cluster on Azure settings.",
+                                     examples=[{"location": "eastus", "resource_group": "rg-training"}])
 
 
 VarValue = Union[StrictStr, StrictInt, StrictFloat, StrictBool]
 
 
 class Spec(Model):
-    version: Literal[1] = Field(..., description="Spec format version.")
+    version: Literal[1] = Field(..., description="Spec format version.", examples=[1])
     extends: Optional[str] = Field(
         None, description="A base spec this one builds on (relative path). Maps merge, lists and scalars replace.",
         examples=["../base.yaml"])
@@ -181,16 +213,25 @@ class Spec(Model):
         examples=[{"epochs": 10}])
     name: str = Field(..., pattern=NAME_PATTERN, description="Job name: lower case, digits, - and _.",
                       examples=["mnist-lightning"])
-    description: Optional[str] = None
+    description: Optional[str] = Field(None, description="What the job is, for people.",
+                                       examples=["Lightning MNIST on 2 nodes x 8 GPUs"])
     code: str = Field(..., min_length=1, description="Directory with the training code, relative to the spec.",
                       examples=["../examples/mnist"])
     command: str = Field(..., min_length=1, description="Shell command run in the code directory; a Jinja2 template.",
                          examples=["python train.py --num_nodes {{ nodes }} --devices {{ procs_per_node }}"])
-    framework: Framework = "pytorch"
-    resources: Resources = Field(default_factory=Resources)
-    distribution: Distribution = Field(default_factory=Distribution)
-    environment: Environment = Field(default_factory=Environment)
-    env: Dict[str, EnvValue] = Field(default_factory=dict, description="Environment variables for every process.")
-    inputs: Dict[str, Input] = Field(default_factory=dict)
-    outputs: Dict[str, Output] = Field(default_factory=dict)
-    targets: Targets = Field(default_factory=Targets)
+    framework: Framework = Field("pytorch", description="Training framework.", examples=["lightning"])
+    resources: Resources = Field(default_factory=Resources, description="Nodes, GPUs and VM size.",
+                                 examples=[{"nodes": 2, "sku": "Standard_ND96isr_H100_v5"}])
+    distribution: Distribution = Field(default_factory=Distribution, description="How processes are started.",
+                                       examples=[{"launcher": "per-node"}])
+    environment: Environment = Field(default_factory=Environment, description="The software the job runs in.",
+                                     examples=[{"image": "pytorch/pytorch:latest", "pip": ["lightning"]}])
+    env: Dict[str, EnvValue] = Field(default_factory=dict, description="Environment variables for every process.",
+                                     examples=[{"NCCL_DEBUG": "WARN"}])
+    inputs: Dict[str, Input] = Field(default_factory=dict, description="Data the job reads: {{ inputs.x }}.",
+                                     examples=[{"mnist": {"path": "azureml:mnist@latest"}}])
+    outputs: Dict[str, Output] = Field(default_factory=dict, description="Data the job writes: {{ outputs.x }}.",
+                                       examples=[{"checkpoints": {"mode": "rw_mount"}}])
+    targets: Targets = Field(default_factory=Targets,
+                             description="Per-target settings; a target listed here is compiled by default.",
+                             examples=[{"azureml": {"compute": "gpu-cluster"}}])
