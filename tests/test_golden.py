@@ -16,6 +16,8 @@ from trainspec.build import build
 GOLDEN = REPO / "tests" / "golden"
 SPEC_FILES = sorted(SPECS.glob("*.yaml"))
 REGENERATE = "trainspec compile specs/ -o tests/golden"
+# runtime files copied byte for byte next to the jobs: compared with their source below instead
+VERBATIM = {"trainspec_shim.py": "shim.py", "trainspec_ray_launch.py": "ray_launch.py"}
 
 
 @pytest.mark.parametrize("spec", SPEC_FILES, ids=lambda p: p.stem)
@@ -25,7 +27,7 @@ def test_output_matches_golden(spec, monkeypatch):
     assert outcome.ok, [d.render() for d in outcome.diagnostics]
     for artifact in outcome.artifacts:
         for item in artifact.files:
-            if item.path == "trainspec_shim.py":
+            if item.path in VERBATIM:
                 continue
             golden = GOLDEN / artifact.name / artifact.target / item.path
             assert golden.exists(), f"no golden file {golden}; run: {REGENERATE}"
@@ -65,10 +67,11 @@ def test_byte_identical_across_runs_and_directories(tmp_path):
     assert not any(str(tmp_path).encode() in data for data in first.values()), "absolute path in output"
 
 
-def test_compiled_shim_is_the_runtime_shim(tmp_path):
-    from trainspec.runtime import SHIM_PATH
-
+def test_runtime_files_travel_verbatim(tmp_path):
     out = tmp_path / "build"
-    subprocess.run([*trainspec_cmd(), "compile", str(SPECS / "single-node.yaml"), "-o", str(out)], check=True,
-                   capture_output=True, timeout=60)
-    assert (out / "single-node" / "azureml" / "trainspec_shim.py").read_bytes() == SHIM_PATH.read_bytes()
+    subprocess.run([*trainspec_cmd(), "compile", str(SPECS), "-o", str(out)], check=True, capture_output=True,
+                   timeout=120)
+    copies = list(out.rglob("trainspec_*.py"))
+    assert {p.name for p in copies} == set(VERBATIM)
+    for copy in copies:
+        assert copy.read_bytes() == (REPO / "trainspec" / "runtime" / VERBATIM[copy.name]).read_bytes()

@@ -14,6 +14,7 @@ from typing import Dict
 TARGETS: Dict[str, str] = {
     "azureml": "trainspec.compiler.azureml",
     "hpcpack": "trainspec.compiler.hpcpack",
+    "ray": "trainspec.compiler.ray",
 }
 
 

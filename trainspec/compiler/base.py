@@ -24,6 +24,9 @@ LAUNCHER_DEFAULTS: Dict[str, Dict[str, str]] = {
     # HPC Pack starts one task per node; torchrun fans out to the GPUs.
     "hpcpack": {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node",
                 "deepspeed": "per-node", "tensorflow": "per-node"},
+    # Ray: the launcher starts one actor per process, like Azure ML's pytorch distribution.
+    "ray": {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
+            "deepspeed": "per-process", "tensorflow": "per-process"},
 }
 
 SHIM_FILE = "trainspec_shim.py"

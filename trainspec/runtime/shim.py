@@ -4,12 +4,13 @@ Every compiled job runs each training process as
 
     python trainspec_shim.py [--print] -- CMD...
 
-The shim finds out which launcher started this process (torchrun, HPC Pack, Azure ML
-MPI or PyTorch distribution, TensorFlow, a plain ``env://`` launcher, or nothing), checks
-the world it sees against what the compiler expected (``TRAINSPEC_*`` variables),
-exports MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK, NODE_RANK, ... the way
-PyTorch and Lightning read them, and execs CMD.  A world that disagrees with the
-spec fails here, at once, instead of hanging for 30 minutes in the rendezvous.
+The shim finds out which launcher started this process (torchrun, HPC Pack, trainspec's
+Ray launcher, Azure ML MPI or PyTorch distribution, TensorFlow, a plain ``env://``
+launcher, or nothing), checks the world it sees against what the compiler expected
+(``TRAINSPEC_*`` variables), exports MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK,
+NODE_RANK, ... the way PyTorch and Lightning read them, and execs CMD.  A world that
+disagrees with the spec fails here, at once, instead of hanging for 30 minutes in the
+rendezvous.
 
 This file is copied verbatim next to every compiled job, so it is one file,
 standard library only, Python >= 3.8.  All logic works on a plain mapping;
@@ -584,6 +585,71 @@ def _remove_stale_attempts(rdzv_dir: str, attempt: str) -> None:
             continue
 
 
+class Ray(Detector):
+    """Ray actors started by trainspec's launcher (``trainspec_ray_launch.py``), marked TRAINSPEC_RAY=1.
+
+    The launcher places one bundle per node, starts one actor per process (per-process)
+    or per node (per-node), and gives each command torch's variables itself: MASTER_ADDR
+    is the IP of the node holding rank 0's bundle (not the head), MASTER_PORT a port that
+    was free there, and WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK the
+    process's own values -- in per-node mode those of the node's launcher process (rank =
+    node rank, world = nodes, one per node), as Azure ML's per-node launch, so that
+    ``World.env`` unsets the worker variables and exports PET_* for torchrun.
+
+    Idempotent: a shim inside the shim finds the variables the first one exported.  In
+    per-node mode the first one unset RANK and WORLD_SIZE; the node's world is then read
+    from NODE_RANK and PET_NNODES, which it exported.
+
+    Ray Train (TorchTrainer) is not this detector: it sets no TRAINSPEC_RAY, exports the
+    same torch variables for every worker (the ``env`` detector reads them unchanged) and
+    initializes the process group before the user's function runs.  Called in-process
+    there, ``normalize()`` sees ``torch.distributed`` imported and initialized (it looks in
+    ``sys.modules``; the shim never imports torch) and returns that process group's world
+    without touching the environment: an initialized group no longer reads it.
+    """
+
+    name = "ray"
+    sources = _TORCH_SOURCES
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return bool(env.get("TRAINSPEC_RAY", "").strip())
+
+    @staticmethod
+    def world(env: Mapping[str, str], expect: Expectation) -> World:
+        master_addr = env.get("MASTER_ADDR", "").strip()
+        if not master_addr:
+            raise ShimError("MASTER_ADDR %s" % Ray._UNSET)
+        master_port = Ray._int(env, "MASTER_PORT", minimum=1)
+        if "RANK" not in env and "WORLD_SIZE" not in env and "PET_NNODES" in env:
+            # A shim already ran here in per-node mode and unset the worker variables.
+            nodes = Ray._int(env, "PET_NNODES", minimum=1)
+            node_rank = Ray._int(env, "NODE_RANK")
+            return World(Ray.name, master_addr, master_port, nodes, node_rank, 0, 1, node_rank, nodes)
+        world_size = Ray._int(env, "WORLD_SIZE", minimum=1)
+        local_world_size = Ray._int(env, "LOCAL_WORLD_SIZE", minimum=1)
+        return World(
+            platform=Ray.name,
+            master_addr=master_addr,
+            master_port=master_port,
+            world_size=world_size,
+            rank=Ray._int(env, "RANK"),
+            local_rank=Ray._int(env, "LOCAL_RANK"),
+            local_world_size=local_world_size,
+            node_rank=Ray._int(env, "NODE_RANK"),
+            nodes=_nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size),
+        )
+
+    _UNSET = "is not set, but trainspec's Ray launcher sets it for every process (TRAINSPEC_RAY=1)"
+
+    @staticmethod
+    def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
+        value = _opt_int(env, name, minimum)
+        if value is None:
+            raise ShimError("%s %s" % (name, Ray._UNSET))
+        return value
+
+
 class AzureMLMPI(Detector):
     """Azure ML MPI distribution (Open MPI's mpirun started every process)."""
 
@@ -740,7 +806,7 @@ def _free_port() -> int:
 
 # In priority order: the first whose detect() is true wins.
 DETECTORS: tuple[type[Detector], ...] = (
-    TorchElastic, HPCPack, AzureMLMPI, AzureMLPyTorch, TensorFlow, EnvVars, SingleProcess)
+    TorchElastic, HPCPack, Ray, AzureMLMPI, AzureMLPyTorch, TensorFlow, EnvVars, SingleProcess)
 
 
 # ---------------------------------------------------------------- detect, check, normalize
@@ -758,7 +824,8 @@ def detect(env: Mapping[str, str], expect: Expectation | None = None) -> tuple[t
 
 def _described(world: World, field: str) -> str:
     """'(WORLD_SIZE=4)': the value of a World field and the variable it came from."""
-    sources = next((d.sources for d in DETECTORS if d.name == world.platform), {})
+    sources = next((d.sources for d in DETECTORS if d.name == world.platform),
+                   _PROCESS_GROUP_SOURCES if world.platform == PROCESS_GROUP else {})
     source = sources.get(field)
     value = getattr(world, field)
     return "(%s=%d)" % (source, value) if source else "(%s %d, no launcher variables found)" % (field, value)
@@ -821,10 +888,70 @@ def _plan(env: Mapping[str, str]) -> tuple[World, Expectation, dict[str, str | N
     return world, expect, world.env(expect.launcher, expect.procs_per_node)
 
 
+PROCESS_GROUP = "torch.distributed"  # the platform of a world read from an initialized process group
+_PROCESS_GROUP_SOURCES = {
+    "world_size": "torch.distributed.get_world_size()",
+    "rank": "torch.distributed.get_rank()",
+    "local_rank": "LOCAL_RANK",
+    "local_world_size": "LOCAL_WORLD_SIZE",
+    "node_rank": "NODE_RANK",
+    "nodes": "world size/LOCAL_WORLD_SIZE",
+}
+
+
+def _process_group_world(env: Mapping[str, str], expect: Expectation) -> World | None:
+    """The world of the torch.distributed process group this process already joined, else None.
+
+    Ray Train initializes the group before the user's function runs (see ``Ray``); so may any
+    script before it calls ``normalize``.  Looks in sys.modules only: the shim never imports torch.
+    Rank and world size come from the group; what it does not know (local rank, node rank,
+    master), from the environment as far as it tells.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    try:
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        rank, world_size = int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:  # a half-imported or unusual torch: the environment decides, as usual
+        return None
+    local_world_size = _opt_int(env, "LOCAL_WORLD_SIZE", minimum=1) or expect.procs_per_node or world_size
+    node_rank = _opt_int(env, "NODE_RANK")
+    if node_rank is None:
+        node_rank = _opt_int(env, "GROUP_RANK")
+    if node_rank is None:
+        node_rank = rank // local_world_size
+    local_rank = _opt_int(env, "LOCAL_RANK")
+    if local_rank is None:
+        local_rank = rank - node_rank * local_world_size
+    return World(
+        platform=PROCESS_GROUP,
+        master_addr=env.get("MASTER_ADDR", "").strip(),
+        master_port=_opt_int(env, "MASTER_PORT", minimum=1) or 0,
+        world_size=world_size,
+        rank=rank,
+        local_rank=local_rank,
+        local_world_size=local_world_size,
+        node_rank=node_rank,
+        nodes=_nodes(world_size, local_world_size, "the process group's world size %d" % world_size),
+    )
+
+
 def normalize(env: MutableMapping[str, str] | None = None, *, apply: bool = True) -> World:
-    """Detect and check the world, and (if apply) export torch's variables into env (default os.environ)."""
+    """Detect and check the world, and (if apply) export torch's variables into env (default os.environ).
+
+    In a process whose torch.distributed group is already initialized (Ray Train's workers),
+    the group is the world: it is checked against the spec and returned, and env is left alone.
+    """
     if env is None:
         env = os.environ
+    expect = Expectation.from_env(env)
+    joined = _process_group_world(env, expect)
+    if joined is not None:
+        # Like torchrun's workers: the final per-process world, whatever the spec's launcher.
+        check(joined, replace(expect, launcher="per-process", master_port=None))
+        return joined
     world, _, exports = _plan(env)
     if apply:
         _apply(env, exports)

@@ -1,0 +1,288 @@
+"""trainspec_ray_launch.py against a real Ray cluster on this machine: 2 simulated nodes (two
+placement-group bundles on the one local node), the unmodified example scripts under the shim,
+gloo over loopback.
+
+The cluster (`ray start --head`, 2 CPUs, no dashboard) is started once for the module inside a
+loopback-only network namespace: outside one, Ray rebinds 127.0.0.1 to the machine's routable
+address (ray.md 3). A holder process keeps the namespace; every command runs in it through
+`nsenter -n`. When the module ends -- or pytest dies and the holder's stdin closes -- the holder
+kills every process in its namespace, by pid. `ray stop` is never used: it kills every Ray
+process on the machine by name, other people's clusters included.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+pytest.importorskip("ray", reason="ray is a test extra (pip install 'ray>=2.50'); the launcher needs it")
+pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+pytest.importorskip("lightning", reason="lightning is a test extra")
+
+pytestmark = pytest.mark.realproc
+
+SHIM = REPO / "trainspec" / "runtime" / "shim.py"
+LAUNCHER = REPO / "trainspec" / "runtime" / "ray_launch.py"
+BIN = Path(sys.executable).parent
+RESULT = re.compile(r"^\[(rank|node) (\d+)\] TRAINSPEC_RESULT (\{.*\})$", re.M)
+CAN_NETNS = os.geteuid() == 0 and all(shutil.which(tool) for tool in ("unshare", "nsenter", "ip"))
+GCS_PORT = 6379  # alone in the namespace: no clash with any other cluster
+
+# Runs in the namespace: says "ready", waits for stdin to close, then kills every other
+# process of its network namespace (TERM, then KILL) and prints what would not die.
+HOLDER = r"""
+import json, os, signal, sys, time
+own = os.readlink("/proc/self/ns/net")
+def members():
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open("/proc/%s/stat" % name) as stat:
+                    state = stat.read().rpartition(")")[2].split()[0]
+                if state != "Z" and os.readlink("/proc/%s/ns/net" % name) == own:
+                    found.append(int(name))
+            except (OSError, IndexError):
+                pass  # gone
+    return found
+print("ready", flush=True)
+sys.stdin.read()
+for signum, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+    for pid in members():
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass
+    deadline = time.monotonic() + wait
+    while members() and time.monotonic() < deadline:
+        time.sleep(0.1)
+print(json.dumps(members()), flush=True)
+"""
+
+
+class Namespace:
+    """A loopback-only network namespace kept by a holder process; run commands in it."""
+
+    def __init__(self):
+        self.holder = subprocess.Popen(
+            ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" -c "$1"', sys.executable, HOLDER],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if self.holder.stdout.readline().strip() != "ready":
+            raise RuntimeError("the namespace holder did not start")
+        self.netns = os.readlink("/proc/%d/ns/net" % self.holder.pid)
+        assert self.netns != os.readlink("/proc/self/ns/net")
+
+    def run(self, argv, **kwargs):
+        return subprocess.run(["nsenter", "-t", str(self.holder.pid), "-n", *map(str, argv)], **kwargs)
+
+    def processes(self):
+        """{pid: command line} of every process in the namespace but the holder."""
+        found = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == self.holder.pid:
+                continue
+            try:
+                if os.readlink(f"/proc/{name}/ns/net") == self.netns:
+                    command = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                    if command:  # a zombie has none
+                        found[int(name)] = command
+            except OSError:
+                pass
+        return found
+
+    def close(self):
+        """Kill everything in the namespace; returns the pids that would not die."""
+        try:
+            out, _ = self.holder.communicate(timeout=30)  # closes its stdin: the holder's signal
+            return json.loads(out.strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            self.holder.kill()  # the holder failed: do its work from here
+            self.holder.wait()
+            for signum in (signal.SIGTERM, signal.SIGKILL):
+                for pid in self.processes():
+                    try:
+                        os.kill(pid, signum)
+                    except OSError:
+                        pass
+                time.sleep(5)
+            return sorted(self.processes())
+
+
+class Cluster:
+    def __init__(self, ns, env):
+        self.ns = ns
+        self.env = env
+        self.address = f"127.0.0.1:{GCS_PORT}"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not CAN_NETNS:
+        pytest.skip("needs root, unshare, nsenter and ip: outside a loopback-only network namespace Ray "
+                    "binds the machine's routable address")
+    temp = tempfile.mkdtemp(prefix="tsray", dir="/tmp")  # short: Ray's socket paths live under it
+    ns = None
+    try:
+        ns = Namespace()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])  # the actors' `python` is this one
+        started = ns.run([BIN / "ray", "start", "--head", "--port", GCS_PORT, "--num-cpus", "2", "--num-gpus", "0",
+                          "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp,
+                          "--object-store-memory", "100000000"],
+                         env=env, capture_output=True, text=True, timeout=120)
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert "Local node IP: 127.0.0.1" in started.stdout + started.stderr, "Ray is not on loopback only"
+        yield Cluster(ns, env)
+    finally:
+        stubborn = ns.close() if ns is not None else []
+        shutil.rmtree(temp, ignore_errors=True)
+        assert stubborn == [], f"processes left in the namespace: {stubborn}"
+
+
+def launch(cluster, tmp_path, *args, command, timeout=150):
+    """Run the launcher copied as a compiled job has it, next to the shim; returns the finished process."""
+    for source, name in ((SHIM, "trainspec_shim.py"), (LAUNCHER, "trainspec_ray_launch.py")):
+        shutil.copyfile(source, tmp_path / name)
+    argv = [sys.executable, tmp_path / "trainspec_ray_launch.py", "--address", cluster.address,
+            "--workdir", tmp_path, "--timeout", "120", *args, "--", command]
+    started = time.monotonic()
+    proc = cluster.ns.run(argv, env=cluster.env, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    proc.elapsed = time.monotonic() - started
+    return proc
+
+
+def expectations(launcher, nodes=2, procs=2):
+    pairs = {"TRAINSPEC_NODES": nodes, "TRAINSPEC_PROCS_PER_NODE": procs, "TRAINSPEC_LAUNCHER": launcher,
+             "TRAINSPEC_BACKEND": "gloo", "TRAINSPEC_SPEC": "tests/ray.yaml", "GLOO_SOCKET_IFNAME": "lo",
+             "OMP_NUM_THREADS": "1"}
+    return [arg for key, value in pairs.items() for arg in ("--env", f"{key}={value}")]
+
+
+PROBE = r"""
+import json, sys, time
+import ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+deadline = time.monotonic() + 15
+while True:
+    cpu = ray.available_resources().get("CPU", 0)
+    groups = sorted({group["state"] for group in ray.util.placement_group_table().values()})
+    if (cpu == 2.0 and groups in ([], ["REMOVED"])) or time.monotonic() > deadline:
+        break
+    time.sleep(0.2)
+print(json.dumps({"cpu": cpu, "groups": groups}))
+"""
+
+
+def assert_nothing_left(cluster, *markers):
+    """No process of the run survives, every actor's CPU is back, every placement group removed."""
+    probe = cluster.ns.run([sys.executable, "-c", PROBE, cluster.address], env=cluster.env, capture_output=True,
+                           text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    state = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert state == {"cpu": 2.0, "groups": ["REMOVED"]}, state
+    left = {pid: cmd for pid, cmd in cluster.ns.processes().items()
+            if "ray::Runner" in cmd or "trainspec_shim" in cmd or any(marker in cmd for marker in markers)}
+    assert left == {}
+
+
+def results(proc):
+    found = []
+    for kind, number, text in RESULT.findall(proc.stdout):
+        result = json.loads(text)
+        result["prefix"] = (kind, int(number))
+        found.append(result)
+    return sorted(found, key=lambda r: r["rank"])
+
+
+def assert_world(proc, script, launcher):
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = results(proc)
+    assert [r["rank"] for r in found] == [0, 1, 2, 3], proc.stdout[-3000:]
+    announced = re.search(r"master (127\.0\.0\.1:\d+)$", proc.stderr, re.M).group(1)
+    for r in found:
+        assert (r["script"], r["world_size"], r["allreduce"]) == (script, 4, 4)  # a real all_reduce over 4
+        assert (r["node_rank"], r["local_rank"]) == (r["rank"] // 2, r["rank"] % 2)
+        assert r["master"] == announced  # rank 0's node (the only one here) and the port its actor found
+        # each line came back from the actor that ran it
+        assert r["prefix"] == (("node", r["node_rank"]) if launcher == "per-node" else ("rank", r["rank"]))
+    label = "node" if launcher == "per-node" else "rank"
+    assert f"[{label} 0] trainspec: ray detected; world 4 = 2 node(s) x 2 process(es) [{launcher}]; " \
+           f"master {announced}" in proc.stdout
+
+
+def test_ddp_per_process(cluster, tmp_path):
+    command = f"python {tmp_path}/trainspec_shim.py -- python {REPO}/examples/ddp/train.py --steps 3"
+    proc = launch(cluster, tmp_path, "--nodes", "2", "--procs-per-node", "2", "--launcher", "per-process",
+                  "--cpus-per-node", "1", "--placement", "PACK", *expectations("per-process"), command=command)
+    assert_world(proc, "ddp", "per-process")
+    assert "trainspec: ray: all 4 ranks exited 0" in proc.stderr
+    assert_nothing_left(cluster, "examples/ddp")
+
+
+def test_lightning_per_node_spawns_its_workers(cluster, tmp_path):
+    command = (f"python {tmp_path}/trainspec_shim.py -- python {REPO}/examples/mnist/train.py --num_nodes 2 "
+               f"--devices 2 --output {tmp_path}/outputs")
+    proc = launch(cluster, tmp_path, "--nodes", "2", "--procs-per-node", "2", "--launcher", "per-node",
+                  "--cpus-per-node", "1", "--placement", "SPREAD", *expectations("per-node"), command=command)
+    assert_world(proc, "mnist", "per-node")
+    assert "trainspec: ray: all 2 nodes exited 0" in proc.stderr
+    assert_nothing_left(cluster, "examples/mnist")
+
+
+FAIL_WITHIN = 60  # seconds from launch to exit, cluster already up; measured ~6 s on 2 cores
+
+
+def test_a_failing_rank_stops_the_run(cluster, tmp_path):
+    command = f"python {tmp_path}/trainspec_shim.py -- python {REPO}/examples/ddp/train.py --steps 3 --fail-rank 1"
+    proc = launch(cluster, tmp_path, "--nodes", "2", "--procs-per-node", "2", "--launcher", "per-process",
+                  "--cpus-per-node", "1", "--placement", "PACK", *expectations("per-process"), command=command)
+    assert proc.returncode == 7, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.elapsed < FAIL_WITHIN
+    assert "[rank 1] rank 1 failing on purpose" in proc.stdout
+    assert "trainspec: error: rank 1 exited with code 7" in proc.stderr
+    tail = proc.stderr.split("the run was stopped. Its last lines:\n")[1]
+    assert "  | rank 1 failing on purpose\n" in tail
+    assert "TRAINSPEC_RESULT" not in proc.stdout
+    assert_nothing_left(cluster, "examples/ddp")
+
+
+def test_timeout_stops_every_process_group(cluster, tmp_path):
+    # the command's background child is in the process group too, and must go with it
+    proc = launch(cluster, tmp_path, "--nodes", "2", "--procs-per-node", "2", "--launcher", "per-node",
+                  "--timeout", "8", "--grace", "2", "--placement", "PACK",
+                  command="echo started on node $NODE_RANK; sleep 313 & sleep 313; echo not reached")
+    assert proc.returncode == 124, proc.stdout + proc.stderr
+    assert "[node 0] started on node 0" in proc.stdout and "[node 1] started on node 1" in proc.stdout
+    assert "not reached" not in proc.stdout
+    assert "did not finish within 8 s (--timeout); every process was stopped" in proc.stderr
+    assert proc.elapsed < 30
+    assert_nothing_left(cluster, "sleep 313")
+
+
+def test_a_cluster_too_small_is_named(cluster, tmp_path):
+    proc = launch(cluster, tmp_path, "--nodes", "2", "--procs-per-node", "1", "--launcher", "per-process",
+                  "--gpus-per-node", "1", "--placement", "PACK", "--placement-timeout", "2", command="true")
+    assert proc.returncode == 1, proc.stderr
+    assert ("could not place 2 bundle(s) of {CPU: 1, GPU: 1} with PACK within 2 s (--placement-timeout); the "
+            "cluster has {CPU: 2} on 1 alive node(s): 127.0.0.1 {CPU: 2}") in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert_nothing_left(cluster)
+
+
+def test_a_missing_workdir_is_named(cluster, tmp_path):
+    proc = launch(cluster, tmp_path, "--nodes", "1", "--procs-per-node", "1", "--launcher", "per-node",
+                  "--placement", "PACK", "--workdir", tmp_path / "missing", command="true")
+    assert proc.returncode == 127, proc.stdout + proc.stderr
+    assert f"[node 0] trainspec: error: cannot start bash -c in {tmp_path}/missing" in proc.stdout
+    assert "does not exist on this node" in proc.stdout
+    assert "node 0 exited with code 127" in proc.stderr

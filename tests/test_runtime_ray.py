@@ -1,0 +1,373 @@
+"""The Ray side of the runtime, without a Ray cluster: the shim's Ray detector (launcher
+variables in, World and exports out), its idempotency (shim inside shim; Ray Train's already
+initialized process group), and the launcher's pure parts (options, ranks, environment) --
+including that what the launcher exports is exactly what the detector reads.
+
+The launcher against a real local Ray cluster: tests/test_ray_launch.py.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainspec.runtime import DETECTORS, SHIM_PATH, ShimError, World, detect, normalize
+from trainspec.runtime import ray_launch
+from trainspec.runtime.ray_launch import Options, Slot, assign, parse_args, process_env, share
+
+LAUNCHER_PATH = Path(ray_launch.__file__)
+
+
+def ray_env(rank, nodes=2, procs=4, launcher="per-process", expect=True, **extra):
+    """What trainspec_ray_launch.py gives process `rank` (per-node: node `rank`'s launcher process)."""
+    per_node = launcher == "per-node"
+    env = {
+        "TRAINSPEC_RAY": "1",
+        "MASTER_ADDR": "10.0.0.7",
+        "MASTER_PORT": "41234",
+        "WORLD_SIZE": str(nodes if per_node else nodes * procs),
+        "RANK": str(rank),
+        "LOCAL_RANK": "0" if per_node else str(rank % procs),
+        "LOCAL_WORLD_SIZE": "1" if per_node else str(procs),
+        "NODE_RANK": str(rank if per_node else rank // procs),
+    }
+    if expect:  # what the compiler passes through --env
+        env.update({"TRAINSPEC_NODES": str(nodes), "TRAINSPEC_PROCS_PER_NODE": str(procs),
+                    "TRAINSPEC_LAUNCHER": launcher, "TRAINSPEC_BACKEND": "nccl", "TRAINSPEC_SPEC": "specs/ray.yaml"})
+    return {**env, **extra}
+
+
+# ---------------------------------------------------------------- the detector
+
+#                 platform, master_addr, master_port, world_size, rank, local_rank, local_world_size, node_rank, nodes
+WORLD_CASES = [
+    pytest.param(ray_env(0), World("ray", "10.0.0.7", 41234, 8, 0, 0, 4, 0, 2), id="per-process-rank0"),
+    pytest.param(ray_env(5), World("ray", "10.0.0.7", 41234, 8, 5, 1, 4, 1, 2), id="per-process-rank5"),
+    pytest.param(ray_env(7, expect=False), World("ray", "10.0.0.7", 41234, 8, 7, 3, 4, 1, 2),
+                 id="per-process-no-expectations"),
+    pytest.param(ray_env(1, launcher="per-node"), World("ray", "10.0.0.7", 41234, 2, 1, 0, 1, 1, 2),
+                 id="per-node-node1"),
+    pytest.param(ray_env(3, TRAINSPEC_MASTER_PORT="29400"), World("ray", "10.0.0.7", 29400, 8, 3, 3, 4, 0, 2),
+                 id="spec-pins-the-port"),
+    pytest.param(ray_env(2, nodes=1, procs=4), World("ray", "10.0.0.7", 41234, 4, 2, 2, 4, 0, 1), id="one-node"),
+    pytest.param(
+        # a Ray cluster on Azure ML compute or an MPI host: stale platform variables must not win
+        ray_env(6, OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="1", OMPI_COMM_WORLD_LOCAL_RANK="0",
+                OMPI_COMM_WORLD_LOCAL_SIZE="1", AZUREML_RUN_ID="run-1", TF_CONFIG="{}"),
+        World("ray", "10.0.0.7", 41234, 8, 6, 2, 4, 1, 2), id="marker-beats-stale-platform-variables"),
+]
+
+
+@pytest.mark.parametrize("env, expected", WORLD_CASES)
+def test_world_from_launcher_env(env, expected):
+    assert normalize(dict(env), apply=False) == expected
+
+
+def test_ray_sits_after_torchrun_and_hpcpack_before_azure_ml():
+    names = [d.name for d in DETECTORS]
+    assert names.index("torchelastic") < names.index("hpcpack") < names.index("ray") < names.index("azureml-mpi")
+    # torchrun started by the shim of a per-node Ray launch: torchrun's workers are torchrun's
+    torchrun_worker = {**ray_env(1, launcher="per-node"), "TORCHELASTIC_RUN_ID": "none", "LOCAL_WORLD_SIZE": "4",
+                       "WORLD_SIZE": "8", "RANK": "5", "LOCAL_RANK": "1", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+    assert detect(torchrun_worker)[0].name == "torchelastic"
+    assert detect({"TRAINSPEC_RAY": ""})[0].name == "single-process"  # an empty marker is no marker
+
+
+def test_per_process_exports():
+    env = ray_env(5)
+    normalize(env)
+    assert {k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                "NODE_RANK", "GROUP_RANK")} == {
+        "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "41234", "WORLD_SIZE": "8", "RANK": "5", "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "4", "NODE_RANK": "1", "GROUP_RANK": "1"}
+    assert not any(key.startswith("PET_") for key in env)
+
+
+def test_per_node_exports_unset_worker_variables_and_set_torchrun_flags():
+    env = ray_env(1, launcher="per-node", procs=4)
+    world = normalize(env)
+    assert (world.platform, world.node_rank, world.nodes) == ("ray", 1, 2)
+    for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        assert name not in env, name  # or Lightning would not spawn its workers
+    assert {k: v for k, v in env.items() if k.startswith("PET_") or k in ("NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
+                                                                          "MASTER_PORT")} == {
+        "NODE_RANK": "1", "GROUP_RANK": "1", "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "41234",
+        "PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "10.0.0.7", "PET_MASTER_PORT": "41234",
+        "PET_NPROC_PER_NODE": "4"}
+
+
+@pytest.mark.parametrize("name", ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
+                                  "LOCAL_WORLD_SIZE", "NODE_RANK"])
+@pytest.mark.parametrize("how", ["missing", "empty"])
+def test_a_missing_variable_is_named(name, how):
+    env = ray_env(1)
+    if how == "missing":
+        del env[name]
+    else:
+        env[name] = " "
+    with pytest.raises(ShimError) as caught:
+        normalize(env)
+    assert str(caught.value).startswith(name + " is not set")
+    assert "TRAINSPEC_RAY=1" in str(caught.value)
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ({"RANK": "x"}, "RANK='x' is not an integer"),
+    ({"MASTER_PORT": "0"}, "MASTER_PORT=0 must be at least 1"),
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0 must be at least 1"),
+    ({"NODE_RANK": "-1"}, "NODE_RANK=-1 must be at least 0"),
+    ({"WORLD_SIZE": "6"}, "WORLD_SIZE=6: world size 6 is not a multiple of the processes per node 4"),
+], ids=["rank", "port", "world", "node-rank", "uneven"])
+def test_garbled_variables_are_named(extra, fragment):
+    with pytest.raises(ShimError) as caught:
+        normalize(ray_env(1, **extra))
+    assert fragment in str(caught.value)
+
+
+MISMATCH_CASES = [
+    pytest.param(  # the launcher ran 2 x 2 for a spec of 2 x 4
+        ray_env(0, nodes=2, procs=2, TRAINSPEC_PROCS_PER_NODE="4"),
+        ["started 4 processes (WORLD_SIZE=4)", "expects 8 = resources.nodes (2) x resources.procs_per_node (4)",
+         "specs/ray.yaml"],
+        id="world-size"),
+    pytest.param(  # per-node: 2 node launchers for a spec of 3 nodes
+        ray_env(1, nodes=2, launcher="per-node", TRAINSPEC_NODES="3"),
+        ["started 2 processes (WORLD_SIZE=2)", "expects 3 = resources.nodes (3) x 1 launcher process per node",
+         "[launcher per-node]"],
+        id="per-node-nodes"),
+    pytest.param(  # per-node spec, but the launcher was run per-process
+        ray_env(0, nodes=2, procs=4, TRAINSPEC_LAUNCHER="per-node"),
+        ["started 8 processes (WORLD_SIZE=8)", "expects 2 = resources.nodes (2) x 1 launcher process per node"],
+        id="launcher-mode"),
+    pytest.param(
+        ray_env(9),
+        ["rank 9 (RANK=9) is outside 0..7 (WORLD_SIZE=8)"],
+        id="rank-outside"),
+    pytest.param(
+        ray_env(5, NODE_RANK="0"),
+        ["rank 5 (RANK=5) is not node_rank 0 (NODE_RANK=0) x local_world_size 4 + local_rank 1 (LOCAL_RANK=1)"],
+        id="placement"),
+]
+
+
+@pytest.mark.parametrize("env, fragments", MISMATCH_CASES)
+def test_a_world_that_disagrees_names_both_numbers(env, fragments):
+    with pytest.raises(ShimError) as caught:
+        normalize(env)
+    for fragment in fragments:
+        assert fragment in str(caught.value), str(caught.value)
+
+
+# ---------------------------------------------------------------- idempotency
+
+
+@pytest.mark.parametrize("env", [
+    ray_env(5),
+    ray_env(1, launcher="per-node"),
+    ray_env(0, launcher="per-node", TRAINSPEC_MASTER_PORT="29400"),
+    ray_env(3, TRAINSPEC_MASTER_PORT="29400"),
+], ids=["per-process", "per-node", "per-node-pinned-port", "per-process-pinned-port"])
+def test_shim_inside_shim_changes_nothing(env):
+    first_world = normalize(env)
+    once = dict(env)
+    assert normalize(env) == first_world
+    assert env == once
+
+
+def run_shim(args, env):
+    return subprocess.run([sys.executable, str(SHIM_PATH), *args], env={"PATH": os.environ["PATH"], **env},
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_the_real_file_twice_prints_what_it_prints_once():
+    env = ray_env(1, launcher="per-node")
+    once = run_shim(["--print"], env)
+    twice = run_shim(["--", sys.executable, str(SHIM_PATH), "--print"], env)
+    assert once.returncode == twice.returncode == 0, once.stderr + twice.stderr
+    assert once.stdout == twice.stdout
+    assert "PET_NNODES=2" in once.stdout.splitlines() and "RANK=1" not in once.stdout.splitlines()
+
+
+def test_rank0_line_says_ray():
+    done = run_shim(["--print"], ray_env(0, nodes=2, procs=2))
+    assert done.stderr == ("trainspec: ray detected; world 4 = 2 node(s) x 2 process(es) [per-process]; "
+                           "master 10.0.0.7:41234\n")
+
+
+def test_a_mismatch_exits_3():
+    done = run_shim(["--", "false"], ray_env(0, nodes=2, procs=2, TRAINSPEC_NODES="3"))
+    assert done.returncode == 3
+    assert "started 4 processes (WORLD_SIZE=4)" in done.stderr and "resources.nodes (3)" in done.stderr
+
+
+RAY_TRAIN_SCRIPT = r"""
+import json, os, sys
+from trainspec.runtime.shim import ShimError, normalize
+
+# Ray Train's worker environment (train/torch/config.py), and a per-node spec, whose exports
+# (unset RANK, LOCAL_RANK, ...) would be wrong here if the shim applied them.
+os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", NODE_RANK="0",
+                  MASTER_ADDR="127.0.0.1", MASTER_PORT="29555", TRAINSPEC_NODES="1", TRAINSPEC_PROCS_PER_NODE="1",
+                  TRAINSPEC_LAUNCHER="per-node")
+os.environ.pop("TRAINSPEC_RAY", None)
+before_init = dict(os.environ)
+normalize(before_init)  # not initialized yet: the shim would change things
+changed_before_init = sorted(k for k in set(before_init) | set(os.environ) if before_init.get(k) != os.environ.get(k))
+
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+before = dict(os.environ)
+world = normalize()  # as Ray Train's train function would call it
+unchanged = dict(os.environ) == before
+try:
+    normalize({**os.environ, "TRAINSPEC_NODES": "2"}, apply=False)
+    mismatch = None
+except ShimError as error:
+    mismatch = str(error)
+dist.destroy_process_group()
+print(json.dumps({"changed_before_init": changed_before_init, "unchanged": unchanged, "world": world.__dict__,
+                  "mismatch": mismatch}))
+"""
+
+
+def test_ray_train_initialized_process_group_is_left_alone(tmp_path):
+    pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+    done = subprocess.run([sys.executable, "-c", RAY_TRAIN_SCRIPT, str(tmp_path / "pg")], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(result["changed_before_init"]) >= {"RANK", "LOCAL_RANK", "WORLD_SIZE", "PET_NNODES"}
+    assert result["unchanged"] is True
+    assert result["world"] == {"platform": "torch.distributed", "master_addr": "127.0.0.1", "master_port": 29555,
+                               "world_size": 1, "rank": 0, "local_rank": 0, "local_world_size": 1, "node_rank": 0,
+                               "nodes": 1}
+    assert "1 processes (torch.distributed.get_world_size()=1)" in result["mismatch"]
+    assert "resources.nodes (2)" in result["mismatch"]
+
+
+def test_the_shim_never_imports_torch(tmp_path):
+    shutil.copyfile(SHIM_PATH, tmp_path / "trainspec_shim.py")
+    code = ("import sys; sys.path.insert(0, %r); import trainspec_shim, os; os.environ.update(%r); "
+            "trainspec_shim.normalize(); print('torch' in sys.modules)" % (str(tmp_path), ray_env(1)))
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+# ---------------------------------------------------------------- the launcher's pure parts
+
+
+def options(*extra, launcher="per-process", nodes=2, procs=2):
+    return parse_args(["--nodes", str(nodes), "--procs-per-node", str(procs), "--launcher", launcher, *extra,
+                       "--", "python shim.py -- python train.py"])
+
+
+def test_cli_defaults_and_values(tmp_path):
+    opts = options()
+    assert (opts.gpus_per_node, opts.cpus_per_node, opts.placement, opts.address, opts.timeout, opts.grace) == (
+        0, 1.0, "STRICT_SPREAD", "auto", 0.0, 10.0)
+    assert opts.workdir == os.getcwd() and opts.env == {} and opts.command == "python shim.py -- python train.py"
+    opts = parse_args(["--nodes", "3", "--procs-per-node", "4", "--launcher", "per-node", "--gpus-per-node", "4",
+                       "--cpus-per-node", "24", "--placement", "PACK", "--workdir", str(tmp_path), "--env", "A=1",
+                       "--env", "B=x=y", "--env", "C=", "--address", "10.0.0.4:6379", "--timeout", "60",
+                       "--grace", "3", "--", "python", "train.py", "--lr", "0.1"])
+    assert (opts.nodes, opts.procs_per_node, opts.launcher, opts.gpus_per_node, opts.cpus_per_node) == (
+        3, 4, "per-node", 4, 24.0)
+    assert opts.env == {"A": "1", "B": "x=y", "C": ""}
+    assert opts.command == "python train.py --lr 0.1"  # several words: joined, as ssh does
+    assert (opts.workdir, opts.address, opts.timeout, opts.grace, opts.actors) == (
+        str(tmp_path), "10.0.0.4:6379", 60.0, 3.0, 3)
+    assert opts.bundle() == {"CPU": 24.0, "GPU": 4.0} and opts.actor_resources() == (24.0, 4.0)
+    assert options("--workdir", "code").workdir == os.path.join(os.getcwd(), "code")
+
+
+@pytest.mark.parametrize("argv", [
+    ["--nodes", "2", "--procs-per-node", "2", "--launcher", "per-process"],  # no command
+    ["--nodes", "2", "--procs-per-node", "2", "--launcher", "per-process", "--"],  # empty command
+    ["--nodes", "0", "--procs-per-node", "2", "--launcher", "per-process", "--", "true"],
+    ["--nodes", "2", "--procs-per-node", "2", "--launcher", "mpi", "--", "true"],
+    ["--nodes", "2", "--procs-per-node", "2", "--launcher", "per-node", "--env", "NOVALUE", "--", "true"],
+    ["--nodes", "2", "--procs-per-node", "2", "--launcher", "per-node", "--cpus-per-node", "0", "--", "true"],
+    ["--nodes", "2", "--procs-per-node", "2", "--launcher", "per-node", "--placement", "STRICT_PACK", "--", "true"],
+], ids=["no-command", "empty-command", "zero-nodes", "mpi", "env-pair", "zero-cpus", "placement"])
+def test_usage_errors_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as caught:
+        parse_args(argv)
+    assert caught.value.code == 2
+
+
+def test_resource_shares_fit_in_the_bundle():
+    assert share(1, 2) == 0.5 and share(1, 3) == 0.3333 and share(24, 5) == 4.0 and share(0, 4) == 0
+    assert options("--cpus-per-node", "1").actor_resources() == (0.5, 0.0)
+    assert options("--cpus-per-node", "8", "--gpus-per-node", "2", procs=2).actor_resources() == (4.0, 1.0)
+    assert options().bundle() == {"CPU": 1.0}  # no GPU key when there are none
+
+
+def test_ranks_without_gpus():
+    slots = assign(options(), [[], [], [], []])
+    assert [(s.actor, s.rank, s.node_rank, s.local_rank, s.cuda_visible_devices) for s in slots] == [
+        (0, 0, 0, 0, None), (1, 1, 0, 1, None), (2, 2, 1, 0, None), (3, 3, 1, 1, None)]
+
+
+def test_local_ranks_follow_the_gpu_ids_and_share_the_node_gpus():
+    # Ray gave actor 0 GPU 3 and actor 1 GPU 1 on node 0; GPUs 0 and 2 to node 1's actors
+    slots = assign(options("--gpus-per-node", "2"), [["3"], ["1"], ["0"], ["2"]])
+    assert [(s.actor, s.rank, s.local_rank, s.cuda_visible_devices) for s in slots] == [
+        (1, 0, 0, "1,3"), (0, 1, 1, "1,3"), (2, 2, 0, "0,2"), (3, 3, 1, "0,2")]
+
+
+def test_per_node_slots():
+    slots = assign(options(launcher="per-node", nodes=3), [["0", "1"]] * 3)
+    assert [(s.actor, s.rank, s.node_rank, s.local_rank, s.cuda_visible_devices) for s in slots] == [
+        (0, 0, 0, 0, None), (1, 1, 1, 0, None), (2, 2, 2, 0, None)]
+
+
+def test_env_pairs_apply_but_the_world_wins():
+    opts = options("--env", "RANK=99", "--env", "NCCL_DEBUG=INFO", "--env", "PYTHONUNBUFFERED=0")
+    env = process_env(opts, Slot(actor=3, rank=3, node_rank=1, local_rank=1, cuda_visible_devices="0,1"),
+                      "10.0.0.7", 41234)
+    assert env == {"PYTHONUNBUFFERED": "0", "NCCL_DEBUG": "INFO", "TRAINSPEC_RAY": "1", "MASTER_ADDR": "10.0.0.7",
+                   "MASTER_PORT": "41234", "WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                   "NODE_RANK": "1", "CUDA_VISIBLE_DEVICES": "0,1"}
+
+
+def test_pinned_port():
+    assert ray_launch.pinned_port(options()) is None
+    assert ray_launch.pinned_port(options("--env", "TRAINSPEC_MASTER_PORT=29400")) == 29400
+    with pytest.raises(ray_launch.LaunchError, match="TRAINSPEC_MASTER_PORT=70000"):
+        ray_launch.pinned_port(options("--env", "TRAINSPEC_MASTER_PORT=70000"))
+
+
+@pytest.mark.parametrize("launcher, procs", [("per-process", 2), ("per-process", 3), ("per-node", 4)])
+def test_what_the_launcher_exports_is_what_the_shim_reads(launcher, procs):
+    """The two halves of the contract: every slot's environment is a valid world of the right shape."""
+    expectations = ["TRAINSPEC_NODES=2", "TRAINSPEC_PROCS_PER_NODE=%d" % procs, "TRAINSPEC_LAUNCHER=" + launcher]
+    opts = options(*[arg for pair in expectations for arg in ("--env", pair)], launcher=launcher, procs=procs)
+    slots = assign(opts, [[] for _ in range(opts.actors)])
+    worlds = [normalize(process_env(opts, slot, "10.0.0.7", 41234)) for slot in slots]
+    assert {w.platform for w in worlds} == {"ray"}
+    assert [w.rank for w in worlds] == list(range(len(slots)))
+    assert {(w.world_size, w.nodes, w.master_addr, w.master_port) for w in worlds} == {
+        (2 if launcher == "per-node" else 2 * procs, 2, "10.0.0.7", 41234)}
+
+
+def test_exit_codes_of_signals():
+    assert ray_launch.exit_code(7) == 7 and ray_launch.exit_code(-15) == 143 and ray_launch.exit_code(0) == 0
+
+
+def test_launcher_is_self_contained_and_imports_ray_late(tmp_path):
+    source = LAUNCHER_PATH.read_text()
+    assert not re.search(r"^\s*(from|import)\s+(trainspec|\.)", source, re.M)
+    copy = tmp_path / "trainspec_ray_launch.py"
+    shutil.copyfile(LAUNCHER_PATH, copy)
+    code = ("import sys; sys.path.insert(0, %r); import trainspec_ray_launch; "
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith(('ray.', 'trainspec.'))))"
+            % str(tmp_path))
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    done = subprocess.run([sys.executable, "-I", str(copy), "--help"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and "--procs-per-node" in done.stdout

@@ -1,0 +1,727 @@
+"""trainspec's Ray launcher: run one command as every process (or every node) of a training job.
+
+The Ray target copies this file, byte for byte, next to ``cluster.yaml`` as
+``trainspec_ray_launch.py``; the cluster's file_mounts put it on the head, and
+``ray exec cluster.yaml`` runs it there:
+
+    python trainspec_ray_launch.py --nodes 2 --procs-per-node 4 --launcher per-process \\
+        --gpus-per-node 4 --cpus-per-node 4 --workdir trainspec/code --env TRAINSPEC_NODES=2 ... \\
+        -- 'python $HOME/trainspec/trainspec_shim.py -- python train.py'
+
+1. One placement-group bundle per node, ``{"CPU": C, "GPU": G}``; STRICT_SPREAD puts each
+   on its own node.  Cluster-launcher workers may still be booting when ``ray up`` returns,
+   so the launcher waits for the group (``--placement-timeout``), then names what it asked
+   for and what the cluster has.
+2. One actor per process (per-process: N x P, bundle rank // P) or per node (per-node: N;
+   the command starts the workers itself, through torchrun or Lightning), each holding its
+   share of the bundle.
+3. MASTER_ADDR is the IP of the node holding rank 0's bundle -- never blindly the head
+   (ray.md 5.10) -- and MASTER_PORT a port found free there by rank 0's actor, unless the
+   spec pins one (``--env TRAINSPEC_MASTER_PORT=...``).
+4. Every actor runs ``bash -c COMMAND`` in ``--workdir``, in its own session, with its own
+   environment + the ``--env`` pairs + torch's variables and TRAINSPEC_RAY=1 (read by the
+   shim's Ray detector).  Lines come back to this driver in batches (a ``read`` call that
+   blocks in the actor until there are lines or an exit) and are printed as
+   ``[rank R] ...`` (per-process) or ``[node N] ...`` (per-node).
+5. The first process to exit non-zero stops the others (SIGTERM to each process group,
+   SIGKILL ``--grace`` seconds later) and its exit code becomes the launcher's; ``--timeout``
+   stops everything with 124.  Whatever happens, the processes are stopped, the actors
+   killed and the placement group removed before the launcher exits.
+
+Self-contained: the standard library and ``ray`` (imported only when the run starts), Python
+>= 3.8, nothing from trainspec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+
+LAUNCHERS = ("per-process", "per-node")
+PLACEMENTS = ("STRICT_SPREAD", "SPREAD", "PACK")
+MARKER = "TRAINSPEC_RAY"  # the shim's Ray detector looks for it
+TAIL_LINES = 20  # lines of the failing process shown again at the end
+READ_WAIT = 10.0  # seconds an actor's read() waits for output before answering "nothing yet"
+READ_BATCH = 5000  # lines per read() at most
+KILL_WAIT = 5.0  # seconds to wait for a process group after SIGKILL
+READER_JOIN = 5.0  # seconds to wait for output still buffered in a pipe after the process ended
+ACTOR_START_TIMEOUT = 300.0  # seconds for the actors to start once the placement group is ready
+PLACEMENT_NOTICE = 30.0  # seconds between "still waiting for the cluster" notices
+DRAIN_AFTER_STOP = 10.0  # seconds, beyond the stop itself, to collect the stopped processes' last lines
+CANNOT_START = 127  # the exit code of a command that could not be started (missing workdir, no bash)
+ACTOR_DIED = 1  # the exit code reported for a process whose actor died (node lost, OOM killer)
+
+
+class LaunchError(Exception):
+    """A problem the user can fix; the message is shown as is, without a traceback."""
+
+
+class _Interrupted(Exception):
+    """Ctrl-C, SIGTERM or SIGHUP (the ``ray exec`` session went away) reached the driver."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+# ---------------------------------------------------------------- command line
+
+
+@dataclass(frozen=True)
+class Options:
+    nodes: int
+    procs_per_node: int
+    launcher: str
+    gpus_per_node: int
+    cpus_per_node: float
+    placement: str
+    workdir: str  # absolute: relative paths are resolved against the driver's directory
+    env: Dict[str, str]
+    address: str
+    timeout: float  # 0 = none
+    grace: float
+    placement_timeout: float
+    command: str
+
+    @property
+    def per_node(self) -> bool:
+        return self.launcher == "per-node"
+
+    @property
+    def actors(self) -> int:
+        return self.nodes if self.per_node else self.nodes * self.procs_per_node
+
+    def label(self, rank: int) -> str:
+        return ("node %d" if self.per_node else "rank %d") % rank
+
+    def bundle(self) -> Dict[str, float]:
+        bundle: Dict[str, float] = {"CPU": self.cpus_per_node}
+        if self.gpus_per_node:
+            bundle["GPU"] = float(self.gpus_per_node)
+        return bundle
+
+    def actor_resources(self) -> Tuple[float, float]:
+        """(num_cpus, num_gpus) of one actor: the whole bundle per node, or a share that fits P times."""
+        parts = 1 if self.per_node else self.procs_per_node
+        return share(self.cpus_per_node, parts), share(self.gpus_per_node, parts)
+
+
+def share(total: float, parts: int) -> float:
+    """total / parts as Ray accepts it, never more: whole numbers above 1, 4 decimals below."""
+    each = total / parts
+    if each >= 1:
+        return float(math.floor(each))
+    return math.floor(each * 10000) / 10000
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1, not %d" % value)
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more, not %d" % value)
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError("must be a number of seconds, 0 or more, not %s" % text)
+    return value
+
+
+def _cpus(text: str) -> float:
+    value = float(text)
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError("must be more than 0, not %s" % text)
+    return value
+
+
+def _pair(text: str) -> Tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key or not (key[0].isalpha() or key[0] == "_") or \
+            not all(c.isalnum() or c == "_" for c in key):
+        raise argparse.ArgumentTypeError("%r is not KEY=VALUE with KEY a variable name" % text)
+    return key, value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainspec_ray_launch.py",
+        usage="%(prog)s --nodes N --procs-per-node P --launcher per-process|per-node [options] -- COMMAND",
+        description="Run COMMAND (one shell string, run by bash -c) as every process of a training job on "
+                    "the Ray cluster this runs in: one placement-group bundle per node, one actor per process "
+                    "(per-process) or per node (per-node), torch's variables set, output prefixed, and the "
+                    "first failure stopping all.",
+    )
+    parser.add_argument("--nodes", type=_positive_int, required=True, help="nodes (placement-group bundles)")
+    parser.add_argument("--procs-per-node", type=_positive_int, required=True,
+                        help="training processes per node (per-node: the workers the command starts)")
+    parser.add_argument("--launcher", choices=LAUNCHERS, required=True,
+                        help="per-process: one actor per process; per-node: one per node, the command spawns")
+    parser.add_argument("--gpus-per-node", type=_count, default=0, help="GPUs in each bundle (default 0)")
+    parser.add_argument("--cpus-per-node", type=_cpus, default=1.0, help="CPUs in each bundle (default 1)")
+    parser.add_argument("--placement", choices=PLACEMENTS, default="STRICT_SPREAD",
+                        help="placement-group strategy (default STRICT_SPREAD: one bundle per distinct node)")
+    parser.add_argument("--workdir", default=".",
+                        help="directory the command runs in on every node; relative to this launcher's "
+                             "directory (default: that directory)")
+    parser.add_argument("--env", type=_pair, action="append", default=[], metavar="KEY=VALUE",
+                        help="set in every process (repeatable); TRAINSPEC_MASTER_PORT also pins MASTER_PORT")
+    parser.add_argument("--address", default="auto", help="Ray cluster address for ray.init (default auto)")
+    parser.add_argument("--timeout", type=_seconds, default=0.0,
+                        help="seconds for the whole run, waiting for the cluster included; 0 = none (default); "
+                             "exceeded: everything is stopped, exit 124")
+    parser.add_argument("--grace", type=_seconds, default=10.0,
+                        help="seconds between SIGTERM and SIGKILL when processes are stopped (default 10)")
+    parser.add_argument("--placement-timeout", type=_seconds, default=1200.0,
+                        help="seconds to wait for the cluster to place the bundles; workers may still be "
+                             "booting after `ray up` (default 1200)")
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    """The options; argparse exits 2 on a usage error.  COMMAND words after -- are joined as ssh does."""
+    argv = list(argv)
+    parser = _parser()
+    if "--" not in argv:
+        if any(arg in ("-h", "--help") for arg in argv):
+            parser.parse_args(argv)  # prints the help and exits
+        parser.error("no command: put it after --, as one shell string")
+    split = argv.index("--")
+    args = parser.parse_args(argv[:split])
+    command = " ".join(argv[split + 1:]).strip()
+    if not command:
+        parser.error("the command after -- is empty")
+    return Options(
+        nodes=args.nodes,
+        procs_per_node=args.procs_per_node,
+        launcher=args.launcher,
+        gpus_per_node=args.gpus_per_node,
+        cpus_per_node=args.cpus_per_node,
+        placement=args.placement,
+        workdir=os.path.abspath(args.workdir),
+        env=dict(args.env),
+        address=args.address,
+        timeout=args.timeout,
+        grace=args.grace,
+        placement_timeout=args.placement_timeout,
+        command=command,
+    )
+
+
+# ---------------------------------------------------------------- who is who (pure)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One process of the job: which actor runs it, and its place in the world."""
+
+    actor: int  # index into the started actors
+    rank: int  # the launched process's rank (per-node: the node rank)
+    node_rank: int
+    local_rank: int
+    cuda_visible_devices: Optional[str]  # None: leave what Ray set for the actor
+
+
+def _gpu_key(gpu: str) -> Tuple[int, object]:
+    return (0, int(gpu)) if gpu.isdigit() else (1, gpu)
+
+
+def assign(options: Options, gpus: Sequence[Sequence[str]]) -> List[Slot]:
+    """Ranks for the actors, rank order; ``gpus[i]`` are the GPU ids Ray gave actor i.
+
+    Actor i sits in bundle i // P (per-process) or i (per-node), and a bundle is a node, so
+    the node rank is the bundle index.  Per-process with GPUs, as Ray Train does: every
+    process of a node sees the GPUs of all its node's processes (CUDA_VISIBLE_DEVICES), and
+    local ranks follow the GPU ids, so ``cuda:LOCAL_RANK`` is the process's own GPU and the
+    processes can reach each other's GPUs (NCCL peer access).
+    """
+    if options.per_node:
+        return [Slot(actor=node, rank=node, node_rank=node, local_rank=0, cuda_visible_devices=None)
+                for node in range(options.nodes)]
+    slots = []
+    per = options.procs_per_node
+    for node in range(options.nodes):
+        members = list(range(node * per, (node + 1) * per))
+        visible = None
+        if all(gpus[i] for i in members):
+            members.sort(key=lambda i: min(_gpu_key(str(g)) for g in gpus[i]))
+            ids = sorted({str(g) for i in members for g in gpus[i]}, key=_gpu_key)
+            visible = ",".join(ids)
+        for local_rank, actor in enumerate(members):
+            slots.append(Slot(actor=actor, rank=node * per + local_rank, node_rank=node, local_rank=local_rank,
+                              cuda_visible_devices=visible))
+    return slots
+
+
+def process_env(options: Options, slot: Slot, master_addr: str, master_port: int) -> Dict[str, str]:
+    """What the launcher adds to an actor's environment: --env pairs, then torch's variables.
+
+    Per-node, the variables describe the node's launcher process (rank = node rank, world =
+    nodes, one per node), as Azure ML's per-node launch does; the shim then unsets them
+    for torchrun or Lightning, which start the workers.
+    """
+    env = {"PYTHONUNBUFFERED": "1"}  # lines as they are printed, not at exit; --env may say otherwise
+    env.update(options.env)
+    world_size, local_world_size = (options.nodes, 1) if options.per_node else (
+        options.nodes * options.procs_per_node, options.procs_per_node)
+    env.update({
+        MARKER: "1",
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "WORLD_SIZE": str(world_size),
+        "RANK": str(slot.rank),
+        "LOCAL_RANK": str(slot.local_rank),
+        "LOCAL_WORLD_SIZE": str(local_world_size),
+        "NODE_RANK": str(slot.node_rank),
+    })
+    if slot.cuda_visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible_devices
+    return env
+
+
+def pinned_port(options: Options) -> Optional[int]:
+    """TRAINSPEC_MASTER_PORT from --env, when the spec pins the port."""
+    text = options.env.get("TRAINSPEC_MASTER_PORT", "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise LaunchError("--env TRAINSPEC_MASTER_PORT=%s is not a TCP port (1-65535)" % text)
+    return int(text)
+
+
+def exit_code(returncode: int) -> int:
+    """Popen's -N for "killed by signal N" becomes the shell's 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+# ---------------------------------------------------------------- the actor
+
+
+def _die_with_parent():
+    """A preexec_fn: the child gets SIGKILL when the thread that started it dies (Linux), else None.
+
+    A backstop for a killed actor (ray.kill, node OOM): the thread that starts the process
+    waits for it, so it lives exactly as long as the process unless the actor dies first.
+    Resolved before the fork: the child only makes one C call.
+    """
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):
+        return None
+    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, sigkill)
+
+    return preexec
+
+
+class Runner:
+    """Runs one process on the actor's node: ``bash -c COMMAND``, its own session, output kept for read()."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._lines: List[str] = []
+        self._code: Optional[int] = None
+        self._pid: Optional[int] = None
+        self._done = threading.Event()
+
+    def where(self) -> Tuple[str, List[str]]:
+        """This node's IP, and the GPU ids Ray gave this actor."""
+        import ray
+
+        return ray.util.get_node_ip_address(), [str(gpu) for gpu in ray.get_gpu_ids()]
+
+    def free_port(self) -> int:
+        """A port free on every interface of this node right now."""
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            return sock.getsockname()[1]
+
+    def start(self, command: str, env: Mapping[str, str], cwd: str) -> None:
+        """Start the process in a thread that then waits for it; returns once it is started (or failed)."""
+        full_env = dict(os.environ)
+        full_env.update(env)
+        started = threading.Event()
+        thread = threading.Thread(target=self._own, args=(command, full_env, cwd, started), name="trainspec run",
+                                  daemon=True)
+        thread.start()
+        started.wait()
+
+    def _own(self, command: str, env: Dict[str, str], cwd: str, started: threading.Event) -> None:
+        try:
+            popen = subprocess.Popen(
+                ["bash", "-c", command], env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent())
+        except OSError as error:
+            problem = "the directory %s does not exist on this node" % cwd if not os.path.isdir(cwd) else error
+            self._finish(["trainspec: error: cannot start bash -c in %s on %s: %s"
+                          % (cwd, socket.gethostname(), problem)], CANNOT_START)
+            started.set()
+            return
+        with self._cond:
+            self._pid = popen.pid
+        started.set()
+        reader = threading.Thread(target=self._read_pipe, args=(popen.stdout,), name="trainspec read", daemon=True)
+        reader.start()
+        returncode = popen.wait()
+        reader.join(READER_JOIN)  # a child that keeps the pipe open must not hold the exit back
+        self._finish([], exit_code(returncode))
+
+    def _read_pipe(self, pipe) -> None:
+        for raw in iter(pipe.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            with self._cond:
+                self._lines.append(line)
+                self._cond.notify_all()
+
+    def _finish(self, lines: List[str], code: int) -> None:
+        with self._cond:
+            self._lines.extend(lines)
+            self._code = code
+            self._cond.notify_all()
+        self._done.set()
+
+    def read(self, wait: float) -> Tuple[List[str], Optional[int]]:
+        """Lines printed since the last read, and the exit code once the process ended.
+
+        Blocks up to ``wait`` seconds until there is something to say: ([], None) means
+        "still running, nothing printed".
+        """
+        with self._cond:
+            self._cond.wait_for(lambda: self._lines or self._code is not None, timeout=wait)
+            lines, self._lines = self._lines[:READ_BATCH], self._lines[READ_BATCH:]
+            return lines, (self._code if not self._lines else None)
+
+    def stop(self, grace: float) -> Optional[int]:
+        """SIGTERM the process group, SIGKILL after ``grace`` s; the exit code (None: would not die)."""
+        with self._cond:
+            pid = self._pid
+        if pid is not None:
+            self._signal(pid, signal.SIGTERM)
+            self._done.wait(grace)
+            # Also when the leader is gone: whatever it left in its group goes too.
+            self._signal(pid, signal.SIGKILL)
+            self._done.wait(KILL_WAIT)
+        return self._code
+
+    @staticmethod
+    def _signal(pid: int, signum: int) -> None:
+        try:
+            os.killpg(pid, signum)  # start_new_session: the group id is the pid
+        except (ProcessLookupError, PermissionError):
+            pass  # the whole group has exited
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def _say(text: str) -> None:
+    sys.stderr.write("trainspec: %s\n" % text)
+    sys.stderr.flush()
+
+
+def _fmt(resources: Mapping[str, float]) -> str:
+    """{'CPU': 2.0, 'GPU': 4.0} -> 'CPU: 2, GPU: 4', Ray's bookkeeping resources left out."""
+    shown = []
+    for key in sorted(resources):
+        if key.startswith("node:") or key in ("memory", "object_store_memory") or key.startswith("accelerator_type"):
+            continue
+        value = resources[key]
+        shown.append("%s: %s" % (key, int(value) if float(value).is_integer() else round(value, 4)))
+    return "{%s}" % ", ".join(shown)
+
+
+class Launch:
+    """One run: ``execute`` does the work, ``cleanup`` (always called) leaves nothing behind."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.started = time.monotonic()
+        self.deadline = self.started + options.timeout if options.timeout else None
+        self.ray = None
+        self.pg = None
+        self.actors: list = []
+        self.stop_refs: Optional[list] = None
+
+    def remaining(self, cap: Optional[float] = None) -> Optional[float]:
+        """Seconds left before --timeout (at most cap); None: no limit."""
+        left = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        if cap is None:
+            return left
+        return cap if left is None else min(cap, left)
+
+    def _timed_out(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    # -------------------------------------------------------- phases
+
+    def execute(self) -> int:
+        import ray
+
+        self.ray = ray
+        options = self.options
+        try:
+            ray.init(address=options.address, log_to_driver=False, logging_level="WARNING")
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            raise LaunchError("cannot connect to the Ray cluster at --address %s: %s; is Ray running here "
+                              "(`ray status`)?" % (options.address, error)) from None
+        _on_signals()  # after ray.init, which installs its own SIGTERM handler
+        if not self._place():
+            return self._report_timeout()
+        slots, master = self._start_actors()
+        if slots is None:
+            return self._report_timeout()
+        addr, port = master
+        _say("ray: %d %s on %d node(s) [%s]; master %s:%d"
+             % (len(slots), "node launchers" if options.per_node else "processes", options.nodes,
+                options.launcher, addr, port))
+        self.ray.get([self.actors[slot.actor].start.remote(options.command, process_env(options, slot, addr, port),
+                                                           options.workdir) for slot in slots],
+                     timeout=ACTOR_START_TIMEOUT)
+        return self._follow(slots)
+
+    def _place(self) -> bool:
+        """Create the placement group and wait for it; False when --timeout ran out first."""
+        from ray.util.placement_group import placement_group
+
+        options = self.options
+        bundle = options.bundle()
+        self.pg = placement_group([dict(bundle) for _ in range(options.nodes)], strategy=options.placement)
+        ready = self.pg.ready()
+        waited_until = time.monotonic() + options.placement_timeout
+        while True:
+            left = max(0.0, waited_until - time.monotonic())
+            budget = self.remaining(min(PLACEMENT_NOTICE, left))
+            done, _ = self.ray.wait([ready], timeout=budget)
+            if done:
+                return True
+            if self._timed_out():
+                return False
+            if time.monotonic() >= waited_until:
+                raise LaunchError(
+                    "the cluster could not place %d bundle(s) of %s with %s%s within %g s (--placement-timeout); "
+                    "%s" % (options.nodes, _fmt(bundle), options.placement,
+                            " (each on its own node)" if options.placement == "STRICT_SPREAD" else "",
+                            options.placement_timeout, self._cluster_text()))
+            _say("waiting for the cluster to place %d bundle(s) of %s (%s); %s"
+                 % (options.nodes, _fmt(bundle), options.placement, self._cluster_text()))
+
+    def _cluster_text(self) -> str:
+        try:
+            total = self.ray.cluster_resources()
+            nodes = [node for node in self.ray.nodes() if node.get("Alive")]
+        except Exception as error:  # the GCS went away: say so instead of hiding the first problem
+            return "the cluster's resources are unknown (%s)" % error
+        listed = "; ".join("%s %s" % (node.get("NodeManagerAddress", "?"), _fmt(node.get("Resources", {})))
+                           for node in nodes)
+        return "the cluster has %s on %d alive node(s): %s -- are workers still starting (`ray status`)?" % (
+            _fmt(total), len(nodes), listed or "none")
+
+    def _start_actors(self):
+        """Start the actors; (slots in rank order, (master_addr, master_port)), or (None, None) on --timeout."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        options = self.options
+        runner = self.ray.remote(Runner)
+        num_cpus, num_gpus = options.actor_resources()
+        per_bundle = 1 if options.per_node else options.procs_per_node
+        for index in range(options.actors):
+            strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=index // per_bundle)
+            self.actors.append(runner.options(
+                num_cpus=num_cpus, num_gpus=num_gpus, max_concurrency=4, max_restarts=0,
+                scheduling_strategy=strategy).remote())
+        refs = [actor.where.remote() for actor in self.actors]
+        done, _ = self.ray.wait(refs, num_returns=len(refs), timeout=self.remaining(ACTOR_START_TIMEOUT))
+        if len(done) < len(refs):
+            if self._timed_out():
+                return None, None
+            raise LaunchError("%d of %d actors did not start within %g s although the placement group is ready"
+                              % (len(refs) - len(done), len(refs), ACTOR_START_TIMEOUT))
+        try:
+            places = self.ray.get(refs)
+        except self.ray.exceptions.RayError as error:
+            raise LaunchError("an actor could not start: %s" % _first_line(error)) from None
+        slots = assign(options, [gpus for _, gpus in places])
+        rank0 = self.actors[slots[0].actor]
+        master_addr = places[slots[0].actor][0]  # the node holding rank 0's bundle
+        port = pinned_port(options)
+        if port is None:
+            found, _ = self.ray.wait([rank0.free_port.remote()], timeout=self.remaining(60.0))
+            if not found:
+                return None, None
+            port = self.ray.get(found[0])
+        return slots, (master_addr, port)
+
+    def _follow(self, slots: List[Slot]) -> int:
+        """Print every process's lines until all ended; stop all at the first failure or at --timeout."""
+        options = self.options
+        ray = self.ray
+        labels = {slot.actor: options.label(slot.rank) for slot in slots}
+        tails: Dict[int, Deque[str]] = {slot.actor: deque(maxlen=TAIL_LINES) for slot in slots}
+        pending = {self.actors[slot.actor].read.remote(READ_WAIT): slot.actor for slot in slots}
+        first: Optional[Tuple[int, int]] = None  # (actor, exit code) of the first failure
+        timed_out = False
+        drain_until = None  # once stopping: when to give up collecting the last lines
+        while pending:
+            if drain_until is not None:
+                budget: Optional[float] = max(0.0, drain_until - time.monotonic())
+            else:
+                budget = self.remaining(READ_WAIT * 3)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=budget)
+            if not ready:
+                if drain_until is not None and time.monotonic() >= drain_until:
+                    break  # the cleanup kills what is left
+                if drain_until is None and self._timed_out():
+                    timed_out = True
+                    drain_until = self._stop_all()
+                continue
+            actor = pending.pop(ready[0])
+            try:
+                lines, code = ray.get(ready[0])
+            except ray.exceptions.RayError as error:
+                lines, code = ["trainspec: error: the Ray actor running this process died: %s"
+                               % _first_line(error)], ACTOR_DIED
+            if lines:
+                prefix = "[%s] " % labels[actor]
+                sys.stdout.write("".join(prefix + line + "\n" for line in lines))
+                sys.stdout.flush()
+                tails[actor].extend(lines)
+            if code is None:
+                pending[self.actors[actor].read.remote(READ_WAIT)] = actor
+            elif code != 0 and first is None and not timed_out:
+                first = (actor, code)
+                drain_until = self._stop_all()
+        elapsed = time.monotonic() - self.started
+        if first is not None:
+            actor, code = first
+            _say("error: %s exited with code %d after %.1f s; the run was stopped. Its last lines:"
+                 % (labels[actor], code, elapsed))
+            for line in tails[actor]:
+                sys.stderr.write("  | %s\n" % line)
+            sys.stderr.flush()
+            return code
+        if timed_out:
+            return self._report_timeout()
+        _say("ray: all %d %s exited 0 in %.1f s" % (len(slots), "nodes" if options.per_node else "ranks", elapsed))
+        return 0
+
+    def _report_timeout(self) -> int:
+        _say("error: the run did not finish within %g s (--timeout); every process was stopped"
+             % self.options.timeout)
+        return 124
+
+    def _stop_all(self) -> float:
+        """Ask every actor to stop its process; returns until when to keep collecting output."""
+        if self.stop_refs is None:
+            self.stop_refs = [actor.stop.remote(self.options.grace) for actor in self.actors]
+        return time.monotonic() + self.options.grace + KILL_WAIT + DRAIN_AFTER_STOP
+
+    def cleanup(self) -> None:
+        """Stop every process, kill the actors, remove the placement group: nothing stays behind."""
+        ray = self.ray
+        if ray is None:
+            return
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut the cleanup short
+            except (ValueError, OSError):
+                pass
+        try:
+            if self.actors:
+                self._stop_all()
+                try:
+                    ray.wait(self.stop_refs, num_returns=len(self.stop_refs),
+                             timeout=self.options.grace + KILL_WAIT + 5.0)
+                except Exception:
+                    pass
+            for actor in self.actors:
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:
+                    pass
+            if self.pg is not None:
+                from ray.util.placement_group import remove_placement_group
+
+                try:
+                    remove_placement_group(self.pg)
+                except Exception:
+                    pass
+        finally:
+            try:
+                ray.shutdown()
+            except Exception:
+                pass
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _on_signals() -> None:
+    """SIGTERM and SIGHUP end the run like Ctrl-C: the cleanup still stops every process."""
+    def handler(signum, frame):
+        raise _Interrupted(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(signum, handler)
+        except (ValueError, OSError):
+            pass  # not the main thread, or no such signal here
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    options = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        pinned_port(options)
+        import ray  # noqa: F401  (only to fail early and clearly)
+    except LaunchError as error:
+        _say("error: %s" % error)
+        return 2
+    except ImportError as error:
+        _say("error: cannot import ray (%s); install it where this launcher runs: pip install ray" % error)
+        return 2
+    if __name__ != "__main__":
+        # Imported (not run as a script): send the actor class by value, so that the Ray
+        # workers need this file's code only, not this module on their path.
+        import ray.cloudpickle
+
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    launch = Launch(options)
+    try:
+        return launch.execute()
+    except LaunchError as error:
+        _say("error: %s" % error)
+        return 1
+    except KeyboardInterrupt:
+        _say("interrupted; stopping every process")
+        return 130
+    except _Interrupted as interrupted:
+        _say("got signal %d; stopping every process" % interrupted.signum)
+        return 128 + interrupted.signum
+    finally:
+        launch.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
