@@ -106,6 +106,10 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
         out.append(warning(("resources", "spot"), "the head is one of the training nodes and stays on regular "
                            "capacity; only the other nodes are spot",
                            "set targets.ray.head: cpu to make every training node spot"))
+    if spec.resources.shm_size and not spec.environment.image:
+        out.append(base.unsupported(NAME, ("resources", "shm_size"),
+                                    "a shared-memory size without a container: it sizes the docker block",
+                                    "set environment.image, or remove shm_size", fatal=False))
     for name, item in spec.inputs.items():
         if item.path.startswith("azureml:"):
             out.append(base.unsupported(NAME, ("inputs", name, "path"), f"the Azure ML data asset '{item.path}'",
