@@ -230,7 +230,7 @@ try:
 except ShimError as error:
     mismatch = str(error)
 dist.destroy_process_group()
-print(json.dumps({"changed_before_init": changed_before_init, "unchanged": unchanged, "world": world.__dict__,
+print(json.dumps({"changed_before_init": changed_before_init, "unchanged": unchanged, "world": world._asdict(),
                   "mismatch": mismatch}))
 """
 

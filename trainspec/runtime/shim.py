@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import namedtuple
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, replace
 
 LAUNCHERS = ("per-process", "per-node", "mpi")
 AZUREML_MASTER_PORT = 6105  # what Azure ML's pytorch distribution uses
@@ -37,19 +37,21 @@ class ShimError(Exception):
     """A problem the user can fix; the message is shown as is, without a traceback."""
 
 
-@dataclass(frozen=True)
-class World:
-    """The processes as the platform started them, seen from this process."""
+# Immutable records as namedtuples rather than dataclasses: `dataclasses` imports `inspect`,
+# which costs every training process more start-up than the rest of the shim.
+_WorldFields = namedtuple(
+    "_WorldFields",
+    "platform master_addr master_port world_size rank local_rank local_world_size node_rank nodes")
 
-    platform: str
-    master_addr: str
-    master_port: int
-    world_size: int
-    rank: int
-    local_rank: int
-    local_world_size: int
-    node_rank: int
-    nodes: int
+
+class World(_WorldFields):
+    """The processes as the platform started them, seen from this process.
+
+    Fields: platform, master_addr, master_port, world_size, rank, local_rank,
+    local_world_size, node_rank, nodes.
+    """
+
+    __slots__ = ()
 
     def env(self, launcher: str | None, procs_per_node: int | None = None) -> dict[str, str | None]:
         """The variables to export; None means unset.
@@ -91,15 +93,18 @@ class World:
         }
 
 
-@dataclass(frozen=True)
-class Expectation:
-    """What the compiler expected, from TRAINSPEC_* variables; None = not checked."""
+_ExpectationFields = namedtuple("_ExpectationFields", "nodes procs_per_node launcher master_port spec",
+                                defaults=(None, None, None, None, None))
 
-    nodes: int | None = None
-    procs_per_node: int | None = None  # training processes per node in the final world
-    launcher: str | None = None
-    master_port: int | None = None  # overrides the platform's port
-    spec: str | None = None  # spec file, for messages
+
+class Expectation(_ExpectationFields):
+    """What the compiler expected, from TRAINSPEC_* variables; None = not checked.
+
+    Fields: nodes, procs_per_node (training processes per node in the final world),
+    launcher, master_port (overrides the platform's port), spec (file, for messages).
+    """
+
+    __slots__ = ()
 
     @property
     def procs_per_node_launched(self) -> int | None:
@@ -349,7 +354,7 @@ class HPCPack(Detector):
         master = elect_master(
             env["TRAINSPEC_RDZV_DIR"].strip(), "%s.%d" % (job, int(retry)), world.node_rank,
             _hpcpack_host(env), RDZV_TIMEOUT if timeout is None else timeout, identity)
-        return replace(world, master_addr=master)
+        return world._replace(master_addr=master)
 
 
 def _baked_int(env: Mapping[str, str], name: str, minimum: int) -> int:
@@ -880,10 +885,10 @@ def _plan(env: Mapping[str, str]) -> tuple[World, Expectation, dict[str, str | N
     detector, world = detect(env, expect)
     if detector.inside_launcher:
         # The agent owns ports and started the final workers: keep what it exported.
-        expect = replace(expect, launcher="per-process", master_port=None)
+        expect = expect._replace(launcher="per-process", master_port=None)
     check(world, expect)
     if expect.master_port is not None:
-        world = replace(world, master_port=expect.master_port)
+        world = world._replace(master_port=expect.master_port)
     world = detector.rendezvous(env, world)  # after check: a wrong world fails before any waiting
     return world, expect, world.env(expect.launcher, expect.procs_per_node)
 
@@ -950,7 +955,7 @@ def normalize(env: MutableMapping[str, str] | None = None, *, apply: bool = True
     joined = _process_group_world(env, expect)
     if joined is not None:
         # Like torchrun's workers: the final per-process world, whatever the spec's launcher.
-        check(joined, replace(expect, launcher="per-process", master_port=None))
+        check(joined, expect._replace(launcher="per-process", master_port=None))
         return joined
     world, _, exports = _plan(env)
     if apply:
