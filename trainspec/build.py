@@ -82,7 +82,9 @@ def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lo
             found.extend(target(name).check(valid))
         if lower and not any(d.is_error for d in found):
             for name in names:
-                artifact = target(name).lower(valid, (out / valid.name / name).absolute())
+                # resolve(): where the files really land (through a symlinked -o), so that their
+                # relative references (code, conda file) are right from there
+                artifact = target(name).lower(valid, (out / valid.name / name).resolve())
                 outcome.artifacts.append(artifact)
                 found.extend(artifact.diagnostics)
         outcome.valid = valid

@@ -61,11 +61,11 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
     if compute is None and spec.resources.sku is None:
         out.append(error(("resources", "sku"), "serverless Azure ML jobs need a VM size (it becomes instance_type)",
                          "set resources.sku, or targets.azureml.compute to run on a cluster"))
-    if compute is not None and not _COMPUTE_NAME.match(compute):
+    if compute is not None and not _COMPUTE_NAME.fullmatch(compute):
         out.append(error(("targets", "azureml", "compute"), f"'{compute}' is not a compute name Azure ML accepts",
                          "2-16 letters, digits and hyphens, starting with a letter, not ending with a hyphen"))
     if settings is not None and settings.experiment_name is not None \
-            and not _EXPERIMENT_NAME.match(settings.experiment_name):
+            and not _EXPERIMENT_NAME.fullmatch(settings.experiment_name):
         out.append(error(("targets", "azureml", "experiment_name"),
                          f"'{settings.experiment_name}' is not an experiment name Azure ML accepts",
                          "letters, digits, - and _, starting with a letter or digit, at most 255 characters"))
@@ -81,6 +81,11 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
         if key.startswith("trainspec_"):
             out.append(error(("targets", "azureml", "tags", key), "tags starting with trainspec_ are written by trainspec",
                              on_key=True))
+    for name, item in spec.inputs.items():
+        if _LOCAL.match(item.path) and not valid.resolve(item.path).exists():
+            out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist: Azure ML uploads "
+                             "local inputs from this machine",
+                             "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
     launcher = base.launcher(valid, NAME)
     if launcher == "per-node" and spec.framework not in ("lightning", "tensorflow"):
         problem = base.torchrun_problem(valid.render(("command",), spec.command, refs))
@@ -164,7 +169,7 @@ def _command(valid: ValidSpec, launcher: str) -> str:
         counts = shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
         command = (f"{counts} --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT "
                    f"{base.python_arguments(command)}")
-    return f"python {refs('inputs', SHIM_INPUT)} -- {command}"
+    return base.under_shim(f"python {refs('inputs', SHIM_INPUT)}", command)
 
 
 def _distribution(valid: ValidSpec, launcher: str) -> Dict[str, Any]:

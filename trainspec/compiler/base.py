@@ -105,17 +105,41 @@ def shim_file() -> OutFile:
 
 
 _PYTHON = re.compile(r"^\s*python(?:3(?:\.\d+)?)?\s+(?:-u\s+)?(?P<rest>\S.*)$", re.S)
-_SHELL_OPERATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "(", ")", "<", ">", ">>"})
+def _has_shell_operator(command: str) -> bool:
+    """An unquoted, unescaped ; & | < > ( ) or newline -- more than one simple command. shlex cannot
+    tell ``';'`` (an argument) from ``;`` (an operator) once it removed the quotes."""
+    quote = None
+    escaped = False
+    for char in command:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            if char == quote:
+                quote = None
+        elif char in "'\"":
+            quote = char
+        elif char in ";&|<>()\n":
+            return True
+    return False
+
+
+def under_shim(shim: str, command: str) -> str:
+    """``<shim> -- <command>``: the shim execs its arguments, so a shell line with several
+    commands (``cd src && python train.py``, a newline) must run as one ``bash -c`` under it --
+    otherwise only its first command would see the shim's variables."""
+    if _has_shell_operator(command):
+        import shlex
+
+        return f"{shim} -- bash -c {shlex.quote(command)}"
+    return f"{shim} -- {command}"
 
 
 def torchrun_problem(command: str) -> Optional[str]:
     """Why ``command`` cannot be handed to torchrun, or None. torchrun runs a Python script or
     module, not a shell line: ``python train.py ...`` or ``python -m pkg ...``."""
-    import shlex
-
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    if any(token in _SHELL_OPERATORS for token in lexer):
+    if _has_shell_operator(command):
         return "it contains shell operators (&&, ;, |, redirections)"
     if not _PYTHON.match(command):
         return "it does not start with `python <script>` or `python -m <module>`"

@@ -26,6 +26,9 @@ _YAML11_NON_STRING = re.compile(
     )$""", re.X)
 
 
+_SPECIAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
+
+
 def _prepare(value: Any) -> Any:
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
     from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
@@ -38,6 +41,10 @@ def _prepare(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return CommentedSeq(_prepare(v) for v in value)
     if isinstance(value, str):
+        if _SPECIAL.search(value):
+            # control characters and Unicode line breaks: only a double-quoted scalar carries them
+            # unchanged (escaped); a plain or literal one lets readers turn NEL into a line end
+            return DoubleQuotedScalarString(value)
         if "\n" in value.rstrip("\n") and not any(c in value for c in "\t\r") and value == value.strip(" "):
             return LiteralScalarString(value)
         if value == "" or _YAML11_NON_STRING.match(value):

@@ -43,6 +43,9 @@ NAMESPACE = "http://schemas.microsoft.com/HPCS2008R2/scheduler/"
 VERSION = "3.000"
 SUBMIT = "job submit /jobfile:{dir}/" + JOB_FILE
 
+# XML 1.0 has no way to carry C0 controls (but tab, newline, carriage return) or non-characters;
+# C1 controls and the Unicode line separators are turned into line ends by readers.
+_XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff\ud800-\udfff]")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _REMOTE = re.compile(r"^(azureml:|https?://|wasbs?://|abfss?://|adl://)")
 
@@ -116,17 +119,40 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
         if item.path is not None and not item.path.startswith("/"):
             out.append(base.unsupported(NAME, ("outputs", name, "path"), f"the output location '{item.path}'",
                                         "give an absolute path on shared storage, or leave path out"))
+    for path, text in _xml_strings(valid):
+        bad = _XML_UNSAFE.search(text)
+        if bad:
+            out.append(error(path, f"contains the character U+{ord(bad.group()):04X}, which an HPC Pack job XML "
+                                   "cannot carry unchanged", "remove the control character"))
     if settings.nodes is not None:
         if len(settings.nodes) != valid.nodes:
             out.append(error(("targets", "hpcpack", "nodes"),
                              f"{len(settings.nodes)} node names for resources.nodes: {valid.nodes}",
                              "list exactly one name per node, or leave nodes out and use node_group"))
         for i, node in enumerate(settings.nodes):
-            if not _NODE_NAME.match(node):
+            if not _NODE_NAME.fullmatch(node):
                 out.append(error(("targets", "hpcpack", "nodes", i), f"'{node}' is not an HPC Pack node name"))
         if len(set(n.upper() for n in settings.nodes)) != len(settings.nodes):
             out.append(error(("targets", "hpcpack", "nodes"), "a node is listed twice: one task per node"))
     return out
+
+
+def _xml_strings(valid: ValidSpec):
+    """Every spec string that lands in the job XML, with its spec path."""
+    spec = valid.spec
+    yield ("command",), spec.command
+    for key, value in spec.env.items():
+        yield ("env", key), value
+    for key, value in spec.vars.items():
+        if isinstance(value, str):
+            yield ("vars", key), value
+    settings = _settings(valid)
+    for field in ("setup", "python", "node_group", "job_template", "project"):
+        value = getattr(settings, field)
+        if value:
+            yield ("targets", NAME, field), value
+    for name, item in spec.inputs.items():
+        yield ("inputs", name, "path"), item.path
 
 
 def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:

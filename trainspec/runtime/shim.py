@@ -165,12 +165,16 @@ def _split_host_port(text: str, name: str) -> tuple[str, int | None]:
     return host, int(port) if port else None
 
 
-def _nodes(world_size: int, local_world_size: int, how: str) -> int:
+def _nodes(world_size: int, local_world_size: int, how: str, expect: Expectation | None = None) -> int:
     if world_size % local_world_size:
-        raise ShimError(
-            "%s: world size %d is not a multiple of the processes per node %d; "
-            "every node must run the same number of processes" % (how, world_size, local_world_size)
-        )
+        message = ("%s: world size %d is not a multiple of the processes per node %d; "
+                   "every node must run the same number of processes" % (how, world_size, local_world_size))
+        if expect is not None and expect.procs_per_node_launched is not None:
+            expected = (expect.nodes or 0) * expect.procs_per_node_launched
+            message += "; the spec expects %s = resources.nodes (%s) x resources.procs_per_node (%d)" % (
+                expected or "a multiple of %d" % expect.procs_per_node_launched,
+                expect.nodes if expect.nodes is not None else "?", expect.procs_per_node_launched)
+        raise ShimError(message)
     return world_size // local_world_size
 
 
@@ -189,6 +193,8 @@ def _torch_style(name: str, env: Mapping[str, str], expect: Expectation, default
     local_rank = _opt_int(env, "LOCAL_RANK")
     if local_rank is None:
         local_rank = rank - node_rank * local_world_size
+    if "LOCAL_WORLD_SIZE" not in env and expect.procs_per_node_launched is not None:
+        _check_shape(world_size, rank, local_rank, node_rank, expect)
     master_addr = env.get("MASTER_ADDR", "").strip()
     if not master_addr:
         if local_world_size != world_size:
@@ -197,8 +203,28 @@ def _torch_style(name: str, env: Mapping[str, str], expect: Expectation, default
     master_port = _opt_int(env, "MASTER_PORT", minimum=1) or default_port or expect.master_port
     if master_port is None:
         raise ShimError("MASTER_PORT is not set and the spec sets no port (TRAINSPEC_MASTER_PORT)")
-    nodes = _nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size)
+    nodes = _nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size, expect)
     return World(name, master_addr, master_port, world_size, rank, local_rank, local_world_size, node_rank, nodes)
+
+
+def _check_shape(world_size: int, rank: int, local_rank: int, node_rank: int, expect: Expectation) -> None:
+    """The platform did not say how many processes it started per node (Azure ML sets no
+    LOCAL_WORLD_SIZE), so compare what its ranks imply with the spec's number, and name the
+    spec field rather than a variable the platform never set."""
+    per_node = expect.procs_per_node_launched
+    seen = None
+    if node_rank > 0 and (rank - local_rank) % node_rank == 0:
+        seen = (rank - local_rank) // node_rank
+    if world_size % per_node or local_rank >= per_node or (seen is not None and seen != per_node):
+        shape = ("%d per node" % seen) if seen is not None else (
+            "at least %d per node" % (local_rank + 1) if local_rank >= per_node else
+            "%d in all (not a multiple of %d)" % (world_size, per_node))
+        total = "%d = " % (expect.nodes * per_node) if expect.nodes is not None else ""
+        raise ShimError(
+            "the platform started %s processes (WORLD_SIZE=%d, RANK=%d, LOCAL_RANK=%d, NODE_RANK=%d) but %s "
+            "expects %sresources.nodes (%s) x resources.procs_per_node (%d); check the job's instance count and "
+            "processes per instance" % (shape, world_size, rank, local_rank, node_rank, expect.spec or "the spec",
+                                         total, expect.nodes if expect.nodes is not None else "?", per_node))
 
 
 # ---------------------------------------------------------------- detectors
@@ -261,7 +287,7 @@ class TorchElastic(Detector):
         local_world_size = _int(env, "LOCAL_WORLD_SIZE", minimum=1)
         nodes = _opt_int(env, "GROUP_WORLD_SIZE", minimum=1)
         if nodes is None:
-            nodes = _nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size)
+            nodes = _nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size, expect)
         node_rank = _opt_int(env, "GROUP_RANK")
         master_addr = env.get("MASTER_ADDR", "").strip()
         if not master_addr:
@@ -642,7 +668,7 @@ class Ray(Detector):
             local_rank=Ray._int(env, "LOCAL_RANK"),
             local_world_size=local_world_size,
             node_rank=Ray._int(env, "NODE_RANK"),
-            nodes=_nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size),
+            nodes=_nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size, expect),
         )
 
     _UNSET = "is not set, but trainspec's Ray launcher sets it for every process (TRAINSPEC_RAY=1)"
@@ -687,7 +713,7 @@ class AzureMLMPI(Detector):
                 "run mpirun with --map-by slot (the default) instead of --map-by node"
                 % (local_rank, rank, local_size, rank % local_size)
             )
-        nodes = _nodes(world_size, local_size, "OMPI_COMM_WORLD_SIZE=%d" % world_size)
+        nodes = _nodes(world_size, local_size, "OMPI_COMM_WORLD_SIZE=%d" % world_size, expect)
         # AZ_BATCH_MASTER_NODE's port belongs to Azure Batch: take only its host.
         if env.get("AZ_BATCH_MASTER_NODE", "").strip():
             master_addr, _ = _split_host_port(env["AZ_BATCH_MASTER_NODE"], "AZ_BATCH_MASTER_NODE")
@@ -863,12 +889,15 @@ def check(world: World, expect: Expectation) -> None:
             "the platform started %d node(s) %s but %s expects resources.nodes (%d); check the job's instance count"
             % (world.nodes, _described(world, "nodes"), spec, expect.nodes)
         )
+    spec_sizes = {"world_size": "resources.nodes x resources.procs_per_node", "nodes": "resources.nodes",
+                  "local_world_size": "resources.procs_per_node"}
     for field, size_field in (("rank", "world_size"), ("node_rank", "nodes"), ("local_rank", "local_world_size")):
         if not 0 <= getattr(world, field) < getattr(world, size_field):
             raise ShimError(
-                "%s %d %s is outside 0..%d %s"
-                % (field, getattr(world, field), _described(world, field),
-                   getattr(world, size_field) - 1, _described(world, size_field))
+                "%s %d %s is outside 0..%d %s, the size %s expects (%s): the platform started more processes "
+                "than the spec says"
+                % (field, getattr(world, field), _described(world, field), getattr(world, size_field) - 1,
+                   _described(world, size_field), spec, spec_sizes[size_field])
             )
     if launcher != "per-node" and world.rank != world.node_rank * world.local_world_size + world.local_rank:
         raise ShimError(

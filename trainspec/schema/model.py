@@ -51,6 +51,13 @@ def _scalar_to_str(value):
     return value
 
 
+def _exact_int(value):
+    """`version: true` and `version: 1.0` equal 1 in Python; a format version is the integer."""
+    if isinstance(value, (bool, float)):
+        raise ValueError("expected the integer 1")
+    return value
+
+
 Duration = Annotated[int, BeforeValidator(parse_duration)]
 EnvValue = Annotated[str, BeforeValidator(_scalar_to_str)]
 
@@ -204,7 +211,8 @@ VarValue = Union[StrictStr, StrictInt, StrictFloat, StrictBool]
 
 
 class Spec(Model):
-    version: Literal[1] = Field(..., description="Spec format version.", examples=[1])
+    version: Annotated[Literal[1], BeforeValidator(_exact_int)] = Field(
+        ..., description="Spec format version.", examples=[1])
     extends: Optional[str] = Field(
         None, description="A base spec this one builds on (relative path). Maps merge, lists and scalars replace.",
         examples=["../base.yaml"])

@@ -99,7 +99,7 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     try:
         spec = Spec.model_validate(doc.data)
     except ValidationError as exc:
-        return None, [_from_pydantic(e, doc.data) for e in exc.errors()]
+        return None, [_from_pydantic(e, doc.data) for e in _merge_union_branches(exc.errors())]
 
     diagnostics: List[Diagnostic] = []
     sku = _check_sku(spec, diagnostics)
@@ -155,12 +155,37 @@ def _from_pydantic(err: Dict[str, Any], data: Any) -> Diagnostic:
         return error(path, f"expected {words}{got}", hint)
     if kind == "string_pattern_mismatch":
         return error(path, f"{_pattern_words(path)}{got}", _field_hint(path))
+    if kind == "union":
+        words = message.rsplit(", ", 1)
+        return error(path, f"{' or '.join(words) if len(words) == 2 else message}{got}", _field_hint(path))
     if kind.startswith("value_error"):
         message = message.removeprefix("Value error, ")
         return error(path, f"{message}{got}", _field_hint(path))
     message = message[0].lower() + message[1:] if message else message
     message = message.replace("input should be", "expected")
     return error(path, f"{message}{got}", _field_hint(path))
+
+
+_BRANCHES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean"}
+
+
+def _merge_union_branches(errors: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """pydantic reports a value that fits no branch of Union[str, int, ...] once per branch
+    (vars.x.str, vars.x.int, ...): say it once, at the value, listing what would fit."""
+    merged: List[Dict[str, Any]] = []
+    seen: Dict[tuple, Dict[str, Any]] = {}
+    for err in errors:
+        loc = tuple(err["loc"])
+        if loc and loc[-1] in _BRANCHES:
+            key = loc[:-1]
+            if key in seen:
+                seen[key]["msg"] += f", {_BRANCHES[loc[-1]]}"
+                continue
+            seen[key] = {**err, "loc": key, "type": "union", "msg": f"expected {_BRANCHES[loc[-1]]}"}
+            merged.append(seen[key])
+        else:
+            merged.append(err)
+    return merged
 
 
 def _describe(value: Any) -> str:
@@ -311,7 +336,7 @@ def _resolve_counts(spec: Spec, sku: Optional[skus.Sku], out: List[Diagnostic]) 
 def _check_names(spec: Spec, out: List[Diagnostic]) -> None:
     for key in spec.env:
         path = ("env", key)
-        if not re.match(ENV_NAME_PATTERN, key):
+        if not re.fullmatch(ENV_NAME_PATTERN, key):
             out.append(error(path, f"'{key}' is not a valid environment variable name",
                              "letters, digits and _, not starting with a digit", on_key=True))
         elif key in RESERVED_ENV or key.startswith("TRAINSPEC_"):
@@ -319,7 +344,7 @@ def _check_names(spec: Spec, out: List[Diagnostic]) -> None:
                              "remove it; use distribution.master_port for the port", on_key=True))
     for kind in ("inputs", "outputs"):
         for key in getattr(spec, kind):
-            if not re.match(IO_NAME_PATTERN, key):
+            if not re.fullmatch(IO_NAME_PATTERN, key):
                 out.append(error((kind, key), f"'{key}' is not a valid {kind[:-1]} name",
                                  "letters, digits and _, not starting with a digit", on_key=True))
             elif key in RESERVED_INPUTS:
@@ -343,7 +368,7 @@ def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None
         value = e.azureml
         if not value.startswith("azureml://"):
             bare = value[len("azureml:"):] if value.startswith("azureml:") else value
-            if not re.match(r"^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+|@[A-Za-z0-9_.-]+)$", bare):
+            if not re.fullmatch(r"^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+|@[A-Za-z0-9_.-]+)$", bare):
                 out.append(error(("environment", "azureml"),
                                  f"'{value}' needs a version or a label: Azure ML rejects it only at submit",
                                  f"write {bare.split(':')[0].split('@')[0]}@latest or {bare.split(':')[0].split('@')[0]}:1"))
@@ -360,7 +385,9 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
     if conda is not None and not (base / conda).is_file():
         out.append(error(("environment", "conda_file"), f"'{conda}' does not exist (relative to the spec)"))
     for name, item in spec.inputs.items():
-        if not _REMOTE.match(item.path) and not (base / item.path).exists():
+        # an absolute path may name the cluster's storage (HPC Pack, Ray): targets that upload
+        # local data check it themselves
+        if not _REMOTE.match(item.path) and not item.path.startswith("/") and not (base / item.path).exists():
             out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist (relative to the spec)",
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
 
@@ -368,7 +395,7 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
 def _check_data(spec: Spec, out: List[Diagnostic]) -> None:
     for name, item in spec.inputs.items():
         if item.path.startswith("azureml:") and not item.path.startswith("azureml://"):
-            m = _AZUREML_ASSET.match(item.path)
+            m = _AZUREML_ASSET.fullmatch(item.path)
             if not m or not (m.group(2) or m.group(3)):
                 asset = item.path[len("azureml:"):].split(":")[0].split("@")[0]
                 out.append(error(("inputs", name, "path"), f"data asset '{item.path}' needs a version or a label",
