@@ -41,7 +41,7 @@ JOB_FILE = "job.xml"
 STAGE_FILE = "stage.sh"
 NAMESPACE = "http://schemas.microsoft.com/HPCS2008R2/scheduler/"
 VERSION = "3.000"
-SUBMIT = "job submit /jobfile:{dir}/" + JOB_FILE
+SUBMIT = "job submit /jobfile:{dir}/" + JOB_FILE + "  (after: bash {dir}/" + STAGE_FILE + ", which stages the code)"
 
 # XML 1.0 has no way to carry C0 controls (but tab, newline, carriage return) or non-characters;
 # C1 controls and the Unicode line separators are turned into line ends by readers.
