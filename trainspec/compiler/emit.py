@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from .. import __version__
 
@@ -29,39 +29,63 @@ _YAML11_NON_STRING = re.compile(
 _SPECIAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
 
 
-def _prepare(value: Any) -> Any:
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
-    from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
+def _style(value: str) -> Optional[str]:
+    """How a string is written: double-quoted when a reader could take it for something else or
+    only escapes carry it, literal block when it is several plain lines, else plain."""
+    if _SPECIAL.search(value):
+        # control characters and Unicode line breaks: only a double-quoted scalar carries them
+        # unchanged (escaped); a plain or literal one lets readers turn NEL into a line end
+        return '"'
+    if "\n" in value.rstrip("\n") and not any(c in value for c in "\t\r") and value == value.strip(" "):
+        return "|"
+    if value == "" or _YAML11_NON_STRING.match(value):
+        return '"'
+    return None
 
+
+def _plain(value: Any) -> Any:
+    """Mappings -> dicts (order kept), tuples -> lists: the types the representer knows."""
     if isinstance(value, Mapping):
-        out = CommentedMap()
-        for k, v in value.items():
-            out[k] = _prepare(v)
-        return out
+        return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return CommentedSeq(_prepare(v) for v in value)
-    if isinstance(value, str):
-        if _SPECIAL.search(value):
-            # control characters and Unicode line breaks: only a double-quoted scalar carries them
-            # unchanged (escaped); a plain or literal one lets readers turn NEL into a line end
-            return DoubleQuotedScalarString(value)
-        if "\n" in value.rstrip("\n") and not any(c in value for c in "\t\r") and value == value.strip(" "):
-            return LiteralScalarString(value)
-        if value == "" or _YAML11_NON_STRING.match(value):
-            return DoubleQuotedScalarString(value)
+        return [_plain(v) for v in value]
     return value
+
+
+def _yaml():
+    """ruamel.yaml with libyaml's emitter (ruamel.yaml.clib): 4x faster than the pure-Python
+    one, and the one emitter every install uses, so the bytes never depend on what is installed."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.representer import SafeRepresenter
+
+    class Representer(SafeRepresenter):
+        def represent_str(self, value: str):
+            return self.represent_scalar("tag:yaml.org,2002:str", value, style=_style(value))
+
+    Representer.add_representer(str, Representer.represent_str)
+    yaml = YAML(typ="safe", pure=False)
+    if yaml.Emitter.__module__.split(".")[:3] != ["ruamel", "yaml", "clib"]:
+        raise RuntimeError("trainspec needs ruamel.yaml.clib (pip install ruamel.yaml.clib): its emitter "
+                           "keeps compiled files byte-identical across installs")
+    yaml.Representer = Representer
+    yaml.width = 1 << 16
+    yaml.default_flow_style = False
+    yaml.sort_base_mapping_type_on_output = False
+    yaml.allow_unicode = True
+    return yaml
+
+
+_YAML = None
 
 
 def yaml_bytes(data: Mapping[str, Any], header: str = "") -> bytes:
     """``data`` as YAML bytes, preceded by ``header`` (already a comment block)."""
-    from ruamel.yaml import YAML
-
-    yaml = YAML(typ="rt")
-    yaml.width = 1 << 16
-    yaml.indent(mapping=2, sequence=4, offset=2)
+    global _YAML
+    if _YAML is None:
+        _YAML = _yaml()
     stream = io.StringIO()
     stream.write(header)
-    yaml.dump(_prepare(data), stream)
+    _YAML.dump(_plain(data), stream)
     return stream.getvalue().encode("utf-8")
 
 
