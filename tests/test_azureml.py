@@ -57,7 +57,7 @@ def test_output_loads_in_azure_ai_ml(compiled, name):
         assert body["distribution"]["processCountPerInstance"] == per_instance
     # the shim travels as an input file next to job.yml, and every process runs under it
     assert body["inputs"]["trainspec_runtime"]["jobInputType"] == "uri_file"
-    assert body["command"].startswith("python ${{inputs.trainspec_runtime}} -- ")
+    assert body["command"].startswith("python -I -S ${{inputs.trainspec_runtime}} -- ")
     env = body["environmentVariables"]
     assert env["TRAINSPEC_NODES"] == str(instances)
     assert body["tags"]["trainspec_spec"] == f"specs/{name}.yaml"

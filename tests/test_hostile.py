@@ -249,7 +249,7 @@ def test_hostile_strings_in_command_env_and_description(tmp_path, target, catego
         if body.get("description") != " | ".join(strings):
             wrong.append(f"description came back as {body.get('description')!r}")
         calls = bash_argv(body["command"].replace("${{inputs.trainspec_runtime}}", "SHIM"), ["python"], tmp_path)
-        if calls != [["SHIM", "--", "python", "train.py", *args]]:
+        if calls != [["-I", "-S", "SHIM", "--", "python", "train.py", *args]]:
             wrong.append(f"command argv {calls!r}")
     elif target == "hpcpack":
         tasks = hpcpack_tasks(folder / "job.xml")
@@ -270,7 +270,7 @@ def test_hostile_strings_in_command_env_and_description(tmp_path, target, catego
             if pairs.get(key) != value:
                 wrong.append(f"env {key}={value!r} came back as {pairs.get(key)!r}")
         calls = bash_argv(actor, ["python"], tmp_path)
-        if calls != [["/home/u/trainspec/trainspec_shim.py", "--", "python", "train.py", *args]]:
+        if calls != [["-I", "-S", "/home/u/trainspec/trainspec_shim.py", "--", "python", "train.py", *args]]:
             wrong.append(f"command argv {calls!r}")
     assert wrong == [], "\n".join(wrong)
 
@@ -316,7 +316,7 @@ def test_a_shell_line_runs_entirely_under_the_shim_or_is_an_error(tmp_path, comm
     gives the shim only the first simple command and runs the rest outside it.
 
     Bug, minimal example: `command: cd src && python train.py` (azureml, default per-process)
-    compiles to `python ${{inputs.trainspec_runtime}} -- cd src && python train.py`; on the node
+    compiles to `python -I -S ${{inputs.trainspec_runtime}} -- cd src && python train.py`; on the node
     the shim execs `cd` and fails (`trainspec: error: cannot run cd`, exit 127) -- reproducible
     with `trainspec run SPEC --local`. Same for mpi, for Ray per-process, and for a two-line
     command in every launcher (per-node torchrun and HPC Pack too: a newline is not caught by
@@ -345,7 +345,7 @@ def test_a_shell_line_runs_entirely_under_the_shim_or_is_an_error(tmp_path, comm
         shim_calls, names, env = ["/home/u/trainspec/trainspec_shim.py"], ["python"], {}
     (tmp_path / "work" / "src").mkdir(parents=True)
     calls = bash_argv(f"cd {shlex.quote(str(tmp_path / 'work'))} && {line}", names, tmp_path, env)
-    under_shim = [c for c in calls if c and c[0] in shim_calls]
+    under_shim = [c for c in calls if c[:2] == ["-I", "-S"] and c[2:3] and c[2] in shim_calls]
     outside = [c for c in calls if c not in under_shim]
     assert len(under_shim) == 1 and outside == [], f"{line!r} ran {calls!r}: only the first command is under the shim"
     assert "train.py" in " ".join(under_shim[0])

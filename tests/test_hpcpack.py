@@ -67,7 +67,7 @@ def test_seed_job_validates_against_the_scheduler_xsd(tmp_path, schema):
                for v in task.findall("j:EnvironmentVariables/j:Variable", NS)}
         assert env["TRAINSPEC_NODE_RANK"] == str(i)
         assert env["TRAINSPEC_RDZV_DIR"] == "/app/.trainspec" and env["TRAINSPEC_MASTER_PORT"] == "29400"
-        assert task.get("CommandLine") == ("/opt/conda/envs/torch/bin/python /app/hpcpack-ddp/trainspec_shim.py -- "
+        assert task.get("CommandLine") == ("/opt/conda/envs/torch/bin/python -I -S /app/hpcpack-ddp/trainspec_shim.py -- "
                                            "/opt/conda/envs/torch/bin/python -m torch.distributed.run --nnodes 2 "
                                            "--nproc_per_node 4 train.py --steps 100")
 

@@ -560,7 +560,7 @@ def test_azureml_job_loads_with_the_counts_and_strings_the_spec_implies(workdir,
             assert body["tags"][key] == value, key
         # the command, as Azure ML's shell runs it (inputs/outputs substituted by Azure ML first)
         command = body["command"]
-        assert command.startswith("python ${{inputs.trainspec_runtime}} -- ")
+        assert command.startswith("python -I -S ${{inputs.trainspec_runtime}} -- ")
         command = re.sub(r"\$\{\{(inputs|outputs)\.(\w+)\}\}", lambda m: f"/mnt/azureml/{m.group(1)}/{m.group(2)}",
                          command)
         argv = run_bash(command, {"NODE_RANK": "1", "MASTER_ADDR": "10.0.0.4", "MASTER_PORT": "6105"},
@@ -572,7 +572,7 @@ def test_azureml_job_loads_with_the_counts_and_strings_the_spec_implies(workdir,
                        "1", "--master_addr", "10.0.0.4", "--master_port", "6105", *user]
         else:
             wrapped = [*gen.interpreter.split(), *user]
-        assert argv == ["/mnt/azureml/inputs/trainspec_runtime", "--", *wrapped]
+        assert argv == ["-I", "-S", "/mnt/azureml/inputs/trainspec_runtime", "--", *wrapped]
     finally:
         shutil.rmtree(spec.parent, ignore_errors=True)
 
@@ -619,7 +619,7 @@ def test_hpcpack_xml_is_valid_one_task_per_node_and_bash_gives_the_intended_argv
                 assert task.get("RequiredNodes") == settings_["nodes"][rank]
                 assert values["TRAINSPEC_MASTER_ADDR"] == settings_["nodes"][0]
             argv = run_bash(task.get("CommandLine"), {**values, "CCP_JOBID": JOB_ID}, functions, printer)
-            assert argv == [shim_path, "--", *python, "-m", "torch.distributed.run", "--nnodes", str(gen.nodes),
+            assert argv == ["-I", "-S", shim_path, "--", *python, "-m", "torch.distributed.run", "--nnodes", str(gen.nodes),
                             "--nproc_per_node", str(gen.procs), *user]
     finally:
         shutil.rmtree(spec.parent, ignore_errors=True)
@@ -683,7 +683,7 @@ def test_ray_cluster_passes_rays_validation_and_the_launch_line_round_trips(work
             wrapped = ["torchrun", "--nnodes", str(gen.nodes), "--nproc_per_node", str(gen.procs), *user]
         else:
             wrapped = [*gen.interpreter.split(), *user]
-        assert actor == [*python[1:], "/home/raytest/trainspec/trainspec_shim.py", "--", *wrapped]
+        assert actor == [*python[1:], "-I", "-S", "/home/raytest/trainspec/trainspec_shim.py", "--", *wrapped]
     finally:
         shutil.rmtree(spec.parent, ignore_errors=True)
 

@@ -102,7 +102,7 @@ def test_launch_script_runs_the_unmodified_command_under_the_shim(tmp_path):
     assert options["--nodes"] == "2" and options["--procs-per-node"] == "8" and options["--placement"] == "STRICT_SPREAD"
     assert "TRAINSPEC_NODES=2" in argv and "TRAINSPEC_LAUNCHER=per-process" in argv
     command = argv[argv.index("--") + 1]
-    assert command == ("python $HOME/trainspec/trainspec_shim.py -- python train.py --num_nodes 2 --devices 8 "
+    assert command == ("python -I -S $HOME/trainspec/trainspec_shim.py -- python train.py --num_nodes 2 --devices 8 "
                        "--max_epochs 5")
     assert any("ray down -y" in l and l.startswith("trap ") for l in lines)  # said even when training fails
     assert bash_n(folder / "launch.sh")

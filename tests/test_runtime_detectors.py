@@ -404,3 +404,27 @@ def test_module_has_no_trainspec_imports():
     source = SHIM_PATH.read_text()
     assert "import trainspec" not in source and "from trainspec" not in source and "from ." not in source
     assert shim.World is World
+
+
+def test_compiled_jobs_start_the_shim_isolated_from_the_jobs_python_environment(tmp_path):
+    """Every compiled job starts the shim with `python -I -S`: a sitecustomize or PYTHONPATH in the
+    job's environment cannot break or slow it (and skipping site is most of its start-up). The
+    command it execs still gets that environment."""
+    from ruamel.yaml import YAML
+
+    from conftest import REPO
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("raise SystemExit('the job environment ran in the shim')\n")
+    job = YAML(typ="safe", pure=True).load((REPO / "tests/golden/mnist-lightning/azureml/job.yml").read_text())
+    prefix = job["command"].split(" -- ")[0].replace("${{inputs.trainspec_runtime}}", str(SHIM_PATH))
+    assert prefix.split()[:3] == ["python", "-I", "-S"]
+    env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
+           "PYTHONPATH": str(site)}
+    isolated = subprocess.run(f"{prefix} --print -- true", shell=True, env=env, capture_output=True, text=True,
+                              timeout=30)
+    assert isolated.returncode == 0 and "RANK=0" in isolated.stdout, isolated.stderr
+    plain = subprocess.run(f"python {SHIM_PATH} --print -- true", shell=True, env=env, capture_output=True,
+                           text=True, timeout=30)
+    assert plain.returncode != 0 and "the job environment ran in the shim" in plain.stderr

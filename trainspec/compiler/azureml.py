@@ -169,7 +169,7 @@ def _command(valid: ValidSpec, launcher: str) -> str:
         counts = shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
         command = (f"{counts} --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT "
                    f"{base.python_arguments(command)}")
-    return base.under_shim(f"python {refs('inputs', SHIM_INPUT)}", command)
+    return base.under_shim(f"python {' '.join(base.SHIM_FLAGS)} {refs('inputs', SHIM_INPUT)}", command)
 
 
 def _distribution(valid: ValidSpec, launcher: str) -> Dict[str, Any]:

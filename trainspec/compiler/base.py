@@ -30,6 +30,10 @@ LAUNCHER_DEFAULTS: Dict[str, Dict[str, str]] = {
 }
 
 SHIM_FILE = "trainspec_shim.py"
+# The shim starts isolated: no site-packages, no PYTHON* variables, no user site. It needs only
+# the standard library, so nothing in the job's Python environment can break it, and skipping
+# site halves its start-up (README, "Speed"). The command it execs gets the environment as is.
+SHIM_FLAGS = ("-I", "-S")
 
 
 @dataclass(frozen=True)

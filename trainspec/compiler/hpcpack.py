@@ -252,7 +252,7 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
     settings = _settings(valid)
     python = _python(valid)
     user = valid.render(("command",), spec.command, refs_for(valid)).strip()
-    launcher = shlex.join([*python, layout.shim, "--", *python, "-m", "torch.distributed.run",
+    launcher = shlex.join([*python, *base.SHIM_FLAGS, layout.shim, "--", *python, "-m", "torch.distributed.run",
                            "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
     # node rank, master address and port (TRAINSPEC_MASTER_PORT = rdzv_port) reach torchrun from
     # the shim as PET_NODE_RANK / PET_MASTER_ADDR / PET_MASTER_PORT

@@ -249,7 +249,7 @@ def _command(valid: ValidSpec) -> str:
         # node rank, master address and port reach torchrun from the shim as PET_*
         command = (shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node",
                                str(valid.procs_per_node)]) + " " + base.python_arguments(command))
-    return base.under_shim(f"{shlex.join(python)} $HOME/trainspec/{base.SHIM_FILE}", command)
+    return base.under_shim(f"{shlex.join([*python, *base.SHIM_FLAGS])} $HOME/trainspec/{base.SHIM_FILE}", command)
 
 
 def launcher_argv(valid: ValidSpec) -> List[str]:

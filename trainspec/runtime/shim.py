@@ -828,11 +828,14 @@ class SingleProcess(Detector):
 
 def _free_port() -> int:
     """Any free port: one process cannot collide with itself, but may with a neighbour's fixed port."""
-    import socket
+    import _socket  # the C module under `socket`: 0.3 ms to import instead of 4.5
 
-    with socket.socket() as sock:
+    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    try:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+    finally:
+        sock.close()
 
 
 # In priority order: the first whose detect() is true wins.
