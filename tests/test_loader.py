@@ -7,8 +7,6 @@ probe where YAML 1.1 (libyaml) and 1.2 differ; and they check that what it decli
 read, by the round-trip loader, exactly as before.
 """
 
-from pathlib import Path
-
 import pytest
 
 from conftest import REPO, SPECS

@@ -306,18 +306,19 @@ def parser() -> argparse.ArgumentParser:
     strict(sub)
     overrides(sub)
 
+    def out(sub: argparse.ArgumentParser, help: str) -> None:
+        sub.add_argument("-o", "--out", default="build", help=f"{help} (default: build)")
+
     sub = command(compile_, "compile")
     paths(sub)
     targets(sub)
-    sub.add_argument("-o", "--out", default="build",
-                     help="output directory; files go to OUT/<name>/<target>/ (default: build)")
+    out(sub, "output directory; files go to OUT/<name>/<target>/")
     strict(sub)
     overrides(sub)
 
     sub = command(check)
     paths(sub)
-    sub.add_argument("-o", "--out", default="build",
-                     help="the output directory that compile wrote, and that is committed (default: build)")
+    out(sub, "the output directory that compile wrote, and that is committed")
     targets(sub)
     overrides(sub)
 

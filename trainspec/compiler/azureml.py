@@ -88,10 +88,8 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
     launcher = base.launcher(valid, NAME)
     if launcher == "per-node" and spec.framework not in ("lightning", "tensorflow"):
-        problem = base.torchrun_problem(valid.render(("command",), spec.command, refs))
-        if problem:
-            out.append(error(("command",), f"per-node launch wraps the command in torchrun, but {problem}",
-                             "write `python train.py ...`, or use launcher: per-process"))
+        out.extend(filter(None, [base.torchrun_error(valid, refs, "per-node launch wraps the command in torchrun",
+                                                     "write `python train.py ...`, or use launcher: per-process")]))
         if spec.distribution.master_port != DEFAULT_MASTER_PORT:
             out.append(warning(("distribution", "master_port"),
                                f"per-node torchrun on Azure ML uses the MASTER_PORT Azure ML sets ({DEFAULT_MASTER_PORT})",

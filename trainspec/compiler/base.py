@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from ..diagnostics import Diagnostic, SpecPath, error, warning
 from ..schema.validate import ValidSpec
@@ -148,6 +148,13 @@ def torchrun_problem(command: str) -> Optional[str]:
     if not _PYTHON.match(command):
         return "it does not start with `python <script>` or `python -m <module>`"
     return None
+
+
+def torchrun_error(valid: ValidSpec, refs, wrapped_by: str, hint: str) -> Optional[Diagnostic]:
+    """An error at ``command`` when a target would hand it to torchrun and it is not a Python
+    script or module line; ``wrapped_by`` says who puts torchrun there, for the message."""
+    problem = torchrun_problem(valid.render(("command",), valid.spec.command, refs))
+    return error(("command",), f"{wrapped_by}, but {problem}", hint) if problem else None
 
 
 def python_arguments(command: str) -> str:

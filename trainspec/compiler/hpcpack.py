@@ -30,9 +30,9 @@ import re
 import shlex
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
-from ..diagnostics import Diagnostic, error, warning
+from ..diagnostics import Diagnostic, error
 from ..schema.validate import ValidSpec
 from . import base, emit
 
@@ -88,10 +88,9 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
         out.append(base.unsupported(NAME, ("distribution", "launcher"), f"launcher {launcher}",
                                     "HPC Pack runs one task per node: use launcher: per-node (torchrun)"))
     else:
-        problem = base.torchrun_problem(valid.render(("command",), spec.command, refs_for(valid)))
-        if problem:
-            out.append(error(("command",), f"HPC Pack runs the command under torchrun, but {problem}",
-                             "write `python train.py ...`; put preparation in targets.hpcpack.setup"))
+        out.extend(filter(None, [base.torchrun_error(valid, refs_for(valid), "HPC Pack runs the command under torchrun",
+                                                     "write `python train.py ...`; put preparation in "
+                                                     "targets.hpcpack.setup")]))
     if spec.resources.spot:
         out.append(base.unsupported(NAME, ("resources", "spot"), "spot capacity: the job runs on the cluster's nodes",
                                     "remove resources.spot, or compile this spec for azureml only", fatal=False))

@@ -95,10 +95,9 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
         out.append(base.unsupported(NAME, ("distribution", "launcher"), "launcher mpi: Ray has no mpirun",
                                     "use per-process (one actor per process) or per-node"))
     elif launcher == "per-node" and spec.framework != "lightning":
-        problem = base.torchrun_problem(valid.render(("command",), spec.command, refs_for(valid)))
-        if problem:
-            out.append(error(("command",), f"per-node launch wraps the command in torchrun, but {problem}",
-                             "write `python train.py ...`, or use launcher: per-process"))
+        out.extend(filter(None, [base.torchrun_error(valid, refs_for(valid),
+                                                     "per-node launch wraps the command in torchrun",
+                                                     "write `python train.py ...`, or use launcher: per-process")]))
     if spec.environment.azureml:
         out.append(base.unsupported(NAME, ("environment", "azureml"), "an Azure ML registered environment",
                                     "use environment.image, conda_file or pip"))

@@ -13,8 +13,7 @@ from typing import Dict, Literal, Optional, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from typing_extensions import Annotated
 
-from .fields import (ENV_NAME_PATTERN, IO_NAME_PATTERN, NAME_PATTERN, SHM_PATTERN,  # noqa: F401 (re-exported)
-                     exact_int, parse_duration, scalar_to_str)
+from .fields import NAME_PATTERN, SHM_PATTERN, exact_int, parse_duration, scalar_to_str
 
 Framework = Literal["pytorch", "lightning", "deepspeed", "huggingface", "tensorflow"]
 Launcher = Literal["per-process", "per-node", "mpi"]
