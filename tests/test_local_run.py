@@ -103,6 +103,33 @@ def test_a_crashing_rank_ends_the_run_with_its_code_and_output(tmp_path):
     assert "Traceback (most recent call last)" not in proc.stderr.split("Its last lines:")[0]
 
 
+def test_a_master_that_never_opens_ends_the_run_with_a_clear_message(tmp_path):
+    """Rank 0 hangs before init_process_group: the others would wait in the rendezvous for torch's
+    timeout (the script's own is 60 s; torch's default 30 min). With --rendezvous-timeout 5 the
+    run stops within 5 s + the SIGTERM->SIGKILL grace, naming the address and who never opened it."""
+    from trainspec.runtime.procs import KILL_AFTER
+
+    spec = _spec_with(tmp_path, "ddp-torchrun.yaml", **{"--steps 100": "--steps 3 --hang-rank 0"})
+    proc = run([str(spec), "--procs-per-node", "2", "--launcher", "per-process", "--rendezvous-timeout", "5"],
+               tmp_path / "work")
+    assert proc.returncode == 124, proc.stderr
+    assert "nothing listened on the master address 127.0.0.2:" in proc.stderr
+    assert "within 5 s: rank 0 never opened the rendezvous" in proc.stderr
+    assert "  | rank 0 hanging on purpose" in proc.stderr  # its last lines
+    assert "TRAINSPEC_RESULT" not in proc.stdout
+    assert proc.elapsed < 5 + KILL_AFTER + 30  # + interpreter and torch start-up on a busy 2-core machine
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_mentions(pid, str(tmp_path))]
+    assert left == []
+
+
+def _cmdline_mentions(pid: str, text: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return text.encode() in fh.read()
+    except OSError:
+        return False
+
+
 def test_a_world_that_disagrees_with_the_spec_fails_fast(tmp_path):
     """The compiled job says 2 nodes; the platform starts 3 (say `az ml job create --set
     resources.instance_count=3`). Every process must exit at once naming both numbers."""

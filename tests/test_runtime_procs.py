@@ -136,3 +136,58 @@ def test_live_with_finds_a_marked_process(marker):
         child.kill()
         child.wait()
     assert live_with(marker) == []
+
+
+# ---------------------------------------------------------------- the master address
+
+
+def _listener(port):
+    """rank 0 opening the rendezvous: listen on the port, then wait for a peer's line."""
+    return ("import socket, sys\n"
+            f"s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', {port}))\n"
+            "s.listen(8); print('listening', flush=True)\n"
+            "while True:\n"
+            "    c, _ = s.accept(); data = c.recv(100)\n"
+            "    if data: print('got', data.decode(), flush=True); break\n")
+
+
+def _peer(port):
+    """another rank: connect when the master is up (retrying as torch's store client does), say hello."""
+    return ("import socket, time\n"
+            "while True:\n"
+            "    try:\n"
+            f"        c = socket.create_connection(('127.0.0.1', {port})); break\n"
+            "    except OSError: time.sleep(0.05)\n"
+            "c.sendall(b'hello'); print('sent', flush=True)\n")
+
+
+def test_a_master_that_opens_lets_the_run_finish(marker):
+    port = free_port()
+    master = procs.Master("127.0.0.1", port, "rank 0", timeout=20)
+    out = io.StringIO()
+    result = run_all([proc("rank 0", _listener(port), marker), proc("rank 1", _peer(port), marker)],
+                     timeout=30, out=out, master=master)
+    assert result == Result(exit_code=0, failed=None, tail=[], timed_out=False), out.getvalue()
+    assert "[rank 0] got hello" in out.getvalue()
+    assert live_with(marker) == []
+
+
+def test_a_master_that_never_opens_stops_the_run(marker):
+    port = free_port()
+    master = procs.Master("127.0.0.1", port, "rank 0", timeout=1)
+    started = time.monotonic()
+    result = run_all([proc("rank 0", "print('stuck before init', flush=True)\n" + SLEEP, marker),
+                      proc("rank 1", _peer(port), marker)], timeout=60, out=io.StringIO(), master=master)
+    assert (result.exit_code, result.failed, result.master_silent, result.timed_out) == (124, "rank 0", True, False)
+    assert "stuck before init" in result.tail
+    assert time.monotonic() - started < 1 + procs.KILL_AFTER + 5
+    assert live_with(marker) == []
+
+
+def test_a_failure_before_the_master_timeout_is_the_story(marker):
+    port = free_port()
+    master = procs.Master("127.0.0.1", port, "rank 0", timeout=2)
+    result = run_all([proc("rank 0", SLEEP, marker), proc("rank 1", "import sys; sys.exit(9)", marker)],
+                     timeout=60, grace=5, out=io.StringIO(), master=master)
+    assert (result.exit_code, result.failed, result.master_silent) == (9, "rank 1", False)
+    assert live_with(marker) == []

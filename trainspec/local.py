@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .runtime.procs import Proc, free_port, loopback_host, run_all
+from .runtime.procs import Master, Proc, free_port, loopback_host, run_all
 
 # Variables a platform sets: never inherited from the shell that runs `trainspec run`.
 _PLATFORM_PREFIXES = ("OMPI_", "PMIX_", "AZ_BATCH", "AZUREML_", "TORCHELASTIC_", "SLURM_", "CCP_", "PL_TRAINER_",
@@ -40,6 +40,7 @@ class LocalOptions:
     launcher: Optional[str] = None
     inputs: Dict[str, str] = field(default_factory=dict)
     timeout: float = 900
+    rendezvous_timeout: float = 600  # how long the others wait for rank 0 to open MASTER_ADDR:MASTER_PORT
     workdir: Optional[str] = None
     start_delays: Dict[int, float] = field(default_factory=dict)  # node -> seconds late (hpcpack)
     sets: Tuple[str, ...] = ()
@@ -110,18 +111,18 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
             print(f"trainspec: error: stage.sh failed: {staged.stderr.strip()}", file=sys.stderr)
             return 1
         return play_hpcpack(job_dir / "job.xml", timeout=options.timeout, out=out, name=valid.name,
-                            start_delays=options.start_delays)
+                            start_delays=options.start_delays, rendezvous_timeout=options.rendezvous_timeout)
     code = workdir / "code"
     if code.exists():
         shutil.rmtree(code)
     shutil.copytree(valid.resolve(valid.spec.code), code,
                     ignore=shutil.ignore_patterns("__pycache__", ".git", "lightning_logs", "outputs"))
     return play(job_dir / "job.yml", code, workdir, inputs=options.inputs, timeout=options.timeout, out=out,
-                name=valid.name, target=options.target)
+                name=valid.name, target=options.target, rendezvous_timeout=options.rendezvous_timeout)
 
 
 def play(job_file: Path, code: Path, workdir: Path, *, inputs: Mapping[str, str] = {}, timeout: float = 900,
-         out=None, name: str = "job", target: str = "azureml") -> int:
+         out=None, name: str = "job", target: str = "azureml", rendezvous_timeout: float = 600) -> int:
     """Run a compiled Azure ML job file the way Azure ML would, with local processes."""
     from ruamel.yaml import YAML
 
@@ -132,12 +133,16 @@ def play(job_file: Path, code: Path, workdir: Path, *, inputs: Mapping[str, str]
     procs = simulate_azureml(job, command, cwd=str(code), base_env=_base_env())
     print(f"trainspec: running {name} locally as {target} would: {len(procs)} process(es) "
           f"on {job['resources']['instance_count']} simulated node(s); workdir {workdir}", file=sys.stderr)
-    return _run_and_report(procs, timeout, out)
+    master = None
+    if len(procs) > 1 and (job.get("distribution") or {}).get("type", "pytorch").lower() != "tensorflow":
+        master = Master(loopback_host(0), int(procs[0].env["TRAINSPEC_MASTER_PORT"]), procs[0].label,
+                        rendezvous_timeout)
+    return _run_and_report(procs, timeout, out, master)
 
 
 def play_hpcpack(job_xml: Path, *, timeout: float = 900, out=None, name: str = "job",
                  start_delays: Optional[Mapping[int, float]] = None, job_id: str = "4242",
-                 retry_count: str = "0") -> int:
+                 retry_count: str = "0", rendezvous_timeout: float = 600) -> int:
     """Run a compiled HPC Pack job the way the Linux node agent would: every task's CommandLine
     written to cmd.sh and run by bash in its WorkDirectory, with the task's environment plus the
     CCP_* variables the scheduler sets; task i on the simulated host 127.0.0.(i+2).
@@ -171,16 +176,28 @@ def play_hpcpack(job_xml: Path, *, timeout: float = 900, out=None, name: str = "
         procs.append(Proc(label=f"node {i}", argv=["bash", "-c", run], env=env, cwd=str(script.parent)))
     print(f"trainspec: running {name} locally as hpcpack would: {len(procs)} task(s), one per simulated node",
           file=sys.stderr)
-    return _run_and_report(procs, timeout, out)
+    # node 0's shim publishes its host as the master, and its torchrun opens the store there
+    master = Master(loopback_host(0), port, procs[0].label, rendezvous_timeout) if len(procs) > 1 else None
+    return _run_and_report(procs, timeout, out, master)
 
 
-def _run_and_report(procs: List[Proc], timeout: float, out) -> int:
+def _run_and_report(procs: List[Proc], timeout: float, out, master: Optional[Master] = None) -> int:
     started = time.monotonic()
-    result = run_all(procs, timeout=timeout, out=out or sys.stdout)
+    result = run_all(procs, timeout=timeout, out=out or sys.stdout, master=master)
     elapsed = time.monotonic() - started
     if result.exit_code == 0:
         print(f"trainspec: all {len(procs)} processes exited 0 in {elapsed:.1f} s", file=sys.stderr)
         return 0
+    if result.master_silent:
+        assert master is not None
+        print(f"trainspec: error: nothing listened on the master address {master.host}:{master.port} within "
+              f"{master.timeout:g} s: {master.label} never opened the rendezvous (it hung, or is still busy before "
+              "init_process_group), so every other process would have waited for torch's own timeout; every "
+              f"process was stopped after {elapsed:.1f} s (hint: --rendezvous-timeout SECONDS if {master.label} "
+              "needs longer). Its last lines:", file=sys.stderr)
+        for line in result.tail:
+            print(f"  | {line}", file=sys.stderr)
+        return result.exit_code
     if result.timed_out:
         print(f"trainspec: error: the run did not finish within {timeout:g} s; every process was stopped",
               file=sys.stderr)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import IO, Deque, List, Mapping, Optional, Sequence, Tuple
 
 TAIL_LINES = 30
+PROBE_EVERY = 0.25  # seconds between connection attempts to the master address
+MASTER_SILENT = -1  # in the exit queue: the master never opened
 KILL_AFTER = 5.0  # seconds between SIGTERM and SIGKILL
 READER_JOIN = 5.0  # seconds to wait for output still buffered in a pipe after the processes ended
 
@@ -36,14 +38,26 @@ class Proc:
     cwd: str
 
 
+@dataclass(frozen=True)
+class Master:
+    """Where the job's rendezvous must open (MASTER_ADDR:MASTER_PORT), who opens it (the label of
+    rank 0's process, or node 0's for torchrun), and how long the others may wait for it."""
+
+    host: str
+    port: int
+    label: str
+    timeout: float
+
+
 @dataclass
 class Result:
     """How the job ended."""
 
     exit_code: int  # 0 if all exited 0, else the first failing process's code (signal -> 128+sig)
-    failed: Optional[str]  # label of the first failing process
+    failed: Optional[str]  # label of the first failing process (or of the master that never opened)
     tail: List[str]  # its last lines
     timed_out: bool
+    master_silent: bool = False  # nothing listened on the master address within Master.timeout
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -77,6 +91,8 @@ class _Job:
         self.tails: List[Deque[str]] = []
         self.readers: List[threading.Thread] = []
         self.waiters: List[threading.Thread] = []
+        self.watchers: List[threading.Thread] = []
+        self.done = threading.Event()
 
     def start(self, proc: Proc) -> None:
         index = len(self.popens)
@@ -111,6 +127,26 @@ class _Job:
     def _wait(self, index: int) -> None:
         self.exits.put((index, self.popens[index].wait()))
 
+    def watch(self, master: Master) -> None:
+        """Until the master address accepts a connection: past master.timeout, report it silent.
+        A bare connect and close is harmless to torch's TCPStore (and to torchrun's)."""
+        def probe() -> None:
+            deadline = time.monotonic() + master.timeout
+            while not self.done.is_set():
+                try:
+                    socket.create_connection((master.host, master.port), timeout=PROBE_EVERY).close()
+                    return
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.exits.put((MASTER_SILENT, 124))
+                    return
+                self.done.wait(PROBE_EVERY)
+
+        thread = threading.Thread(target=probe, name="watch master", daemon=True)
+        thread.start()
+        self.watchers.append(thread)
+
     def wait(self, timeout: float, grace: float) -> Tuple[int, Optional[int], bool]:
         """Block until all exited, or grace after the first failure, or timeout.
 
@@ -125,6 +161,10 @@ class _Job:
                 index, returncode = self.exits.get(timeout=max(0.0, until - time.monotonic()))
             except queue.Empty:
                 break
+            if index == MASTER_SILENT:
+                if first is None:
+                    return returncode, MASTER_SILENT, False
+                continue  # a process failed first: that is the story
             running -= 1
             if returncode != 0 and first is None:
                 first = (index, _exit_code(returncode))
@@ -137,6 +177,9 @@ class _Job:
 
     def stop(self) -> None:
         """SIGTERM every process group, SIGKILL after KILL_AFTER; reap the processes and drain their output."""
+        self.done.set()
+        for watcher in self.watchers:
+            watcher.join()
         self._signal_groups(signal.SIGTERM)
         deadline = time.monotonic() + KILL_AFTER
         for waiter in self.waiters:
@@ -157,21 +200,32 @@ class _Job:
                 pass  # the whole group has exited
 
 
-def run_all(procs: Sequence[Proc], *, timeout: float, grace: float = 10.0, out: IO[str] = sys.stdout) -> Result:
+def run_all(procs: Sequence[Proc], *, timeout: float, grace: float = 10.0, out: IO[str] = sys.stdout,
+            master: Optional[Master] = None) -> Result:
     """Run procs together, streaming their output to out, and tear all down on the first failure.
 
     The first process to exit non-zero decides the exit code; the others get
     ``grace`` seconds to exit by themselves (they usually fail too, once a peer
     is gone), then SIGTERM, then SIGKILL.  On ``timeout`` all are killed and the
-    exit code is 124, as with coreutils' timeout.  Ctrl-C kills all and re-raises.
+    exit code is 124, as with coreutils' timeout.  With ``master``, a job whose
+    master address accepts no connection within master.timeout is stopped the
+    same way (exit 124, ``master_silent``), instead of waiting in the rendezvous
+    until torch's own timeout (30 minutes by default).  Ctrl-C kills all and re-raises.
     """
     job = _Job(out)
     try:
         for proc in procs:
             job.start(proc)
+        if master is not None:
+            job.watch(master)
         exit_code, failed, timed_out = job.wait(timeout, grace)
     finally:
         job.stop()
+    if failed == MASTER_SILENT:
+        assert master is not None
+        index = job.labels.index(master.label) if master.label in job.labels else None
+        return Result(exit_code=exit_code, failed=master.label, timed_out=False, master_silent=True,
+                      tail=[] if index is None else list(job.tails[index]))
     return Result(
         exit_code=exit_code,
         failed=None if failed is None else job.labels[failed],
