@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
         parsed[name] = path
     options = LocalOptions(target=args.target, procs_per_node=args.procs_per_node, nodes=args.nodes,
                            launcher=args.launcher, inputs=parsed, timeout=args.timeout,
-                           rendezvous_timeout=args.rendezvous_timeout, workdir=args.workdir,
+                           rendezvous_timeout=args.rendezvous_timeout, netns=args.netns, workdir=args.workdir,
                            sets=tuple(args.sets), variables=tuple(args.variables))
     return run_local(args.spec, options)
 
@@ -353,6 +353,9 @@ def parser() -> argparse.ArgumentParser:
                      help="local path for a spec input")
     sub.add_argument("--timeout", type=_seconds, default=900,
                      help="seconds before the whole run is stopped (default: 900)")
+    sub.add_argument("--netns", action="store_true",
+                     help="each simulated node in a network namespace of its own, joined by a private bridge "
+                          "(root): MASTER_ADDR is really another host")
     sub.add_argument("--rendezvous-timeout", type=_seconds, default=600,
                      help="seconds the others wait for rank 0 (node 0 under torchrun) to open MASTER_ADDR:MASTER_PORT "
                           "before the run is stopped (default: 600)")

@@ -6,7 +6,8 @@ process, each with the variables that platform sets (Azure ML's pytorch distribu
 Open MPI's only, or TF_CONFIG), the job's own environment_variables, and its command run
 through bash in a copy of the code directory. Simulated nodes get distinct loopback
 addresses (127.0.0.2, 127.0.0.3, ...). Overrides (processes per node, launcher) go through
-the same validation as file content.
+the same validation as file content. With ``--netns`` every simulated node is a network
+namespace of its own (trainspec/netns.py), so MASTER_ADDR is really another host.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .runtime.procs import Master, Proc, free_port, loopback_host, run_all
+from .netns import Loopback, Namespaces, NetnsError
+from .runtime.procs import Master, Proc, run_all
 
 # Variables a platform sets: never inherited from the shell that runs `trainspec run`.
 _PLATFORM_PREFIXES = ("OMPI_", "PMIX_", "AZ_BATCH", "AZUREML_", "TORCHELASTIC_", "SLURM_", "CCP_", "PL_TRAINER_",
@@ -41,6 +43,7 @@ class LocalOptions:
     inputs: Dict[str, str] = field(default_factory=dict)
     timeout: float = 900
     rendezvous_timeout: float = 600  # how long the others wait for rank 0 to open MASTER_ADDR:MASTER_PORT
+    netns: bool = False  # each simulated node in its own network namespace (root)
     workdir: Optional[str] = None
     start_delays: Dict[int, float] = field(default_factory=dict)  # node -> seconds late (hpcpack)
     sets: Tuple[str, ...] = ()
@@ -91,10 +94,18 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
     from .build import build
     from .compiler.write import target_dir, write
 
-    if not options.workdir:
-        options.workdir = tempfile.mkdtemp(prefix="trainspec-run-")
-    workdir = Path(options.workdir).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
+    if options.netns and (os.geteuid() != 0 or shutil.which("ip") is None):
+        print("trainspec: error: --netns needs root and iproute2's `ip` (it creates network namespaces)",
+              file=sys.stderr)
+        return 1
+    try:
+        if not options.workdir:
+            options.workdir = tempfile.mkdtemp(prefix="trainspec-run-")
+        workdir = Path(options.workdir).resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"trainspec: error: cannot make the work directory {options.workdir}: {exc.strerror}", file=sys.stderr)
+        return 1
     outcome = build(spec_file, workdir, [options.target], transform=overrides(options), sets=options.sets,
                     variables=options.variables)
     for d in outcome.diagnostics:
@@ -105,24 +116,39 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
     artifact = outcome.artifacts[0]
     job_dir = write(target_dir(workdir, artifact), artifact)
     valid = outcome.valid
+    if not options.netns:
+        return _play(options, job_dir, workdir, valid, out, Loopback())
+    try:
+        with Namespaces(valid.nodes) as hosts:
+            print(f"trainspec: {valid.nodes} simulated node(s) in network namespaces {hosts.prefix}-0.. "
+                  f"at {', '.join(hosts.address(n) for n in range(valid.nodes))}", file=sys.stderr)
+            return _play(options, job_dir, workdir, valid, out, hosts)
+    except NetnsError as exc:
+        print(f"trainspec: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _play(options: LocalOptions, job_dir: Path, workdir: Path, valid, out, hosts) -> int:
     if options.target == "hpcpack":
         staged = subprocess.run(["bash", str(job_dir / "stage.sh")], capture_output=True, text=True)
         if staged.returncode != 0:
             print(f"trainspec: error: stage.sh failed: {staged.stderr.strip()}", file=sys.stderr)
             return 1
         return play_hpcpack(job_dir / "job.xml", timeout=options.timeout, out=out, name=valid.name,
-                            start_delays=options.start_delays, rendezvous_timeout=options.rendezvous_timeout)
+                            start_delays=options.start_delays, rendezvous_timeout=options.rendezvous_timeout,
+                            hosts=hosts)
     code = workdir / "code"
     if code.exists():
         shutil.rmtree(code)
     shutil.copytree(valid.resolve(valid.spec.code), code,
                     ignore=shutil.ignore_patterns("__pycache__", ".git", "lightning_logs", "outputs"))
     return play(job_dir / "job.yml", code, workdir, inputs=options.inputs, timeout=options.timeout, out=out,
-                name=valid.name, target=options.target, rendezvous_timeout=options.rendezvous_timeout)
+                name=valid.name, target=options.target, rendezvous_timeout=options.rendezvous_timeout, hosts=hosts)
 
 
 def play(job_file: Path, code: Path, workdir: Path, *, inputs: Mapping[str, str] = {}, timeout: float = 900,
-         out=None, name: str = "job", target: str = "azureml", rendezvous_timeout: float = 600) -> int:
+         out=None, name: str = "job", target: str = "azureml", rendezvous_timeout: float = 600,
+         hosts=None) -> int:
     """Run a compiled Azure ML job file the way Azure ML would, with local processes."""
     from ruamel.yaml import YAML
 
@@ -130,42 +156,44 @@ def play(job_file: Path, code: Path, workdir: Path, *, inputs: Mapping[str, str]
     job = YAML(typ="safe", pure=True).load(Path(job_file).read_text())
     paths = _data_paths(job, Path(job_file).parent, workdir, inputs)
     command = _substitute(job["command"], paths)
-    procs = simulate_azureml(job, command, cwd=str(code), base_env=_base_env())
+    hosts = hosts or Loopback()
+    procs = simulate_azureml(job, command, cwd=str(code), base_env=_base_env(hosts), hosts=hosts)
     print(f"trainspec: running {name} locally as {target} would: {len(procs)} process(es) "
           f"on {job['resources']['instance_count']} simulated node(s); workdir {workdir}", file=sys.stderr)
     master = None
     if len(procs) > 1 and (job.get("distribution") or {}).get("type", "pytorch").lower() != "tensorflow":
-        master = Master(loopback_host(0), int(procs[0].env["TRAINSPEC_MASTER_PORT"]), procs[0].label,
-                        rendezvous_timeout)
+        master = Master(hosts.address(0), int(procs[0].env["TRAINSPEC_MASTER_PORT"]), procs[0].label,
+                        rendezvous_timeout, hosts.netns(0))
     return _run_and_report(procs, timeout, out, master)
 
 
 def play_hpcpack(job_xml: Path, *, timeout: float = 900, out=None, name: str = "job",
                  start_delays: Optional[Mapping[int, float]] = None, job_id: str = "4242",
-                 retry_count: str = "0", rendezvous_timeout: float = 600) -> int:
+                 retry_count: str = "0", rendezvous_timeout: float = 600, hosts=None) -> int:
     """Run a compiled HPC Pack job the way the Linux node agent would: every task's CommandLine
     written to cmd.sh and run by bash in its WorkDirectory, with the task's environment plus the
     CCP_* variables the scheduler sets; task i on the simulated host 127.0.0.(i+2).
     ``start_delays`` starts some tasks late, as a busy scheduler would."""
     import xml.etree.ElementTree as ET
 
+    hosts = hosts or Loopback()
     ns = {"j": "http://schemas.microsoft.com/HPCS2008R2/scheduler/"}
     root = ET.parse(job_xml).getroot()
     tasks = root.findall("j:Tasks/j:Task", ns)
-    port = free_port(loopback_host(0))
+    port = hosts.free_port()
     cores = str(os.cpu_count() or 1)
     procs: List[Proc] = []
     folder = Path(job_xml).parent / "tasks"
     for i, task in enumerate(tasks):
-        env = dict(_base_env())
+        env = dict(_base_env(hosts))
         env.update({v.findtext("j:Name", namespaces=ns): v.findtext("j:Value", namespaces=ns) or ""
                     for v in task.findall("j:EnvironmentVariables/j:Variable", ns)})
-        host = loopback_host(i)
+        host = hosts.address(i)
         env.update(CCP_JOBID=job_id, CCP_TASKID=str(i + 1), CCP_TASKINSTANCEID="0", CCP_RETRY_COUNT=retry_count,
                    CCP_NODES=f"1 {host} {cores}", CCP_NUMCPUS=cores, CCP_JOBNAME=root.get("Name", ""),
                    CCP_WORKDIR=task.get("WorkDirectory", ""), TRAINSPEC_MASTER_PORT=str(port))
-        if "TRAINSPEC_MASTER_ADDR" in env:  # explicit node names: node 0 is simulated at 127.0.0.2
-            env["TRAINSPEC_MASTER_ADDR"] = loopback_host(0)
+        if "TRAINSPEC_MASTER_ADDR" in env:  # explicit node names: node 0 is simulated at its address
+            env["TRAINSPEC_MASTER_ADDR"] = hosts.address(0)
         script = folder / task.get("Name", f"task-{i}") / "cmd.sh"
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text(task.get("CommandLine", ""))
@@ -173,11 +201,13 @@ def play_hpcpack(job_xml: Path, *, timeout: float = 900, out=None, name: str = "
         run = f"cd {shlex.quote(task.get('WorkDirectory') or '.')} && exec /bin/bash {shlex.quote(str(script))}"
         if delay:
             run = f"sleep {delay:g} && {run}"  # the scheduler starts this task late
-        procs.append(Proc(label=f"node {i}", argv=["bash", "-c", run], env=env, cwd=str(script.parent)))
+        procs.append(Proc(label=f"node {i}", argv=["bash", "-c", run], env=env, cwd=str(script.parent),
+                          netns=hosts.netns(i)))
     print(f"trainspec: running {name} locally as hpcpack would: {len(procs)} task(s), one per simulated node",
           file=sys.stderr)
     # node 0's shim publishes its host as the master, and its torchrun opens the store there
-    master = Master(loopback_host(0), port, procs[0].label, rendezvous_timeout) if len(procs) > 1 else None
+    master = (Master(hosts.address(0), port, procs[0].label, rendezvous_timeout, hosts.netns(0))
+              if len(procs) > 1 else None)
     return _run_and_report(procs, timeout, out, master)
 
 
@@ -209,14 +239,14 @@ def _run_and_report(procs: List[Proc], timeout: float, out, master: Optional[Mas
     return result.exit_code
 
 
-def _base_env() -> Dict[str, str]:
+def _base_env(hosts) -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in _PLATFORM_NAMES and not k.startswith(_PLATFORM_PREFIXES)}
     # the job's `python` is the interpreter trainspec runs under (its virtualenv, its torch)
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("OMP_NUM_THREADS", "1")
-    env["GLOO_SOCKET_IFNAME"] = "lo"  # simulated nodes talk over loopback only
+    env["GLOO_SOCKET_IFNAME"] = hosts.interface  # loopback, or the namespace's one interface
     return env
 
 
@@ -251,13 +281,15 @@ def _substitute(command: str, paths: Mapping[str, str]) -> str:
     return command
 
 
-def simulate_azureml(job: Mapping[str, Any], command: str, *, cwd: str, base_env: Mapping[str, str]) -> List[Proc]:
+def simulate_azureml(job: Mapping[str, Any], command: str, *, cwd: str, base_env: Mapping[str, str],
+                     hosts=None) -> List[Proc]:
     """One Proc per process Azure ML would start, with the variables it would set."""
+    hosts = hosts or Loopback()
     nodes = int(job["resources"]["instance_count"])
     distribution = job.get("distribution") or {"type": "pytorch", "process_count_per_instance": 1}
     kind = distribution["type"].lower()
     per_node = int(distribution.get("process_count_per_instance", 1))
-    port = free_port(loopback_host(0))
+    port = hosts.free_port()
     job_env = {str(k): str(v) for k, v in (job.get("environment_variables") or {}).items()}
     job_env["TRAINSPEC_MASTER_PORT"] = str(port)  # a free port here instead of the cluster's fixed one
     world = nodes * per_node if kind != "tensorflow" else int(distribution.get("worker_count", nodes))
@@ -269,21 +301,21 @@ def simulate_azureml(job: Mapping[str, Any], command: str, *, cwd: str, base_env
         env["AZUREML_RUN_ID"] = "local-simulation"
         env["AZ_BATCH_NODE_ID"] = f"tvmps_local_{node_rank}"
         if kind == "pytorch":
-            env.update(MASTER_ADDR=loopback_host(0), MASTER_PORT=str(port), WORLD_SIZE=str(world),
+            env.update(MASTER_ADDR=hosts.address(0), MASTER_PORT=str(port), WORLD_SIZE=str(world),
                        NODE_RANK=str(node_rank), RANK=str(rank), LOCAL_RANK=str(local_rank))
         elif kind == "mpi":
             env.update(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE=str(world),
                        OMPI_COMM_WORLD_LOCAL_RANK=str(local_rank), OMPI_COMM_WORLD_LOCAL_SIZE=str(per_node),
                        OMPI_COMM_WORLD_NODE_RANK=str(node_rank * 7 + 3))  # deliberately not a node index
             if nodes > 1:
-                env["AZ_BATCH_MASTER_NODE"] = f"{loopback_host(0)}:{BATCH_PORT}"
+                env["AZ_BATCH_MASTER_NODE"] = f"{hosts.address(0)}:{BATCH_PORT}"
             else:
-                env["AZ_BATCHAI_MPI_MASTER_NODE"] = loopback_host(0)
+                env["AZ_BATCHAI_MPI_MASTER_NODE"] = hosts.address(0)
         elif kind == "tensorflow":
             import json
-            workers = [f"{loopback_host(i)}:{port + i}" for i in range(world)]
+            workers = [f"{hosts.address(i)}:{port + i}" for i in range(world)]
             env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
                                            "task": {"type": "worker", "index": rank}, "environment": "cloud"})
         label = f"rank {rank}" if per_node > 1 or kind == "mpi" else f"node {node_rank}"
-        procs.append(Proc(label=label, argv=["bash", "-c", command], env=env, cwd=cwd))
+        procs.append(Proc(label=label, argv=["bash", "-c", command], env=env, cwd=cwd, netns=hosts.netns(node_rank)))
     return procs

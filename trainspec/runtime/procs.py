@@ -36,6 +36,7 @@ class Proc:
     argv: Sequence[str]
     env: Mapping[str, str]
     cwd: str
+    netns: Optional[str] = None  # a network namespace to run in (`ip netns exec`), or this one
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Master:
     port: int
     label: str
     timeout: float
+    netns: Optional[str] = None  # where the address is reachable from, if not from here
 
 
 @dataclass
@@ -92,12 +94,14 @@ class _Job:
         self.readers: List[threading.Thread] = []
         self.waiters: List[threading.Thread] = []
         self.watchers: List[threading.Thread] = []
+        self.probes: List[subprocess.Popen[bytes]] = []
         self.done = threading.Event()
 
     def start(self, proc: Proc) -> None:
         index = len(self.popens)
+        argv = list(proc.argv) if proc.netns is None else ["ip", "netns", "exec", proc.netns, *proc.argv]
         popen = subprocess.Popen(
-            list(proc.argv),
+            argv,
             env=dict(proc.env),
             cwd=proc.cwd,
             stdin=subprocess.DEVNULL,
@@ -129,7 +133,8 @@ class _Job:
 
     def watch(self, master: Master) -> None:
         """Until the master address accepts a connection: past master.timeout, report it silent.
-        A bare connect and close is harmless to torch's TCPStore (and to torchrun's)."""
+        A bare connect and close is harmless to torch's TCPStore (and to torchrun's). When the
+        address is only reachable from a network namespace, the probe runs there."""
         def probe() -> None:
             deadline = time.monotonic() + master.timeout
             while not self.done.is_set():
@@ -143,7 +148,26 @@ class _Job:
                     return
                 self.done.wait(PROBE_EVERY)
 
-        thread = threading.Thread(target=probe, name="watch master", daemon=True)
+        def wait_for(popen: "subprocess.Popen[bytes]") -> None:
+            if popen.wait() != 0 and not self.done.is_set():
+                self.exits.put((MASTER_SILENT, 124))
+
+        if master.netns is None:
+            thread = threading.Thread(target=probe, name="watch master", daemon=True)
+        else:  # the same loop, as a process inside the namespace (stopped with the job)
+            code = ("import socket, sys, time\n"
+                    f"deadline = time.monotonic() + {master.timeout!r}\n"
+                    "while time.monotonic() <= deadline:\n"
+                    "    try:\n"
+                    f"        socket.create_connection(({master.host!r}, {master.port}), {PROBE_EVERY}).close()\n"
+                    "        sys.exit(0)\n"
+                    "    except OSError:\n"
+                    f"        time.sleep({PROBE_EVERY})\n"
+                    "sys.exit(1)\n")
+            popen = subprocess.Popen(["ip", "netns", "exec", master.netns, sys.executable, "-I", "-S", "-c", code],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.probes.append(popen)
+            thread = threading.Thread(target=wait_for, args=(popen,), name="watch master", daemon=True)
         thread.start()
         self.watchers.append(thread)
 
@@ -178,6 +202,9 @@ class _Job:
     def stop(self) -> None:
         """SIGTERM every process group, SIGKILL after KILL_AFTER; reap the processes and drain their output."""
         self.done.set()
+        for probe in self.probes:
+            if probe.poll() is None:
+                probe.kill()
         for watcher in self.watchers:
             watcher.join()
         self._signal_groups(signal.SIGTERM)
