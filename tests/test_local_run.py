@@ -149,3 +149,98 @@ def test_a_world_that_disagrees_with_the_spec_fails_fast(tmp_path):
     assert code == 3
     assert elapsed < 30
     assert "3" in text and "resources.nodes (2)" in text, text
+
+
+# ---------------------------------------------------------------- faults in the middle of a run
+
+
+def _pids_with(marker: str, *, cmdline: str = "", env_item: str = "") -> list:
+    """Live processes whose environment carries marker (and, if given, env_item and cmdline text)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            argv = open(f"/proc/{pid}/cmdline", "rb").read()
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and marker.encode() in environ and cmdline.encode() in argv \
+                and (not env_item or env_item.encode() in environ):
+            found.append(int(pid))
+    return found
+
+
+def test_killing_one_rank_mid_run_stops_every_rank_and_names_the_dead_one(tmp_path):
+    """SIGKILL rank 2 of 2x2 while all four train (DDP, gloo): the run ends with 137 (128+9), says
+    'rank 2 exited with code 137', and every process is gone within the runner's promise: the
+    others get GRACE seconds to fail by themselves, then SIGTERM, then SIGKILL after KILL_AFTER."""
+    import signal
+    import uuid
+
+    from trainspec.runtime.procs import KILL_AFTER
+
+    grace = 10.0  # run_all's default, used by run --local
+    marker = f"KILLTEST_MARKER={uuid.uuid4().hex}"
+    spec = _spec_with(tmp_path, "ddp-torchrun.yaml", **{"--steps 100": "--steps 10000000"})
+    command = [*trainspec_cmd(), "run", str(spec), "--procs-per-node", "2", "--launcher", "per-process",
+               "--local", "--workdir", str(tmp_path / "work")]
+    if CAN_UNSHARE:
+        command = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    env[marker.split("=")[0]] = marker.split("=")[1]
+    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=REPO, start_new_session=True)
+    try:
+        for line in runner.stdout:  # rank 0 prints every 20 steps: at step 40 all four are in the loop
+            if re.match(r"\[rank 0\] step [4-9]\d+ ", line):
+                break
+        else:
+            pytest.fail("the run ended before training: " + runner.stderr.read()[-3000:])
+        victims = _pids_with(marker, cmdline="train.py", env_item="RANK=2")
+        assert len(victims) == 1, victims
+        os.kill(victims[0], signal.SIGKILL)
+        killed = time.monotonic()
+        rest, errors = runner.communicate(timeout=grace + KILL_AFTER + 30)
+        elapsed = time.monotonic() - killed
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+            runner.wait()
+    assert runner.returncode == 137, errors[-3000:]
+    assert "rank 2 exited with code 137" in errors and "the run was stopped" in errors
+    assert "TRAINSPEC_RESULT" not in rest  # nobody finished
+    assert elapsed < grace + KILL_AFTER + 5, elapsed
+    assert _pids_with(marker) == []
+
+
+def test_one_node_reporting_a_different_world_fails_at_once(tmp_path):
+    """Node 1's processes are told a world of 6 (their agent thinks 3 nodes); node 0's the spec's
+    4. Node 1's ranks exit 3 at once naming both numbers and the spec field; node 0's, waiting in
+    the rendezvous for peers that never come, are stopped: the run ends with 3 in < 30 s."""
+    from dataclasses import replace
+
+    from ruamel.yaml import YAML
+
+    from trainspec.local import _base_env, _data_paths, _run_and_report, _substitute, simulate_azureml
+    from trainspec.netns import Loopback
+
+    out = tmp_path / "build"
+    spec = _spec_with(tmp_path, "ddp-torchrun.yaml")
+    subprocess.run([*trainspec_cmd(), "compile", str(spec), "-o", str(out), "--set", "distribution.launcher=per-process",
+                    "--set", "resources.procs_per_node=2"], check=True, capture_output=True)
+    job_file = out / "ddp-torchrun" / "azureml" / "job.yml"
+    job = YAML(typ="safe", pure=True).load(job_file.read_text())
+    command = _substitute(job["command"], _data_paths(job, job_file.parent, tmp_path / "work", {}))
+    procs = simulate_azureml(job, command, cwd=str(REPO / "examples" / "ddp"), base_env=_base_env(Loopback()))
+    assert len(procs) == 4
+    procs = [replace(p, env={**p.env, "WORLD_SIZE": "6", "OMP_NUM_THREADS": "1"}) if p.env["NODE_RANK"] == "1"
+             else replace(p, env={**p.env, "OMP_NUM_THREADS": "1"}) for p in procs]
+    log = tmp_path / "log.txt"
+    started = time.monotonic()
+    with open(log, "w") as fh:
+        code = _run_and_report(procs, 120, fh)
+    elapsed = time.monotonic() - started
+    text = log.read_text()
+    assert code == 3
+    assert elapsed < 30
+    assert re.search(r"\[rank [23]\] .*6.*resources\.nodes \(2\)", text), text
