@@ -68,6 +68,10 @@ def test_first_failure_stops_the_rest_within_grace(marker):
     assert time.monotonic() - start < 10
     assert (result.exit_code, result.failed, result.timed_out) == (7, "rank 1", False)
     assert result.tail == ["step %d" % i for i in range(10, 40)]
+    # the report says who else was stopped, and how
+    assert [(e.label, e.exit_code, e.stopped_by) for e in result.others] == [("rank 0", 143, "SIGTERM"),
+                                                                            ("rank 2", 143, "SIGTERM")]
+    assert all(e.at >= result.failed_at + 0.5 for e in result.others)  # after the grace, not before
     assert live_with(marker) == []
 
 
@@ -90,6 +94,7 @@ def test_sigterm_ignored_then_sigkill(marker, monkeypatch):
                "time.sleep(60)"
     result = run_all([proc("rank 0", stubborn, marker)], timeout=1.0, out=io.StringIO())
     assert result.exit_code == 124
+    assert [(e.label, e.exit_code, e.stopped_by) for e in result.others] == [("rank 0", 137, "SIGKILL")]
     assert live_with(marker) == []
 
 
@@ -191,3 +196,31 @@ def test_a_failure_before_the_master_timeout_is_the_story(marker):
                      timeout=60, grace=5, out=io.StringIO(), master=master)
     assert (result.exit_code, result.failed, result.master_silent) == (9, "rank 1", False)
     assert live_with(marker) == []
+
+
+# ---------------------------------------------------------------- the report of `run --local`
+
+
+@pytest.mark.parametrize("others, told", [
+    ([], ""),
+    ([procs.Ending("rank 0", 143, "SIGTERM", 12.0)], "; the other process ended within 10.0 s: rank 0 was stopped by SIGTERM"),
+    ([procs.Ending("rank 0", 1, None, 2.5), procs.Ending("rank 1", 1, None, 2.1), procs.Ending("rank 3", 137, "SIGKILL", 17.0)],
+     "; the other 3 processes ended within 15.0 s: rank 0 and rank 1 exited by themselves (code 1); "
+     "rank 3 was stopped by SIGKILL"),
+    ([procs.Ending("rank %d" % r, 143, "SIGTERM", 3.0) for r in range(1, 8)],
+     "; the other 7 processes ended within 1.0 s: rank 1, rank 2, rank 3 and 4 more were stopped by SIGTERM"),
+    ([procs.Ending("node 1", 0, None, 2.0), procs.Ending("node 2", 3, None, 2.0)],
+     "; the other 2 processes ended within 0.0 s: node 1 had finished (code 0); node 2 exited by itself (code 3)"),
+])
+def test_the_report_names_how_the_others_ended(others, told):
+    from trainspec.local import _how_the_others_ended
+
+    result = Result(exit_code=137, failed="rank 2", tail=[], timed_out=False, failed_at=2.0, others=others)
+    assert _how_the_others_ended(result) == told
+
+
+def test_the_report_names_the_signal():
+    from trainspec.local import _signal_name
+
+    assert [_signal_name(c) for c in (0, 1, 3, 128, 137, 143, 130, 200)] == [
+        "", "", "", "", " (SIGKILL)", " (SIGTERM)", " (SIGINT)", ""]

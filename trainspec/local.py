@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -232,11 +233,47 @@ def _run_and_report(procs: List[Proc], timeout: float, out, master: Optional[Mas
         print(f"trainspec: error: the run did not finish within {timeout:g} s; every process was stopped",
               file=sys.stderr)
         return result.exit_code
-    print(f"trainspec: error: {result.failed} exited with code {result.exit_code} after {elapsed:.1f} s; "
-          "the run was stopped. Its last lines:", file=sys.stderr)
+    print(f"trainspec: error: {result.failed} exited with code {result.exit_code}{_signal_name(result.exit_code)} "
+          f"after {result.failed_at or elapsed:.1f} s; the run was stopped{_how_the_others_ended(result)}. "
+          f"Its last lines ({result.failed}):", file=sys.stderr)
     for line in result.tail:
         print(f"  | {line}", file=sys.stderr)
     return result.exit_code
+
+
+def _signal_name(exit_code: int) -> str:
+    """' (SIGKILL)' for 137: the shell's 128+n for a process killed by signal n."""
+    try:
+        return f" ({signal.Signals(exit_code - 128).name})" if exit_code > 128 else ""
+    except ValueError:
+        return ""
+
+
+def _how_the_others_ended(result) -> str:
+    """'; the other 3 processes ended within 1.2 s: rank 0 and rank 1 exited by themselves (code 1);
+    rank 3 was stopped by SIGTERM' -- who failed on their own once a peer was gone, whom the runner stopped."""
+    others = result.others
+    if not others:
+        return ""
+    groups: Dict[Tuple[Optional[str], int], List[str]] = {}
+    for ending in others:
+        key = (ending.stopped_by, 0) if ending.stopped_by else (None, ending.exit_code)
+        groups.setdefault(key, []).append(ending.label)
+
+    def told(key: Tuple[Optional[str], int], labels: List[str]) -> str:
+        shown = labels if len(labels) <= 4 else labels[:3] + [f"{len(labels) - 3} more"]
+        names = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+        stopped_by, code = key
+        if stopped_by:
+            return f"{names} {'was' if len(labels) == 1 else 'were'} stopped by {stopped_by}"
+        if code == 0:
+            return f"{names} had finished (code 0)"
+        return f"{names} exited by {'itself' if len(labels) == 1 else 'themselves'} (code {code})"
+
+    within = max(0.0, max(ending.at for ending in others) - (result.failed_at or 0.0))
+    plural = "process" if len(others) == 1 else f"{len(others)} processes"
+    return (f"; the other {plural} ended within {within:.1f} s: "
+            + "; ".join(told(key, labels) for key, labels in groups.items()))
 
 
 def _base_env(hosts) -> Dict[str, str]:

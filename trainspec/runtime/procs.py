@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Deque, List, Mapping, Optional, Sequence, Tuple
 
 TAIL_LINES = 30
@@ -51,6 +51,16 @@ class Master:
     netns: Optional[str] = None  # where the address is reachable from, if not from here
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How one of the other processes ended, once the first had failed (or the run was stopped)."""
+
+    label: str
+    exit_code: int  # signal -> 128+sig
+    stopped_by: Optional[str]  # None: it exited by itself; "SIGTERM" or "SIGKILL": after the runner sent that
+    at: float  # seconds from the start of the run
+
+
 @dataclass
 class Result:
     """How the job ended."""
@@ -60,6 +70,8 @@ class Result:
     tail: List[str]  # its last lines
     timed_out: bool
     master_silent: bool = False  # nothing listened on the master address within Master.timeout
+    failed_at: Optional[float] = field(default=None, compare=False)  # seconds from the start to the first failure
+    others: List[Ending] = field(default_factory=list, compare=False)  # every process but the failed one, in order
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -96,6 +108,9 @@ class _Job:
         self.watchers: List[threading.Thread] = []
         self.probes: List[subprocess.Popen[bytes]] = []
         self.done = threading.Event()
+        self.started = time.monotonic()
+        self.ended: List[Optional[Tuple[float, int, Optional[str]]]] = []  # (when, returncode, signal sent before)
+        self.sent: Optional[str] = None  # the last signal stop() sent to every group
 
     def start(self, proc: Proc) -> None:
         index = len(self.popens)
@@ -112,6 +127,7 @@ class _Job:
         self.labels.append(proc.label)
         self.popens.append(popen)
         self.tails.append(deque(maxlen=TAIL_LINES))
+        self.ended.append(None)
         for target, threads in ((self._read, self.readers), (self._wait, self.waiters)):
             thread = threading.Thread(target=target, args=(index,), name="%s %s" % (target.__name__, proc.label))
             thread.daemon = True
@@ -129,7 +145,9 @@ class _Job:
                 self.out.flush()
 
     def _wait(self, index: int) -> None:
-        self.exits.put((index, self.popens[index].wait()))
+        returncode = self.popens[index].wait()
+        self.ended[index] = (time.monotonic() - self.started, returncode, self.sent)
+        self.exits.put((index, returncode))
 
     def watch(self, master: Master) -> None:
         """Until the master address accepts a connection: past master.timeout, report it silent.
@@ -207,17 +225,25 @@ class _Job:
                 probe.kill()
         for watcher in self.watchers:
             watcher.join()
+        self.sent = "SIGTERM"
         self._signal_groups(signal.SIGTERM)
         deadline = time.monotonic() + KILL_AFTER
         for waiter in self.waiters:
             waiter.join(max(0.0, deadline - time.monotonic()))
         # Also for groups whose leader is gone: its children may still hold on.
+        self.sent = "SIGKILL"
         self._signal_groups(signal.SIGKILL)
         for waiter in self.waiters:
             waiter.join()
         deadline = time.monotonic() + READER_JOIN
         for reader in self.readers:
             reader.join(max(0.0, deadline - time.monotonic()))
+
+    def endings(self, skip: Optional[int]) -> List[Ending]:
+        """How every process but ``skip`` ended (after stop())."""
+        return [Ending(label, _exit_code(ended[1]), ended[2], ended[0])
+                for index, (label, ended) in enumerate(zip(self.labels, self.ended))
+                if index != skip and ended is not None]
 
     def _signal_groups(self, signum: int) -> None:
         for popen in self.popens:
@@ -238,6 +264,7 @@ def run_all(procs: Sequence[Proc], *, timeout: float, grace: float = 10.0, out: 
     master address accepts no connection within master.timeout is stopped the
     same way (exit 124, ``master_silent``), instead of waiting in the rendezvous
     until torch's own timeout (30 minutes by default).  Ctrl-C kills all and re-raises.
+    ``Result.others`` tells how every other process ended: by itself, or after SIGTERM / SIGKILL.
     """
     job = _Job(out)
     try:
@@ -252,10 +279,12 @@ def run_all(procs: Sequence[Proc], *, timeout: float, grace: float = 10.0, out: 
         assert master is not None
         index = job.labels.index(master.label) if master.label in job.labels else None
         return Result(exit_code=exit_code, failed=master.label, timed_out=False, master_silent=True,
-                      tail=[] if index is None else list(job.tails[index]))
+                      tail=[] if index is None else list(job.tails[index]), others=job.endings(index))
     return Result(
         exit_code=exit_code,
         failed=None if failed is None else job.labels[failed],
         tail=[] if failed is None else list(job.tails[failed]),
         timed_out=timed_out,
+        failed_at=None if failed is None else job.ended[failed][0],  # type: ignore[index]
+        others=job.endings(failed),
     )
