@@ -170,10 +170,22 @@ def _pids_with(marker: str, *, cmdline: str = "", env_item: str = "") -> list:
     return found
 
 
+def _stop_marked(marker: str) -> None:
+    """Whatever a failed test left running: SIGKILL to every process carrying its marker."""
+    import signal
+
+    for pid in _pids_with(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_killing_one_rank_mid_run_stops_every_rank_and_names_the_dead_one(tmp_path):
     """SIGKILL rank 2 of 2x2 while all four train (DDP, gloo): the run ends with 137 (128+9), says
-    'rank 2 exited with code 137', and every process is gone within the runner's promise: the
-    others get GRACE seconds to fail by themselves, then SIGTERM, then SIGKILL after KILL_AFTER."""
+    'rank 2 exited with code 137 (SIGKILL)' and that the other three were stopped, and every
+    process is gone within the runner's promise, measured from the kill: GRACE seconds for the
+    others to fail by themselves, then SIGTERM, then SIGKILL after KILL_AFTER, + 5 s of slack."""
     import signal
     import uuid
 
@@ -183,7 +195,7 @@ def test_killing_one_rank_mid_run_stops_every_rank_and_names_the_dead_one(tmp_pa
     marker = f"KILLTEST_MARKER={uuid.uuid4().hex}"
     spec = _spec_with(tmp_path, "ddp-torchrun.yaml", **{"--steps 100": "--steps 10000000"})
     command = [*trainspec_cmd(), "run", str(spec), "--procs-per-node", "2", "--launcher", "per-process",
-               "--local", "--workdir", str(tmp_path / "work")]
+               "--local", "--workdir", str(tmp_path / "work"), "--timeout", "120"]  # ends even if step 40 never comes
     if CAN_UNSHARE:
         command = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
@@ -206,24 +218,41 @@ def test_killing_one_rank_mid_run_stops_every_rank_and_names_the_dead_one(tmp_pa
         if runner.poll() is None:
             os.killpg(runner.pid, signal.SIGKILL)
             runner.wait()
+        _stop_marked(marker)  # the ranks have sessions of their own: a killed runner would leave them
     assert runner.returncode == 137, errors[-3000:]
-    assert "rank 2 exited with code 137" in errors and "the run was stopped" in errors
+    assert "rank 2 exited with code 137 (SIGKILL)" in errors, errors[-3000:]
+    # ... and says what became of the others: each either failed by itself or was stopped
+    report = re.search(r"the run was stopped; the other 3 processes ended within [\d.]+ s: (.*)\. Its last lines",
+                       errors)
+    assert report, errors[-3000:]
+    for rank in (0, 1, 3):
+        assert re.search(rf"\brank {rank}\b", report.group(1)), report.group(1)
     assert "TRAINSPEC_RESULT" not in rest  # nobody finished
     assert elapsed < grace + KILL_AFTER + 5, elapsed
     assert _pids_with(marker) == []
 
 
-def test_one_node_reporting_a_different_world_fails_at_once(tmp_path):
-    """Node 1's processes are told a world of 6 (their agent thinks 3 nodes); node 0's the spec's
-    4. Node 1's ranks exit 3 at once naming both numbers and the spec field; node 0's, waiting in
-    the rendezvous for peers that never come, are stopped: the run ends with 3 in < 30 s."""
+@pytest.mark.parametrize("told, wrong, field", [
+    ({"WORLD_SIZE": "6"}, "started 6 processes (WORLD_SIZE=6)", "expects 4 = resources.nodes (2) x resources.procs_per_node (2)"),
+    ({"LOCAL_WORLD_SIZE": "3"}, "processes per node 3", "resources.procs_per_node (2)"),
+], ids=["world-size", "procs-per-node"])
+def test_one_node_reporting_a_different_world_fails_at_once(tmp_path, capsys, told, wrong, field):
+    """Node 1's processes are told another world (a world of 6, as if their agent thought 3 nodes;
+    or 3 processes per node); node 0's the spec's 2 x 2. Both of node 1's ranks exit 3 at once
+    naming their number and the spec's field; node 0's, waiting in the rendezvous for peers that
+    never come, are stopped after the grace: the run ends with 3 in < grace + KILL_AFTER + 15 s
+    (start-up on 2 busy cores), and nothing is left running."""
+    import uuid
     from dataclasses import replace
 
     from ruamel.yaml import YAML
 
     from trainspec.local import _base_env, _data_paths, _run_and_report, _substitute, simulate_azureml
     from trainspec.netns import Loopback
+    from trainspec.runtime.procs import KILL_AFTER
 
+    grace = 10.0
+    marker = f"WORLDTEST_MARKER={uuid.uuid4().hex}"
     out = tmp_path / "build"
     spec = _spec_with(tmp_path, "ddp-torchrun.yaml")
     subprocess.run([*trainspec_cmd(), "compile", str(spec), "-o", str(out), "--set", "distribution.launcher=per-process",
@@ -232,15 +261,25 @@ def test_one_node_reporting_a_different_world_fails_at_once(tmp_path):
     job = YAML(typ="safe", pure=True).load(job_file.read_text())
     command = _substitute(job["command"], _data_paths(job, job_file.parent, tmp_path / "work", {}))
     procs = simulate_azureml(job, command, cwd=str(REPO / "examples" / "ddp"), base_env=_base_env(Loopback()))
-    assert len(procs) == 4
-    procs = [replace(p, env={**p.env, "WORLD_SIZE": "6", "OMP_NUM_THREADS": "1"}) if p.env["NODE_RANK"] == "1"
-             else replace(p, env={**p.env, "OMP_NUM_THREADS": "1"}) for p in procs]
+    assert [p.env["NODE_RANK"] for p in procs] == ["0", "0", "1", "1"]
+    name, value = marker.split("=")
+    procs = [replace(p, env={**p.env, name: value, **(told if p.env["NODE_RANK"] == "1" else {})}) for p in procs]
     log = tmp_path / "log.txt"
     started = time.monotonic()
-    with open(log, "w") as fh:
-        code = _run_and_report(procs, 120, fh)
+    try:
+        with open(log, "w") as fh:
+            code = _run_and_report(procs, 120, fh)
+    finally:
+        _stop_marked(marker)
     elapsed = time.monotonic() - started
-    text = log.read_text()
-    assert code == 3
-    assert elapsed < 30
-    assert re.search(r"\[rank [23]\] .*6.*resources\.nodes \(2\)", text), text
+    text, errors = log.read_text(), capsys.readouterr().err
+    assert code == 3, errors
+    for rank in (2, 3):  # each of node 1's processes, with both numbers and the spec's field
+        line = re.search(rf"^\[rank {rank}\] trainspec: error: (.*)$", text, re.M)
+        assert line and wrong in line.group(1) and field in line.group(1), text
+    assert not re.search(r"^\[rank [01]\] trainspec: error", text, re.M), text  # node 0 agrees with the spec
+    assert re.search(r"rank [23] exited with code 3 after [\d.]+ s; the run was stopped; the other 3 processes "
+                     r"ended within [\d.]+ s: rank 0 and rank 1 were stopped by SIGTERM; rank [23] exited by "
+                     r"itself \(code 3\)", errors), errors
+    assert elapsed < grace + KILL_AFTER + 15, elapsed
+    assert _pids_with(marker) == []
