@@ -283,3 +283,47 @@ def test_one_node_reporting_a_different_world_fails_at_once(tmp_path, capsys, to
                      r"itself \(code 3\)", errors), errors
     assert elapsed < grace + KILL_AFTER + 15, elapsed
     assert _pids_with(marker) == []
+
+
+def test_sigterm_to_the_runner_stops_every_process(tmp_path):
+    """`kill PID` of `trainspec run --local` (CI cancelling a job) while every rank is running:
+    exit 143 and nothing left (Python's default would die at once and leave the ranks, which have
+    process groups of their own, running)."""
+    import signal
+    import uuid
+
+    from trainspec.runtime.procs import KILL_AFTER
+
+    marker = uuid.uuid4().hex
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "wait.py").write_text("import os, time\nprint('rank', os.environ['RANK'], 'ready', flush=True)\n"
+                                  "time.sleep(600)\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"version: 1\nname: sigterm\ncode: {code}\ncommand: python wait.py\n"
+                    "resources: {nodes: 2, gpus_per_node: 2}\nenvironment: {image: pytorch}\n"
+                    f"env: {{MARKER: '{marker}'}}\n")
+    command = [*trainspec_cmd(), "run", str(spec), "--local", "--workdir", str(tmp_path / "work"), "--timeout", "120"]
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+                              start_new_session=True)
+    try:
+        ready = set()
+        for line in runner.stdout:
+            found = re.match(r"\[rank (\d)\] rank \d ready", line)
+            ready |= {found.group(1)} if found else set()
+            if len(ready) == 4:
+                break
+        else:
+            pytest.fail("the run ended before every rank was ready: " + runner.stderr.read()[-3000:])
+        runner.send_signal(signal.SIGTERM)
+        _, errors = runner.communicate(timeout=KILL_AFTER + 30)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+            runner.wait()
+        left = _pids_with(f"MARKER={marker}")
+        _stop_marked(f"MARKER={marker}")
+    assert runner.returncode == 143, errors[-3000:]
+    assert "terminated (SIGTERM); every process was stopped" in errors
+    assert left == []

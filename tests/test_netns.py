@@ -151,3 +151,60 @@ def test_netns_needs_root_and_says_so(tmp_path):
         assert "running" not in proc.stderr  # nothing was started
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_sigterm_to_the_runner_stops_every_process_and_deletes_every_namespace(tmp_path):
+    """`kill PID` of `trainspec run --netns` (CI cancelling a job): rank 0 hangs before the
+    rendezvous, the others wait for it; the runner, told SIGTERM once rank 0 has said so, stops
+    every process group, deletes the namespaces and exits 143."""
+    import signal
+    import uuid
+
+    from trainspec.runtime.procs import KILL_AFTER
+
+    marker = uuid.uuid4().hex
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "probe.py").write_text(PROBE)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(code=code, launcher="per-process") + f"env: {{HANG_RANK: '0', MARKER: '{marker}'}}\n")
+    command = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",  # sh execs: the pid is trainspec's
+               *trainspec_cmd(), "run", str(spec), "--local", "--netns", "-t", "azureml", "--procs-per-node", "2",
+               "--workdir", str(tmp_path / "work"), "--timeout", "120"]
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+                              start_new_session=True)
+    try:
+        for line in runner.stdout:
+            if line.startswith("[rank 0] hanging before init"):
+                break
+        else:
+            pytest.fail("the run ended before rank 0 hung: " + runner.stderr.read()[-3000:])
+        runner.send_signal(signal.SIGTERM)
+        _, errors = runner.communicate(timeout=KILL_AFTER + 30)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+            runner.wait()
+        left = _marked(f"MARKER={marker}")
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+    assert runner.returncode == 143, errors[-3000:]
+    assert "terminated (SIGTERM); every process was stopped and every network namespace deleted" in errors
+    assert left == []
+    prefix = re.search(r"network namespaces (trainspec-\d+)-0", errors).group(1)
+    assert prefix not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def _marked(item: str) -> list:
+    """Live processes (not zombies) with item in their environment."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and item.encode() in environ:
+            found.append(int(pid))
+    return found

@@ -19,7 +19,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -117,16 +119,43 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
     artifact = outcome.artifacts[0]
     job_dir = write(target_dir(workdir, artifact), artifact)
     valid = outcome.valid
-    if not options.netns:
-        return _play(options, job_dir, workdir, valid, out, Loopback())
     try:
-        with Namespaces(valid.nodes) as hosts:
-            print(f"trainspec: {valid.nodes} simulated node(s) in network namespaces {hosts.prefix}-0.. "
-                  f"at {', '.join(hosts.address(n) for n in range(valid.nodes))}", file=sys.stderr)
-            return _play(options, job_dir, workdir, valid, out, hosts)
+        with _sigterm_unwinds():
+            if not options.netns:
+                return _play(options, job_dir, workdir, valid, out, Loopback())
+            with Namespaces(valid.nodes) as hosts:
+                print(f"trainspec: {valid.nodes} simulated node(s) in network namespaces {hosts.prefix}-0.. "
+                      f"at {', '.join(hosts.address(n) for n in range(valid.nodes))}", file=sys.stderr)
+                return _play(options, job_dir, workdir, valid, out, hosts)
     except NetnsError as exc:
         print(f"trainspec: error: {exc}", file=sys.stderr)
         return 1
+    except Terminated:
+        print("trainspec: terminated (SIGTERM); every process was stopped"
+              + (" and every network namespace deleted" if options.netns else ""), file=sys.stderr)
+        return 128 + signal.SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM to `trainspec run`: unwind as Ctrl-C does, so every process group is stopped and
+    every namespace deleted (Python's default for SIGTERM is to die on the spot, leaving both)."""
+
+
+@contextmanager
+def _sigterm_unwinds():
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the clean-up short
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _play(options: LocalOptions, job_dir: Path, workdir: Path, valid, out, hosts) -> int:
