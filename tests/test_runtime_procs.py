@@ -133,13 +133,17 @@ def test_live_with_finds_a_marked_process(marker):
     """The orphan checks above are only as good as this scan."""
     import subprocess
 
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                             env={"TRAINSPEC_TEST_MARKER": marker})
+    # Popen returns once exec has begun, but /proc/PID/environ reads empty until the new program's
+    # stack is set up: wait for a line from it (a scan just after Popen failed on a busy machine)
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+                             env={"TRAINSPEC_TEST_MARKER": marker}, stdout=subprocess.PIPE)
     try:
+        assert child.stdout.readline() == b"up\n"
         assert live_with(marker) == [child.pid]
     finally:
         child.kill()
         child.wait()
+        child.stdout.close()
     assert live_with(marker) == []
 
 
