@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from . import netns
 from .netns import Loopback, Namespaces, NetnsError
 from .runtime.procs import Master, Proc, run_all
 
@@ -97,9 +98,8 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
     from .build import build
     from .compiler.write import target_dir, write
 
-    if options.netns and (os.geteuid() != 0 or shutil.which("ip") is None):
-        print("trainspec: error: --netns needs root and iproute2's `ip` (it creates network namespaces)",
-              file=sys.stderr)
+    if options.netns and netns.unavailable():
+        print(f"trainspec: error: {netns.unavailable()}", file=sys.stderr)  # before anything is compiled
         return 1
     try:
         if not options.workdir:

@@ -26,6 +26,13 @@ class NetnsError(RuntimeError):
     """The namespaces could not be made (not root, no `ip`, ...)."""
 
 
+def unavailable() -> Optional[str]:
+    """Why namespaces cannot be made here, or None."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return "--netns needs root and iproute2's `ip` (it creates network namespaces)"
+    return None
+
+
 class Loopback:
     """The default: every node on this host's loopback, at its own address."""
 
@@ -70,8 +77,8 @@ class Namespaces:
         return free_port()
 
     def __enter__(self) -> "Namespaces":
-        if os.geteuid() != 0 or shutil.which("ip") is None:
-            raise NetnsError("--netns needs root and iproute2's `ip` (it creates network namespaces)")
+        if unavailable():
+            raise NetnsError(unavailable())
         hub = f"{self.prefix}-hub"
         try:
             self._ip("netns", "add", hub)
