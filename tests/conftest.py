@@ -1,5 +1,9 @@
 import os
+import shutil
+import signal
+import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +25,81 @@ def trainspec_cmd():
 
 @pytest.fixture
 def cli_env():
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
+    return path_env()
+
+
+# --- real processes: started, found and stopped by the tests that start them ----------------------
+
+# root with unshare and ip: run a command inside a loopback-only network namespace
+CAN_UNSHARE = bool(os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip"))
+
+
+def loopback_only(command):
+    """command inside a fresh network namespace with only lo up (sh execs: the pid is command's),
+    when the tests can make one; else command as it is."""
+    if not CAN_UNSHARE:
+        return list(command)
+    return ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
+
+
+def path_env(**extra):
+    """This environment, with the test interpreter's bin directory first on PATH (its trainspec, python)."""
+    return dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+                **extra)
+
+
+def processes_with(*env_items: str, cmdline: str = ""):
+    """Pids of live processes (not zombies) whose environment has every NAME=value in env_items
+    and whose command line contains cmdline."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            argv = open(f"/proc/{pid}/cmdline", "rb").read()
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue  # gone, or not ours to read
+        if state != "Z" and cmdline.encode() in argv and all(item.encode() in environ for item in env_items):
+            found.append(int(pid))
+    return found
+
+
+def kill_processes_with(*env_items: str) -> None:
+    """Whatever a failed test left running: SIGKILL to every process with env_items."""
+    for pid in processes_with(*env_items):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@contextmanager
+def in_background(command, env):
+    """A background run whose output the test reads as it comes; killed with its group on the way out."""
+    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=REPO, start_new_session=True)
+    try:
+        yield runner
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+            runner.wait()
+
+
+def sigterm_when(command, env, ready, *env_items: str, timeout: float = 40.0):
+    """Start command, read its output until ready(line) says so, send it SIGTERM (as CI cancelling
+    a job does) and wait for it. Returns (exit code, stderr, pids still alive with env_items right
+    after it exited); whatever is left is then killed."""
+    with in_background(command, env) as runner:
+        for line in runner.stdout:
+            if ready(line):
+                break
+        else:
+            pytest.fail("the run ended before it was ready: " + runner.stderr.read()[-3000:])
+        runner.send_signal(signal.SIGTERM)
+        try:
+            _, errors = runner.communicate(timeout=timeout)
+        finally:
+            left = processes_with(*env_items)
+            kill_processes_with(*env_items)
+    return runner.returncode, errors, left

@@ -2,7 +2,6 @@
 into the REST body `az ml job create` would send, with the counts the spec implies."""
 
 import subprocess
-from pathlib import Path
 
 import pytest
 

@@ -5,7 +5,6 @@ Regenerate after an intended change with:   trainspec compile specs/ -o tests/go
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

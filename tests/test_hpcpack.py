@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SPECS, trainspec_cmd
-from trainspec.build import build
 
 lxml = pytest.importorskip("lxml.etree", reason="lxml is a test extra: pip install -e '.[test]'")
 

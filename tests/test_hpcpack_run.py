@@ -5,16 +5,14 @@ hosts (127.0.0.2, 127.0.0.3) so that "the master is another host" is really exer
 including a task the scheduler starts seconds after the others."""
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SPECS
+from conftest import REPO, SPECS, loopback_only
 
 pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
 pytest.importorskip("lightning", reason="lightning is a test extra")
@@ -22,7 +20,6 @@ pytest.importorskip("lightning", reason="lightning is a test extra")
 pytestmark = pytest.mark.realproc
 
 RESULT = re.compile(r"^\[node \d+\] TRAINSPEC_RESULT (\{.*\})$", re.M)
-CAN_UNSHARE = os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip")
 
 
 def simulate(spec: Path, workdir: Path, *, procs_per_node=2, start_delays=None, timeout=240):
@@ -30,9 +27,7 @@ def simulate(spec: Path, workdir: Path, *, procs_per_node=2, start_delays=None, 
             f"options = LocalOptions(target='hpcpack', procs_per_node={procs_per_node}, workdir={str(workdir)!r}, "
             f"timeout=180, start_delays={start_delays or {}!r})\n"
             f"sys.exit(run_local({str(spec)!r}, options))")
-    command = [sys.executable, "-c", code]
-    if CAN_UNSHARE:
-        command = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
+    command = loopback_only([sys.executable, "-c", code])
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 

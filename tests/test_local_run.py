@@ -9,15 +9,13 @@ every rank agrees on the world. Runs inside a loopback-only network namespace wh
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SPECS, trainspec_cmd
+from conftest import (REPO, SPECS, in_background, kill_processes_with, loopback_only, path_env, processes_with,
+                      sigterm_when, trainspec_cmd)
 
 pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
 pytest.importorskip("lightning", reason="lightning is a test extra")
@@ -25,16 +23,10 @@ pytest.importorskip("lightning", reason="lightning is a test extra")
 pytestmark = pytest.mark.realproc
 
 RESULT = re.compile(r"^\[(?:rank|node) \d+\] TRAINSPEC_RESULT (\{.*\})$", re.M)
-CAN_UNSHARE = os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip")
-
-
 def run(args, workdir, timeout=240):
-    command = [*trainspec_cmd(), "run", *args, "--local", "--workdir", str(workdir)]
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-    if CAN_UNSHARE:
-        command = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
+    command = loopback_only([*trainspec_cmd(), "run", *args, "--local", "--workdir", str(workdir)])
     started = time.monotonic()
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=path_env(), cwd=REPO)
     proc.elapsed = time.monotonic() - started
     return proc
 
@@ -118,16 +110,7 @@ def test_a_master_that_never_opens_ends_the_run_with_a_clear_message(tmp_path):
     assert "  | rank 0 hanging on purpose" in proc.stderr  # its last lines
     assert "TRAINSPEC_RESULT" not in proc.stdout
     assert proc.elapsed < 5 + KILL_AFTER + 30  # + interpreter and torch start-up on a busy 2-core machine
-    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_mentions(pid, str(tmp_path))]
-    assert left == []
-
-
-def _cmdline_mentions(pid: str, text: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return text.encode() in fh.read()
-    except OSError:
-        return False
+    assert processes_with(cmdline=str(tmp_path)) == []
 
 
 def test_a_world_that_disagrees_with_the_spec_fails_fast(tmp_path):
@@ -154,33 +137,6 @@ def test_a_world_that_disagrees_with_the_spec_fails_fast(tmp_path):
 # ---------------------------------------------------------------- faults in the middle of a run
 
 
-def _pids_with(marker: str, *, cmdline: str = "", env_item: str = "") -> list:
-    """Live processes whose environment carries marker (and, if given, env_item and cmdline text)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-            argv = open(f"/proc/{pid}/cmdline", "rb").read()
-            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and marker.encode() in environ and cmdline.encode() in argv \
-                and (not env_item or env_item.encode() in environ):
-            found.append(int(pid))
-    return found
-
-
-def _stop_marked(marker: str) -> None:
-    """Whatever a failed test left running: SIGKILL to every process carrying its marker."""
-    import signal
-
-    for pid in _pids_with(marker):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def test_killing_one_rank_mid_run_stops_every_rank_and_names_the_dead_one(tmp_path):
     """SIGKILL rank 2 of 2x2 while all four train (DDP, gloo): the run ends with 137 (128+9), says
     'rank 2 exited with code 137 (SIGKILL)' and that the other three were stopped, and every
@@ -192,33 +148,26 @@ def test_killing_one_rank_mid_run_stops_every_rank_and_names_the_dead_one(tmp_pa
     from trainspec.runtime.procs import KILL_AFTER
 
     grace = 10.0  # run_all's default, used by run --local
-    marker = f"KILLTEST_MARKER={uuid.uuid4().hex}"
+    marker = uuid.uuid4().hex
     spec = _spec_with(tmp_path, "ddp-torchrun.yaml", **{"--steps 100": "--steps 10000000"})
-    command = [*trainspec_cmd(), "run", str(spec), "--procs-per-node", "2", "--launcher", "per-process",
-               "--local", "--workdir", str(tmp_path / "work"), "--timeout", "120"]  # ends even if step 40 never comes
-    if CAN_UNSHARE:
-        command = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-    env[marker.split("=")[0]] = marker.split("=")[1]
-    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                              cwd=REPO, start_new_session=True)
-    try:
+    command = loopback_only([*trainspec_cmd(), "run", str(spec), "--procs-per-node", "2", "--launcher", "per-process",
+                             "--local", "--workdir", str(tmp_path / "work"),
+                             "--timeout", "120"])  # ends even if step 40 never comes
+    with in_background(command, path_env(KILLTEST_MARKER=marker)) as runner:
         for line in runner.stdout:  # rank 0 prints every 20 steps: at step 40 all four are in the loop
             if re.match(r"\[rank 0\] step [4-9]\d+ ", line):
                 break
         else:
             pytest.fail("the run ended before training: " + runner.stderr.read()[-3000:])
-        victims = _pids_with(marker, cmdline="train.py", env_item="RANK=2")
+        victims = processes_with(f"KILLTEST_MARKER={marker}", "RANK=2", cmdline="train.py")
         assert len(victims) == 1, victims
         os.kill(victims[0], signal.SIGKILL)
         killed = time.monotonic()
-        rest, errors = runner.communicate(timeout=grace + KILL_AFTER + 30)
+        try:
+            rest, errors = runner.communicate(timeout=grace + KILL_AFTER + 30)
+        finally:
+            kill_processes_with(f"KILLTEST_MARKER={marker}")  # ranks have sessions of their own
         elapsed = time.monotonic() - killed
-    finally:
-        if runner.poll() is None:
-            os.killpg(runner.pid, signal.SIGKILL)
-            runner.wait()
-        _stop_marked(marker)  # the ranks have sessions of their own: a killed runner would leave them
     assert runner.returncode == 137, errors[-3000:]
     assert "rank 2 exited with code 137 (SIGKILL)" in errors, errors[-3000:]
     # ... and says what became of the others: each either failed by itself or was stopped
@@ -229,7 +178,7 @@ def test_killing_one_rank_mid_run_stops_every_rank_and_names_the_dead_one(tmp_pa
         assert re.search(rf"\brank {rank}\b", report.group(1)), report.group(1)
     assert "TRAINSPEC_RESULT" not in rest  # nobody finished
     assert elapsed < grace + KILL_AFTER + 5, elapsed
-    assert _pids_with(marker) == []
+    assert processes_with(f"KILLTEST_MARKER={marker}") == []
 
 
 @pytest.mark.parametrize("told, wrong, field", [
@@ -270,7 +219,7 @@ def test_one_node_reporting_a_different_world_fails_at_once(tmp_path, capsys, to
         with open(log, "w") as fh:
             code = _run_and_report(procs, 120, fh)
     finally:
-        _stop_marked(marker)
+        kill_processes_with(marker)
     elapsed = time.monotonic() - started
     text, errors = log.read_text(), capsys.readouterr().err
     assert code == 3, errors
@@ -282,14 +231,13 @@ def test_one_node_reporting_a_different_world_fails_at_once(tmp_path, capsys, to
                      r"ended within [\d.]+ s: rank 0 and rank 1 were stopped by SIGTERM; rank [23] exited by "
                      r"itself \(code 3\)", errors), errors
     assert elapsed < grace + KILL_AFTER + 15, elapsed
-    assert _pids_with(marker) == []
+    assert processes_with(marker) == []
 
 
 def test_sigterm_to_the_runner_stops_every_process(tmp_path):
     """`kill PID` of `trainspec run --local` (CI cancelling a job) while every rank is running:
     exit 143 and nothing left (Python's default would die at once and leave the ranks, which have
     process groups of their own, running)."""
-    import signal
     import uuid
 
     from trainspec.runtime.procs import KILL_AFTER
@@ -304,26 +252,15 @@ def test_sigterm_to_the_runner_stops_every_process(tmp_path):
                     "resources: {nodes: 2, gpus_per_node: 2}\nenvironment: {image: pytorch}\n"
                     f"env: {{MARKER: '{marker}'}}\n")
     command = [*trainspec_cmd(), "run", str(spec), "--local", "--workdir", str(tmp_path / "work"), "--timeout", "120"]
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
-                              start_new_session=True)
-    try:
-        ready = set()
-        for line in runner.stdout:
-            found = re.match(r"\[rank (\d)\] rank \d ready", line)
-            ready |= {found.group(1)} if found else set()
-            if len(ready) == 4:
-                break
-        else:
-            pytest.fail("the run ended before every rank was ready: " + runner.stderr.read()[-3000:])
-        runner.send_signal(signal.SIGTERM)
-        _, errors = runner.communicate(timeout=KILL_AFTER + 30)
-    finally:
-        if runner.poll() is None:
-            os.killpg(runner.pid, signal.SIGKILL)
-            runner.wait()
-        left = _pids_with(f"MARKER={marker}")
-        _stop_marked(f"MARKER={marker}")
-    assert runner.returncode == 143, errors[-3000:]
+    ready = set()
+
+    def all_ready(line: str) -> bool:
+        found = re.match(r"\[rank (\d)\] rank \d ready", line)
+        ready.update([found.group(1)] if found else [])
+        return len(ready) == 4
+
+    returncode, errors, left = sigterm_when(command, path_env(), all_ready, f"MARKER={marker}",
+                                            timeout=KILL_AFTER + 30)
+    assert returncode == 143, errors[-3000:]
     assert "terminated (SIGTERM); every process was stopped" in errors
     assert left == []

@@ -12,13 +12,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, trainspec_cmd
+from conftest import REPO, loopback_only, path_env, sigterm_when, trainspec_cmd
 
 pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
 
@@ -72,12 +71,10 @@ def start(tmp_path: Path, target: str, launcher: str, *extra: str, spec_extra: s
     (code / "probe.py").write_text(PROBE)
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.format(code=code, launcher=launcher) + spec_extra)
-    command = [*trainspec_cmd(), "run", str(spec), "--local", "--netns", "-t", target, "--procs-per-node", "2",
-               "--workdir", str(tmp_path / "work"), *extra]
     # the run itself in a loopback-only namespace: whatever it makes can reach nothing else
-    command = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-    return subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
+    command = loopback_only([*trainspec_cmd(), "run", str(spec), "--local", "--netns", "-t", target,
+                             "--procs-per-node", "2", "--workdir", str(tmp_path / "work"), *extra])
+    return subprocess.run(command, capture_output=True, text=True, timeout=240, env=path_env(), cwd=REPO)
 
 
 def namespaces_left(proc) -> bool:
@@ -143,8 +140,7 @@ def test_netns_needs_root_and_says_so(tmp_path):
         spec = shared / "spec.yaml"
         spec.write_text(SPEC.format(code=code, launcher="per-process"))
         command = [*drop, *trainspec_cmd(), "run", str(spec), "--local", "--netns", "--workdir", str(shared / "work")]
-        env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-                   HOME=str(shared))
+        env = path_env(HOME=str(shared))
         proc = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, cwd=shared)
         assert proc.returncode == 1, proc.stderr
         assert "--netns needs root" in proc.stderr and "Traceback" not in proc.stderr
@@ -157,7 +153,6 @@ def test_sigterm_to_the_runner_stops_every_process_and_deletes_every_namespace(t
     """`kill PID` of `trainspec run --netns` (CI cancelling a job): rank 0 hangs before the
     rendezvous, the others wait for it; the runner, told SIGTERM once rank 0 has said so, stops
     every process group, deletes the namespaces and exits 143."""
-    import signal
     import uuid
 
     from trainspec.runtime.procs import KILL_AFTER
@@ -168,43 +163,12 @@ def test_sigterm_to_the_runner_stops_every_process_and_deletes_every_namespace(t
     (code / "probe.py").write_text(PROBE)
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.format(code=code, launcher="per-process") + f"env: {{HANG_RANK: '0', MARKER: '{marker}'}}\n")
-    command = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",  # sh execs: the pid is trainspec's
-               *trainspec_cmd(), "run", str(spec), "--local", "--netns", "-t", "azureml", "--procs-per-node", "2",
-               "--workdir", str(tmp_path / "work"), "--timeout", "120"]
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
-                              start_new_session=True)
-    try:
-        for line in runner.stdout:
-            if line.startswith("[rank 0] hanging before init"):
-                break
-        else:
-            pytest.fail("the run ended before rank 0 hung: " + runner.stderr.read()[-3000:])
-        runner.send_signal(signal.SIGTERM)
-        _, errors = runner.communicate(timeout=KILL_AFTER + 30)
-    finally:
-        if runner.poll() is None:
-            os.killpg(runner.pid, signal.SIGKILL)
-            runner.wait()
-        left = _marked(f"MARKER={marker}")
-        for pid in left:
-            os.kill(pid, signal.SIGKILL)
-    assert runner.returncode == 143, errors[-3000:]
+    command = loopback_only([*trainspec_cmd(), "run", str(spec), "--local", "--netns", "-t", "azureml",
+                             "--procs-per-node", "2", "--workdir", str(tmp_path / "work"), "--timeout", "120"])
+    returncode, errors, left = sigterm_when(command, path_env(), lambda line: line.startswith(
+        "[rank 0] hanging before init"), f"MARKER={marker}", timeout=KILL_AFTER + 30)
+    assert returncode == 143, errors[-3000:]
     assert "terminated (SIGTERM); every process was stopped and every network namespace deleted" in errors
     assert left == []
     prefix = re.search(r"network namespaces (trainspec-\d+)-0", errors).group(1)
     assert prefix not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-
-
-def _marked(item: str) -> list:
-    """Live processes (not zombies) with item in their environment."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and item.encode() in environ:
-            found.append(int(pid))
-    return found

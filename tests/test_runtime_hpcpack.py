@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import kill_processes_with
 from trainspec.runtime import SHIM_PATH
 from trainspec.runtime.shim import (
     DETECTORS, HPCPack, Expectation, ShimError, World, check, detect, elect_master, normalize,
@@ -433,17 +434,6 @@ finally:
 """
 
 
-def kill_marked(marker):
-    """SIGKILL every process whose environment carries marker (torchrun puts workers in new sessions)."""
-    needle = ("TRAINSPEC_TEST_MARKER=%s" % marker).encode()
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and needle in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-        except OSError:
-            continue  # gone, or not ours
-
-
 @pytest.mark.realproc
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 def test_torchrun_without_flags_trains_on_two_simulated_nodes(tmp_path):
@@ -464,7 +454,7 @@ def test_torchrun_without_flags_trains_on_two_simulated_nodes(tmp_path):
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.communicate()
-        kill_marked(marker)
+        kill_processes_with("TRAINSPEC_TEST_MARKER=%s" % marker)
     assert driver.returncode == 0, err
     done = json.loads(out.splitlines()[-1])
     assert done["codes"] == [0, 0], done["outs"]

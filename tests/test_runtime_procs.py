@@ -10,10 +10,10 @@ import os
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
+from conftest import processes_with
 from trainspec.runtime import procs
 from trainspec.runtime.procs import Proc, Result, free_port, loopback_host, run_all
 
@@ -31,21 +31,8 @@ def proc(label, code, marker):
 
 
 def live_with(marker):
-    """Pids of processes, other than zombies, whose environment carries marker."""
-    found = []
-    needle = ("TRAINSPEC_TEST_MARKER=%s" % marker).encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle not in (entry / "environ").read_bytes().split(b"\0"):
-                continue
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue  # gone, or not ours
-        if state != "Z":
-            found.append(int(entry.name))
-    return found
+    """Pids of live processes (not zombies) started by proc() with marker."""
+    return processes_with("TRAINSPEC_TEST_MARKER=%s" % marker)
 
 
 def test_outputs_are_prefixed_and_complete(marker):

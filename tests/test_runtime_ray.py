@@ -18,7 +18,7 @@ import pytest
 
 from trainspec.runtime import DETECTORS, SHIM_PATH, ShimError, World, detect, normalize
 from trainspec.runtime import ray_launch
-from trainspec.runtime.ray_launch import Options, Slot, assign, parse_args, process_env, share
+from trainspec.runtime.ray_launch import Slot, assign, parse_args, process_env, share
 
 LAUNCHER_PATH = Path(ray_launch.__file__)
 

@@ -98,8 +98,9 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
     from .build import build
     from .compiler.write import target_dir, write
 
-    if options.netns and netns.unavailable():
-        print(f"trainspec: error: {netns.unavailable()}", file=sys.stderr)  # before anything is compiled
+    reason = netns.unavailable() if options.netns else None
+    if reason:
+        print(f"trainspec: error: {reason}", file=sys.stderr)  # before anything is compiled
         return 1
     try:
         if not options.workdir:

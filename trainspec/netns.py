@@ -77,8 +77,9 @@ class Namespaces:
         return free_port()
 
     def __enter__(self) -> "Namespaces":
-        if unavailable():
-            raise NetnsError(unavailable())
+        reason = unavailable()
+        if reason:
+            raise NetnsError(reason)
         hub = f"{self.prefix}-hub"
         try:
             self._ip("netns", "add", hub)

@@ -88,8 +88,8 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
     launcher = base.launcher(valid, NAME)
     if launcher == "per-node" and spec.framework not in ("lightning", "tensorflow"):
-        out.extend(filter(None, [base.torchrun_error(valid, refs, "per-node launch wraps the command in torchrun",
-                                                     "write `python train.py ...`, or use launcher: per-process")]))
+        out += base.torchrun_errors(valid, refs, "per-node launch wraps the command in torchrun",
+                                    "write `python train.py ...`, or use launcher: per-process")
         if spec.distribution.master_port != DEFAULT_MASTER_PORT:
             out.append(warning(("distribution", "master_port"),
                                f"per-node torchrun on Azure ML uses the MASTER_PORT Azure ML sets ({DEFAULT_MASTER_PORT})",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..diagnostics import Diagnostic, SpecPath, error, warning
 from ..schema.validate import ValidSpec
@@ -150,11 +150,11 @@ def torchrun_problem(command: str) -> Optional[str]:
     return None
 
 
-def torchrun_error(valid: ValidSpec, refs, wrapped_by: str, hint: str) -> Optional[Diagnostic]:
+def torchrun_errors(valid: ValidSpec, refs, wrapped_by: str, hint: str) -> List[Diagnostic]:
     """An error at ``command`` when a target would hand it to torchrun and it is not a Python
-    script or module line; ``wrapped_by`` says who puts torchrun there, for the message."""
+    script or module line (else none); ``wrapped_by`` says who puts torchrun there."""
     problem = torchrun_problem(valid.render(("command",), valid.spec.command, refs))
-    return error(("command",), f"{wrapped_by}, but {problem}", hint) if problem else None
+    return [error(("command",), f"{wrapped_by}, but {problem}", hint)] if problem else []
 
 
 def python_arguments(command: str) -> str:

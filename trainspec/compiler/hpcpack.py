@@ -88,9 +88,8 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
         out.append(base.unsupported(NAME, ("distribution", "launcher"), f"launcher {launcher}",
                                     "HPC Pack runs one task per node: use launcher: per-node (torchrun)"))
     else:
-        out.extend(filter(None, [base.torchrun_error(valid, refs_for(valid), "HPC Pack runs the command under torchrun",
-                                                     "write `python train.py ...`; put preparation in "
-                                                     "targets.hpcpack.setup")]))
+        out += base.torchrun_errors(valid, refs_for(valid), "HPC Pack runs the command under torchrun",
+                                    "write `python train.py ...`; put preparation in targets.hpcpack.setup")
     if spec.resources.spot:
         out.append(base.unsupported(NAME, ("resources", "spot"), "spot capacity: the job runs on the cluster's nodes",
                                     "remove resources.spot, or compile this spec for azureml only", fatal=False))

@@ -95,9 +95,8 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
         out.append(base.unsupported(NAME, ("distribution", "launcher"), "launcher mpi: Ray has no mpirun",
                                     "use per-process (one actor per process) or per-node"))
     elif launcher == "per-node" and spec.framework != "lightning":
-        out.extend(filter(None, [base.torchrun_error(valid, refs_for(valid),
-                                                     "per-node launch wraps the command in torchrun",
-                                                     "write `python train.py ...`, or use launcher: per-process")]))
+        out += base.torchrun_errors(valid, refs_for(valid), "per-node launch wraps the command in torchrun",
+                                    "write `python train.py ...`, or use launcher: per-process")
     if spec.environment.azureml:
         out.append(base.unsupported(NAME, ("environment", "azureml"), "an Azure ML registered environment",
                                     "use environment.image, conda_file or pip"))

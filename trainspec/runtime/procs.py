@@ -151,41 +151,29 @@ class _Job:
 
     def watch(self, master: Master) -> None:
         """Until the master address accepts a connection: past master.timeout, report it silent.
-        A bare connect and close is harmless to torch's TCPStore (and to torchrun's). When the
-        address is only reachable from a network namespace, the probe runs there."""
-        def probe() -> None:
-            deadline = time.monotonic() + master.timeout
-            while not self.done.is_set():
-                try:
-                    socket.create_connection((master.host, master.port), timeout=PROBE_EVERY).close()
-                    return
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    self.exits.put((MASTER_SILENT, 124))
-                    return
-                self.done.wait(PROBE_EVERY)
+        A bare connect and close is harmless to torch's TCPStore (and to torchrun's). The probe
+        is a small process, so it can run inside the network namespace that reaches the address;
+        stop() kills it with the job."""
+        code = ("import socket, sys, time\n"
+                f"deadline = time.monotonic() + {master.timeout!r}\n"
+                "while time.monotonic() <= deadline:\n"
+                "    try:\n"
+                f"        socket.create_connection(({master.host!r}, {master.port}), {PROBE_EVERY}).close()\n"
+                "        sys.exit(0)\n"
+                "    except OSError:\n"
+                f"        time.sleep({PROBE_EVERY})\n"
+                "sys.exit(1)\n")
+        argv = [sys.executable, "-I", "-S", "-c", code]
+        if master.netns is not None:
+            argv = ["ip", "netns", "exec", master.netns, *argv]
+        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.probes.append(popen)
 
-        def wait_for(popen: "subprocess.Popen[bytes]") -> None:
+        def wait_for_probe() -> None:
             if popen.wait() != 0 and not self.done.is_set():
                 self.exits.put((MASTER_SILENT, 124))
 
-        if master.netns is None:
-            thread = threading.Thread(target=probe, name="watch master", daemon=True)
-        else:  # the same loop, as a process inside the namespace (stopped with the job)
-            code = ("import socket, sys, time\n"
-                    f"deadline = time.monotonic() + {master.timeout!r}\n"
-                    "while time.monotonic() <= deadline:\n"
-                    "    try:\n"
-                    f"        socket.create_connection(({master.host!r}, {master.port}), {PROBE_EVERY}).close()\n"
-                    "        sys.exit(0)\n"
-                    "    except OSError:\n"
-                    f"        time.sleep({PROBE_EVERY})\n"
-                    "sys.exit(1)\n")
-            popen = subprocess.Popen(["ip", "netns", "exec", master.netns, sys.executable, "-I", "-S", "-c", code],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            self.probes.append(popen)
-            thread = threading.Thread(target=wait_for, args=(popen,), name="watch master", daemon=True)
+        thread = threading.Thread(target=wait_for_probe, name="watch master", daemon=True)
         thread.start()
         self.watchers.append(thread)
 
