@@ -14,7 +14,7 @@ installed pydantic-core is not the version the snapshot was taken with, the sche
 generated from model.py in memory instead (slower, the same result).
 
 Validated mappings become ``Record`` objects: read-only attributes, like the pydantic models
-they mirror, plus the set of fields the spec wrote (``fields_set``).
+they mirror; ``written()`` gives back what the spec itself wrote.
 """
 
 from __future__ import annotations
@@ -45,10 +45,6 @@ class Record:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
-
-    @property
-    def fields_set(self) -> frozenset:
-        return frozenset(self.__pydantic_fields_set__)
 
 
 def written(value: Any) -> Any:
