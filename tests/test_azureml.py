@@ -26,7 +26,7 @@ EXPECTED = {
 def compiled(tmp_path_factory, request):
     out = tmp_path_factory.mktemp("build")
     proc = subprocess.run([*trainspec_cmd(), "compile", str(SPECS), "-o", str(out)], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return out
 

@@ -26,7 +26,7 @@ def expectations(path: Path):
 @pytest.mark.parametrize("spec", CORPUS, ids=lambda p: p.stem)
 def test_bad_spec_reports_position_and_message(spec, cli_env):
     proc = subprocess.run([*trainspec_cmd(), "validate", spec.name], cwd=spec.parent, env=cli_env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=300)
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()
     for severity, line, col, message in expectations(spec):
@@ -36,5 +36,5 @@ def test_bad_spec_reports_position_and_message(spec, cli_env):
     assert proc.returncode == (1 if has_error else 0), proc.stderr
     if not has_error:
         strict = subprocess.run([*trainspec_cmd(), "validate", "--strict", spec.name], cwd=spec.parent,
-                                env=cli_env, capture_output=True, text=True, timeout=60)
+                                env=cli_env, capture_output=True, text=True, timeout=300)
         assert strict.returncode == 1

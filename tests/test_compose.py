@@ -25,7 +25,7 @@ targets:
 
 
 def ts(*args, cwd):
-    return subprocess.run([*trainspec_cmd(), *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    return subprocess.run([*trainspec_cmd(), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def three_deep(tmp_path: Path, middle_extra: str = "") -> Path:

@@ -41,7 +41,7 @@ def test_every_golden_file_has_a_spec():
 def _compile(cwd: Path, out: str, seed: str) -> dict:
     env = dict(os.environ, PYTHONHASHSEED=seed)
     subprocess.run([*trainspec_cmd(), "compile", "specs", "-o", out], cwd=cwd, env=env, check=True,
-                   capture_output=True, timeout=120)
+                   capture_output=True, timeout=300)
     root = cwd / out
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
@@ -69,7 +69,7 @@ def test_byte_identical_across_runs_and_directories(tmp_path):
 def test_runtime_files_travel_verbatim(tmp_path):
     out = tmp_path / "build"
     subprocess.run([*trainspec_cmd(), "compile", str(SPECS), "-o", str(out)], check=True, capture_output=True,
-                   timeout=120)
+                   timeout=300)
     copies = list(out.rglob("trainspec_*.py"))
     assert {p.name for p in copies} == set(VERBATIM)
     for copy in copies:

@@ -44,14 +44,21 @@ SETTINGS = {
 # ---------------------------------------------------------------- helpers
 
 
-def ts(*args, cwd: Path, timeout: float = 60, env: Optional[Dict[str, str]] = None, prefix=()):
-    """The CLI as a user runs it; every run is bounded."""
+def ts(*args, cwd: Path, timeout: float = 300, env: Optional[Dict[str, str]] = None, prefix=()):
+    """The CLI as a user runs it; every run is bounded (timeout: a hang guard, far above any run).
+
+    ``proc.cpu`` is the CPU time (user + system) the run used: what "fails fast" means for a
+    hostile input (no blow-up in the parser or the loader), and, unlike wall-clock time, the same
+    on a quiet machine and on one whose cores are busy with other work."""
+    import resource
+
     path_env = dict(os.environ if env is None else env)
     path_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), path_env.get("PATH", "")])
-    started = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([*prefix, *trainspec_cmd(), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=path_env, stdin=subprocess.DEVNULL)
-    proc.elapsed = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc.cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return proc
 
 
@@ -146,7 +153,7 @@ def bash_argv(line: str, functions: List[str], tmp: Path, env: Optional[Dict[str
     record = (f"{sys.executable} -c 'import json,sys; open(sys.argv[1], \"a\").write(json.dumps(sys.argv[2:])"
               f" + chr(10))' {shlex.quote(str(log))}")
     defs = "".join(f'{name}() {{ {record} "$@"; }}\n' for name in functions)
-    proc = subprocess.run(["bash", "-c", defs + line], capture_output=True, text=True, timeout=30,
+    proc = subprocess.run(["bash", "-c", defs + line], capture_output=True, text=True, timeout=300,
                           env={"PATH": os.environ["PATH"], "HOME": "/home/u", **(env or {})},
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, (line[:2000], proc.stderr[-2000:])
@@ -184,7 +191,7 @@ def ray_launch(folder: Path, tmp: Path) -> Tuple[Dict[str, str], str]:
     (fake / "ray").write_text(f"#!{sys.executable}\nimport json, sys\n"
                               f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
     (fake / "ray").chmod(0o755)
-    proc = subprocess.run(["bash", str(folder / "launch.sh")], capture_output=True, text=True, timeout=30,
+    proc = subprocess.run(["bash", str(folder / "launch.sh")], capture_output=True, text=True, timeout=300,
                           env={"PATH": f"{fake}:{os.environ['PATH']}", "HOME": "/home/u"})
     assert proc.returncode == 0, proc.stderr
     calls = [json.loads(l) for l in log.read_text().splitlines()]
@@ -420,8 +427,8 @@ def test_a_100_kb_env_value(tmp_path, target):
     big = ("0123456789abcdef" * 6400) + "<&>'\"$"  # 100 KiB + metacharacters at the end
     (tmp_path / "spec.yaml").write_text(spec_text(env={"BIG": big}, targets=(target,)), encoding="utf-8")
     before = snapshot(tmp_path)
-    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path, timeout=60)
-    assert proc.elapsed < 20, f"took {proc.elapsed:.1f} s"
+    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path)
+    assert proc.cpu < 20, f"took {proc.cpu:.1f} s of CPU"
     assert_only_under(before, snapshot(tmp_path), "out")
     if proc.returncode != 0:
         assert_clean_error(proc, fragment="env.BIG")
@@ -454,9 +461,9 @@ def test_alias_bombs_fail_fast(tmp_path, kind):
     """tests/bad_specs/billion-laughs.yaml has the list variant; maps and merge keys expand too."""
     (tmp_path / "spec.yaml").write_text(BOMBS[kind])
     before = snapshot(tmp_path)
-    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path, timeout=30)
+    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path)
     assert_clean_error(proc, fragment="document expands to more than")
-    assert proc.elapsed < 10, f"took {proc.elapsed:.1f} s"
+    assert proc.cpu < 10, f"took {proc.cpu:.1f} s of CPU"
     assert changed(before, snapshot(tmp_path)) == []
 
 
@@ -472,10 +479,10 @@ DEEP = {  # each under the 1 MiB limit
 def test_deeply_nested_documents_fail_fast(tmp_path, kind):
     (tmp_path / "spec.yaml").write_text(DEEP[kind])
     before = snapshot(tmp_path)
-    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path, timeout=60)
+    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path)
     assert_clean_error(proc, fragment="error: ")
     assert "nested too deeply" in proc.stderr or "invalid YAML" in proc.stderr, proc.stderr[-2000:]
-    assert proc.elapsed < 20, f"took {proc.elapsed:.1f} s"
+    assert proc.cpu < 20, f"took {proc.cpu:.1f} s of CPU"
     assert changed(before, snapshot(tmp_path)) == []
 
 
@@ -489,11 +496,11 @@ def test_a_50_mb_file_fails_fast_without_being_read(tmp_path, monkeypatch):
     assert big.stat().st_size > 50 * 1024 * 1024
     small = tmp_path / "small.yaml"
     small.write_text(spec_text())
-    baseline = min(ts("validate", "small.yaml", cwd=tmp_path).elapsed for _ in range(2))
+    baseline = min(ts("validate", "small.yaml", cwd=tmp_path).cpu for _ in range(2))
     before = snapshot(tmp_path)
-    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path, timeout=30)
+    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path)
     assert_clean_error(proc, fragment="spec.yaml:1:1: error: file is larger than 1024 KiB")
-    assert proc.elapsed - baseline < 1.0, f"{proc.elapsed:.2f} s against {baseline:.2f} s for a small spec"
+    assert proc.cpu - baseline < 1.0, f"{proc.cpu:.2f} s of CPU against {baseline:.2f} s for a small spec"
     assert changed(before, snapshot(tmp_path)) == []
     # in-process: the loader reads at most its limit + 1 byte
     from trainspec.diagnostics import SpecError
@@ -544,13 +551,13 @@ def test_binary_files_get_one_clear_error(tmp_path, kind):
     else:
         spec.write_bytes(BINARIES[kind])
     before = snapshot(tmp_path)
-    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path, timeout=30)
+    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path)
     assert_clean_error(proc)
     errors = [l for l in proc.stderr.splitlines() if ": error: " in l]
     assert len(errors) == 1 and errors[0].startswith("spec.yaml:"), proc.stderr[-2000:]
     assert re.search(r"NUL bytes|not valid UTF-8|larger than|invalid YAML|a spec is a YAML mapping", errors[0]), \
         errors[0]
-    assert proc.elapsed < 10
+    assert proc.cpu < 10, f"took {proc.cpu:.1f} s of CPU"
     assert changed(before, snapshot(tmp_path)) == []
 
 
@@ -653,7 +660,7 @@ def test_an_output_directory_that_is_a_symlink(tmp_path, target):
         azureml_body(folder / "job.yml")  # azure-ai-ml resolves the code folder
     elif target == "hpcpack":
         shared = tmp_path / "shared"
-        run = subprocess.run(["bash", "stage.sh"], cwd=folder, capture_output=True, text=True, timeout=30,
+        run = subprocess.run(["bash", "stage.sh"], cwd=folder, capture_output=True, text=True, timeout=300,
                              env={**os.environ, "TRAINSPEC_SHARED_DIR": str(shared)})
         assert run.returncode == 0, run.stderr
         assert (shared / "s" / "code" / "train.py").is_file()
@@ -668,7 +675,7 @@ def _can_mount_read_only() -> bool:
     if os.geteuid() != 0 or not shutil.which("unshare"):
         return False
     probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount --bind /tmp /tmp && mount -o remount,ro,bind /tmp /tmp"],
-                           capture_output=True, timeout=10)
+                           capture_output=True, timeout=300)
     return probe.returncode == 0
 
 

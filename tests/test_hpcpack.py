@@ -18,7 +18,7 @@ NS = {"j": "http://schemas.microsoft.com/HPCS2008R2/scheduler/"}
 
 def compile_xml(spec: Path, tmp_path: Path) -> Path:
     proc = subprocess.run([*trainspec_cmd(), "compile", str(spec), "-t", "hpcpack", "-o", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return next(tmp_path.glob("*/hpcpack/job.xml"))
 
@@ -122,7 +122,7 @@ def test_hostile_strings_round_trip_through_xml_and_bash(tmp_path, schema):
     probe = ("import json, sys; print(json.dumps(sys.argv[1:]))")
     script_args = command.split(" train.py ", 1)[1]
     out = subprocess.run(["bash", "-c", f"{sys.executable} -c {probe!r} {script_args}"], capture_output=True,
-                         text=True, env={"HOME": "/home/u", "PATH": os.environ["PATH"]}, timeout=30)
+                         text=True, env={"HOME": "/home/u", "PATH": os.environ["PATH"]}, timeout=300)
     import json
     assert json.loads(out.stdout) == ["--note", "a & b < c > d \"q\" $(rm -rf /) ; `x` 3", "--path", "/home/u/x y"]
 
@@ -150,7 +150,7 @@ targets:
   hpcpack: {{shared_dir: /app}}
 """)
     proc = subprocess.run([*trainspec_cmd(), "validate", "-t", "hpcpack", str(spec)], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=300)
     assert message in proc.stderr, proc.stderr
     assert "spec.yaml:5:" in proc.stderr  # the line of the field
     assert proc.returncode == (1 if "error:" in message else 0)

@@ -22,10 +22,10 @@ pytestmark = pytest.mark.realproc
 RESULT = re.compile(r"^\[node \d+\] TRAINSPEC_RESULT (\{.*\})$", re.M)
 
 
-def simulate(spec: Path, workdir: Path, *, procs_per_node=2, start_delays=None, timeout=240):
+def simulate(spec: Path, workdir: Path, *, procs_per_node=2, start_delays=None, timeout=700):
     code = ("import sys; from trainspec.local import LocalOptions, run_local\n"
             f"options = LocalOptions(target='hpcpack', procs_per_node={procs_per_node}, workdir={str(workdir)!r}, "
-            f"timeout=180, start_delays={start_delays or {}!r})\n"
+            f"timeout=600, start_delays={start_delays or {}!r})\n"
             f"sys.exit(run_local({str(spec)!r}, options))")
     command = loopback_only([sys.executable, "-c", code])
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO)

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-import time
 
 import pytest
 
@@ -23,12 +22,22 @@ pytest.importorskip("lightning", reason="lightning is a test extra")
 pytestmark = pytest.mark.realproc
 
 RESULT = re.compile(r"^\[(?:rank|node) \d+\] TRAINSPEC_RESULT (\{.*\})$", re.M)
-def run(args, workdir, timeout=240):
+
+# The runner's own account of a failure: how long the other processes took to end after it,
+# measured by the runner from the failure on -- what it promises (grace, then SIGTERM, then
+# SIGKILL after KILL_AFTER), whatever the machine's load did to the start-up before it.
+ENDED_WITHIN = re.compile(r"the other \d+ process(?:es)? ended within ([\d.]+) s")
+SLACK = 5.0  # for the runner's own threads to see the exits, on a loaded machine
+
+
+def ended_within(errors: str) -> float:
+    found = ENDED_WITHIN.search(errors)
+    assert found, errors[-3000:]
+    return float(found.group(1))
+
+def run(args, workdir, timeout=600):
     command = loopback_only([*trainspec_cmd(), "run", *args, "--local", "--workdir", str(workdir)])
-    started = time.monotonic()
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=path_env(), cwd=REPO)
-    proc.elapsed = time.monotonic() - started
-    return proc
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=path_env(), cwd=REPO)
 
 
 def results(proc):
@@ -91,25 +100,47 @@ def test_a_crashing_rank_ends_the_run_with_its_code_and_output(tmp_path):
     assert proc.returncode == 7, proc.stderr
     assert "rank 3 exited with code 7" in proc.stderr
     assert "  | rank 3 failing on purpose" in proc.stderr  # its last lines are shown
-    assert proc.elapsed < 120
+    from trainspec.runtime.procs import KILL_AFTER
+    assert ended_within(proc.stderr) < 10.0 + KILL_AFTER + SLACK  # run --local's grace is 10 s
     assert "Traceback (most recent call last)" not in proc.stderr.split("Its last lines:")[0]
+
+
+HANG = """\
+import os, time
+if os.environ["RANK"] == "0":  # first thing, before torch is imported: printed at once, however busy the machine
+    print("rank 0 hanging on purpose", flush=True)
+    time.sleep(3600)
+from datetime import timedelta
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=600))
+print("TRAINSPEC_RESULT {}", flush=True)
+"""
+RENDEZVOUS_TIMEOUT = 15  # rank 0 prints within ~0.2 s of its start even on a loaded 2-core machine
 
 
 def test_a_master_that_never_opens_ends_the_run_with_a_clear_message(tmp_path):
     """Rank 0 hangs before init_process_group: the others would wait in the rendezvous for torch's
-    timeout (the script's own is 60 s; torch's default 30 min). With --rendezvous-timeout 5 the
-    run stops within 5 s + the SIGTERM->SIGKILL grace, naming the address and who never opened it."""
+    timeout (here 600 s; torch's default 30 min). With --rendezvous-timeout the run stops once that
+    has passed (+ the SIGTERM->SIGKILL grace), naming the address and who never opened it. Rank 0
+    says it hangs before it imports anything heavy, so its line is there long before the bound."""
     from trainspec.runtime.procs import KILL_AFTER
 
-    spec = _spec_with(tmp_path, "ddp-torchrun.yaml", **{"--steps 100": "--steps 3 --hang-rank 0"})
-    proc = run([str(spec), "--procs-per-node", "2", "--launcher", "per-process", "--rendezvous-timeout", "5"],
-               tmp_path / "work")
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "hang.py").write_text(HANG)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"version: 1\nname: hang\ncode: {code}\ncommand: python hang.py\n"
+                    "resources: {nodes: 2, gpus_per_node: 2}\nenvironment: {image: pytorch}\n")
+    proc = run([str(spec), "--procs-per-node", "2", "--launcher", "per-process",
+                "--rendezvous-timeout", str(RENDEZVOUS_TIMEOUT)], tmp_path / "work")
     assert proc.returncode == 124, proc.stderr
     assert "nothing listened on the master address 127.0.0.2:" in proc.stderr
-    assert "within 5 s: rank 0 never opened the rendezvous" in proc.stderr
+    assert f"within {RENDEZVOUS_TIMEOUT} s: rank 0 never opened the rendezvous" in proc.stderr
     assert "  | rank 0 hanging on purpose" in proc.stderr  # its last lines
     assert "TRAINSPEC_RESULT" not in proc.stdout
-    assert proc.elapsed < 5 + KILL_AFTER + 30  # + interpreter and torch start-up on a busy 2-core machine
+    # the runner's own clock: the bound, then SIGTERM and at most KILL_AFTER more
+    stopped = float(re.search(r"every process was stopped after ([\d.]+) s", proc.stderr).group(1))
+    assert RENDEZVOUS_TIMEOUT <= stopped < RENDEZVOUS_TIMEOUT + KILL_AFTER + SLACK, stopped
     assert processes_with(cmdline=str(tmp_path)) == []
 
 
@@ -123,15 +154,14 @@ def test_a_world_that_disagrees_with_the_spec_fails_fast(tmp_path):
                    capture_output=True)
     job = out / "ddp-torchrun" / "azureml" / "job.yml"
     job.write_text(job.read_text().replace("instance_count: 2", "instance_count: 3"))
-    started = time.monotonic()
     log = tmp_path / "log.txt"
     with open(log, "w") as fh:
-        code = play(job, REPO / "examples" / "ddp", tmp_path / "work", timeout=60, out=fh)
-    elapsed = time.monotonic() - started
+        code = play(job, REPO / "examples" / "ddp", tmp_path / "work", timeout=600, out=fh)
     text = log.read_text()
-    assert code == 3
-    assert elapsed < 30
+    assert code == 3  # the shim's exit, not the run's timeout (124)
     assert "3" in text and "resources.nodes (2)" in text, text
+    # fast: every process stopped in the shim, before train.py (and torch) ever started
+    assert not re.search(r"^\[rank \d\] (?!trainspec: )", text, re.M), text
 
 
 # ---------------------------------------------------------------- faults in the middle of a run
@@ -152,7 +182,7 @@ def test_killing_one_rank_mid_run_stops_every_rank_and_names_the_dead_one(tmp_pa
     spec = _spec_with(tmp_path, "ddp-torchrun.yaml", **{"--steps 100": "--steps 10000000"})
     command = loopback_only([*trainspec_cmd(), "run", str(spec), "--procs-per-node", "2", "--launcher", "per-process",
                              "--local", "--workdir", str(tmp_path / "work"),
-                             "--timeout", "120"])  # ends even if step 40 never comes
+                             "--timeout", "600"])  # ends even if step 40 never comes
     with in_background(command, path_env(KILLTEST_MARKER=marker)) as runner:
         for line in runner.stdout:  # rank 0 prints every 20 steps: at step 40 all four are in the loop
             if re.match(r"\[rank 0\] step [4-9]\d+ ", line):
@@ -162,12 +192,10 @@ def test_killing_one_rank_mid_run_stops_every_rank_and_names_the_dead_one(tmp_pa
         victims = processes_with(f"KILLTEST_MARKER={marker}", "RANK=2", cmdline="train.py")
         assert len(victims) == 1, victims
         os.kill(victims[0], signal.SIGKILL)
-        killed = time.monotonic()
         try:
-            rest, errors = runner.communicate(timeout=grace + KILL_AFTER + 30)
+            rest, errors = runner.communicate(timeout=grace + KILL_AFTER + 120)
         finally:
             kill_processes_with(f"KILLTEST_MARKER={marker}")  # ranks have sessions of their own
-        elapsed = time.monotonic() - killed
     assert runner.returncode == 137, errors[-3000:]
     assert "rank 2 exited with code 137 (SIGKILL)" in errors, errors[-3000:]
     # ... and says what became of the others: each either failed by itself or was stopped
@@ -177,7 +205,7 @@ def test_killing_one_rank_mid_run_stops_every_rank_and_names_the_dead_one(tmp_pa
     for rank in (0, 1, 3):
         assert re.search(rf"\brank {rank}\b", report.group(1)), report.group(1)
     assert "TRAINSPEC_RESULT" not in rest  # nobody finished
-    assert elapsed < grace + KILL_AFTER + 5, elapsed
+    assert ended_within(errors) < grace + KILL_AFTER + SLACK
     assert processes_with(f"KILLTEST_MARKER={marker}") == []
 
 
@@ -189,8 +217,8 @@ def test_one_node_reporting_a_different_world_fails_at_once(tmp_path, capsys, to
     """Node 1's processes are told another world (a world of 6, as if their agent thought 3 nodes;
     or 3 processes per node); node 0's the spec's 2 x 2. Both of node 1's ranks exit 3 at once
     naming their number and the spec's field; node 0's, waiting in the rendezvous for peers that
-    never come, are stopped after the grace: the run ends with 3 in < grace + KILL_AFTER + 15 s
-    (start-up on 2 busy cores), and nothing is left running."""
+    never come, are stopped after the grace: every process has ended within grace + KILL_AFTER of
+    the first failure (the runner's own measure), and nothing is left running."""
     import uuid
     from dataclasses import replace
 
@@ -214,13 +242,11 @@ def test_one_node_reporting_a_different_world_fails_at_once(tmp_path, capsys, to
     name, value = marker.split("=")
     procs = [replace(p, env={**p.env, name: value, **(told if p.env["NODE_RANK"] == "1" else {})}) for p in procs]
     log = tmp_path / "log.txt"
-    started = time.monotonic()
     try:
         with open(log, "w") as fh:
-            code = _run_and_report(procs, 120, fh)
+            code = _run_and_report(procs, 600, fh)
     finally:
         kill_processes_with(marker)
-    elapsed = time.monotonic() - started
     text, errors = log.read_text(), capsys.readouterr().err
     assert code == 3, errors
     for rank in (2, 3):  # each of node 1's processes, with both numbers and the spec's field
@@ -230,7 +256,7 @@ def test_one_node_reporting_a_different_world_fails_at_once(tmp_path, capsys, to
     assert re.search(r"rank [23] exited with code 3 after [\d.]+ s; the run was stopped; the other 3 processes "
                      r"ended within [\d.]+ s: rank 0 and rank 1 were stopped by SIGTERM; rank [23] exited by "
                      r"itself \(code 3\)", errors), errors
-    assert elapsed < grace + KILL_AFTER + 15, elapsed
+    assert ended_within(errors) < grace + KILL_AFTER + SLACK
     assert processes_with(marker) == []
 
 
@@ -251,7 +277,7 @@ def test_sigterm_to_the_runner_stops_every_process(tmp_path):
     spec.write_text(f"version: 1\nname: sigterm\ncode: {code}\ncommand: python wait.py\n"
                     "resources: {nodes: 2, gpus_per_node: 2}\nenvironment: {image: pytorch}\n"
                     f"env: {{MARKER: '{marker}'}}\n")
-    command = [*trainspec_cmd(), "run", str(spec), "--local", "--workdir", str(tmp_path / "work"), "--timeout", "120"]
+    command = [*trainspec_cmd(), "run", str(spec), "--local", "--workdir", str(tmp_path / "work"), "--timeout", "600"]
     ready = set()
 
     def all_ready(line: str) -> bool:
@@ -260,7 +286,7 @@ def test_sigterm_to_the_runner_stops_every_process(tmp_path):
         return len(ready) == 4
 
     returncode, errors, left = sigterm_when(command, path_env(), all_ready, f"MARKER={marker}",
-                                            timeout=KILL_AFTER + 30)
+                                            timeout=KILL_AFTER + 60)
     assert returncode == 143, errors[-3000:]
     assert "terminated (SIGTERM); every process was stopped" in errors
     assert left == []

@@ -471,7 +471,7 @@ def expected_args(gen: Gen, target: str, *, settings_: Dict[str, Any], spec_dir:
 def run_bash(line: str, env: Dict[str, str], functions: Dict[str, str], printer: Path) -> List[str]:
     """Run ``line`` through bash as a node agent would; each name in ``functions`` prints its argv."""
     defs = "".join(f"{name}() {{ exec {shlex.quote(str(printer))} \"$@\"; }}\n" for name in functions)
-    proc = subprocess.run(["bash", "-c", defs + line], capture_output=True, text=True, timeout=30,
+    proc = subprocess.run(["bash", "-c", defs + line], capture_output=True, text=True, timeout=300,
                           env={"PATH": os.environ["PATH"], **env}, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, (line, proc.stderr)
     return json.loads(proc.stdout)
@@ -662,7 +662,7 @@ def test_ray_cluster_passes_rays_validation_and_the_launch_line_round_trips(work
         (fake / "ray").write_text(f"#!{sys.executable}\nimport json, sys\n"
                                   f"open({str(fake / 'calls')!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
         (fake / "ray").chmod(0o755)
-        proc = subprocess.run(["bash", str(folder / "launch.sh")], capture_output=True, text=True, timeout=30,
+        proc = subprocess.run(["bash", str(folder / "launch.sh")], capture_output=True, text=True, timeout=300,
                               env={"PATH": f"{fake}:{os.environ['PATH']}", "HOME": "/home/raytest"})
         assert proc.returncode == 0, proc.stderr
         calls = [json.loads(line) for line in (fake / "calls").read_text().splitlines()]
@@ -1008,7 +1008,7 @@ def test_one_broken_field_is_named_at_its_line_and_nothing_is_written(workdir, c
         (folder / "spec.yaml").write_text(text, encoding="utf-8")
         line, key_col, value_col = pos[path]
         proc = subprocess.run([*trainspec_cmd(), "validate", "spec.yaml"], cwd=folder, env=cli_env_module,
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=300)
         assert proc.returncode == 1, proc.stderr
         assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
         field = dotted(path)
@@ -1019,7 +1019,7 @@ def test_one_broken_field_is_named_at_its_line_and_nothing_is_written(workdir, c
             f"expected a line starting with {exact!r}\n--- spec.yaml\n{text}--- stderr\n{proc.stderr}"
         out = folder / "out"
         proc = subprocess.run([*trainspec_cmd(), "compile", "spec.yaml", "-o", str(out)], cwd=folder,
-                              env=cli_env_module, capture_output=True, text=True, timeout=60)
+                              env=cli_env_module, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert not out.exists() or not any(out.iterdir()), sorted(out.rglob("*"))
         assert sorted(p.name for p in folder.iterdir()) in (["spec.yaml"], ["out", "spec.yaml"])
@@ -1049,7 +1049,7 @@ def test_a_union_value_of_the_wrong_type_is_one_error_at_its_own_path(tmp_path, 
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"version: 1\nname: v\ncode: {CODE}\ncommand: python train.py\nvars: {{epochs: [1]}}\n")
     proc = subprocess.run([*trainspec_cmd(), "validate", "-t", "hpcpack", str(spec)], env=cli_env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=300)
     errors = [l for l in proc.stderr.splitlines() if ": error: vars" in l]
     assert len(errors) == 1 and "spec.yaml:5:16: error: vars.epochs: " in errors[0], proc.stderr
 
@@ -1067,7 +1067,7 @@ def test_version_must_be_the_integer_1(tmp_path, cli_env, value):
     spec.write_text(f"version: {value}\nname: v\ncode: {CODE}\ncommand: python train.py\n"
                     "environment: {image: x}\nresources: {sku: Standard_ND96isr_H100_v5}\n")
     proc = subprocess.run([*trainspec_cmd(), "validate", str(spec)], env=cli_env, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=300)
     assert proc.returncode == 1 and "spec.yaml:1:10: error: version: " in proc.stderr, proc.stderr
 
 

@@ -33,7 +33,7 @@ def ray_validate(config: dict) -> dict:
 
 def compile_ray(spec: Path, out: Path) -> Path:
     proc = subprocess.run([*trainspec_cmd(), "compile", str(spec), "-t", "ray", "-o", str(out)], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return next(out.glob("*/ray"))
 

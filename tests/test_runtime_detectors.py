@@ -331,7 +331,7 @@ def test_garbled_variables_are_named(env, name):
 def run_shim(args, env, shim_path=SHIM_PATH, python=(sys.executable,)):
     full_env = {"PATH": os.environ["PATH"], **env}
     return subprocess.run([*python, str(shim_path), *args], env=full_env, capture_output=True, text=True,
-                          timeout=30)
+                          timeout=300)
 
 
 def test_print_shows_the_exports():
@@ -394,7 +394,7 @@ def test_import_is_cheap(tmp_path):
     shutil.copyfile(SHIM_PATH, tmp_path / "trainspec_shim.py")
     code = ("import sys; sys.path.insert(0, %r); before = set(sys.modules); import trainspec_shim; "
             "print(' '.join(sorted(set(sys.modules) - before)))" % str(tmp_path))
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30)
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=300)
     new = set(done.stdout.split())
     assert "trainspec_shim" in new
     assert not new & {"json", "socket", "subprocess", "argparse", "typing", "trainspec", "logging"}
@@ -423,8 +423,8 @@ def test_compiled_jobs_start_the_shim_isolated_from_the_jobs_python_environment(
     env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
            "PYTHONPATH": str(site)}
     isolated = subprocess.run(f"{prefix} --print -- true", shell=True, env=env, capture_output=True, text=True,
-                              timeout=30)
+                              timeout=300)
     assert isolated.returncode == 0 and "RANK=0" in isolated.stdout, isolated.stderr
     plain = subprocess.run(f"python {SHIM_PATH} --print -- true", shell=True, env=env, capture_output=True,
-                           text=True, timeout=30)
+                           text=True, timeout=300)
     assert plain.returncode != 0 and "the job environment ran in the shim" in plain.stderr

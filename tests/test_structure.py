@@ -148,9 +148,9 @@ def test_compile_never_imports_pydantic_and_a_bad_spec_still_gets_its_hints(tmp_
             "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    print('EXIT:%s' % e.code)\n"
             "print('PYDANTIC:%s' % ('pydantic' in sys.modules))")
     good = subprocess.run([sys.executable, "-c", code, "compile", "specs", "-o", str(tmp_path / "out")],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert "PYDANTIC:False" in good.stdout and good.stdout.count("EXIT:0") == 1, good.stdout + good.stderr
     wrong = subprocess.run([sys.executable, "-c", code, "validate", str(bad)], cwd=REPO, capture_output=True,
-                           text=True, timeout=60)
+                           text=True, timeout=300)
     assert "EXIT:1" in wrong.stdout
     assert "bad.yaml:5:13: error: resources.nodez: unknown key 'nodez' (hint: did you mean 'nodes'?)" in wrong.stderr
