@@ -9,9 +9,10 @@ the same validator, the same errors, the same defaults, without the import.
     python -m trainspec.schema.structure --write    # after changing model.py
 
 tests/test_structure.py fails when the file is stale and checks, over the example specs, the
-bad-spec corpus and generated ones, that this validator and pydantic's agree. When the
-installed pydantic-core is not the version the snapshot was taken with, the schema is
-generated from model.py in memory instead (slower, the same result).
+bad-spec corpus and generated ones, that this validator and pydantic's agree. The snapshot
+serves any pydantic-core of the release it was taken with (same major.minor: patch releases
+keep the core-schema format); with another release the schema is generated from model.py in
+memory instead (slower, the same result).
 
 Validated mappings become ``Record`` objects: read-only attributes, like the pydantic models
 they mirror; ``written()`` gives back what the spec itself wrote.
@@ -127,6 +128,11 @@ def _resolve(node: Any, records: Dict[str, type]) -> Any:
     return node
 
 
+def compatible(taken_with: str, installed: str = pydantic_core.__version__) -> bool:
+    """A snapshot serves the pydantic-core release it was taken with: same major.minor."""
+    return taken_with.split(".")[:2] == installed.split(".")[:2]
+
+
 _validator: Optional[pydantic_core.SchemaValidator] = None
 
 
@@ -135,7 +141,7 @@ def validator() -> pydantic_core.SchemaValidator:
     global _validator
     if _validator is None:
         snapshot = json.loads(SNAPSHOT.read_text())
-        if snapshot["pydantic_core"] != pydantic_core.__version__:
+        if not compatible(snapshot["pydantic_core"]):
             snapshot = take()  # another pydantic-core: its own schema, from the models
         _validator = pydantic_core.SchemaValidator(_resolve(snapshot["schema"], {}), snapshot["config"])
     return _validator
