@@ -97,6 +97,7 @@ def plan(outcome: Outcome) -> Dict[str, Any]:
             "launcher": "tensorflow" if spec.framework == "tensorflow" else launcher,
             "files": [f.path for f in artifact.files],
             "submit": artifact.submit.format(dir=f"<out>/{valid.name}/{artifact.target}"),
+            "settings": _target_settings(valid, artifact.target),
             "ranks": {"first": _rank_env(valid, artifact.target, 0),
                       "last": _rank_env(valid, artifact.target, valid.world_size - 1)},
         })
@@ -111,9 +112,38 @@ def plan(outcome: Outcome) -> Dict[str, Any]:
         "backend": valid.backend,
         "spot": spec.resources.spot,
         "image": spec.environment.image or spec.environment.azureml,
+        "inputs": {name: (f"literal {item.value!r}" if item.path is None else f"{item.path} ({item.type}, {item.mode})")
+                   for name, item in spec.inputs.items()},
+        "outputs": {name: _output_text(item) for name, item in spec.outputs.items()},
         "targets": targets,
         "warnings": [d.render() for d in outcome.diagnostics if not d.is_error],
     }
+
+
+def _output_text(item) -> str:
+    where = item.path or "the job's own output"
+    asset = f", registered as {item.name}" + (f":{item.version}" if item.version else "") if item.name else ""
+    return f"{where} ({item.type}, {item.mode}{asset})"
+
+
+def _target_settings(valid: ValidSpec, target: str) -> Dict[str, str]:
+    """What a reviewer should see of a target's own settings beyond the world (Azure ML's
+    identity, services, interpreter, parameter servers)."""
+    settings = getattr(valid.spec.targets, target, None)
+    if target != "azureml" or settings is None:
+        return {}
+    shown: Dict[str, str] = {}
+    if settings.identity is not None:
+        shown["identity"] = settings.identity.type + (f" ({settings.identity.client_id})"
+                                                      if settings.identity.client_id else "")
+    if settings.services:
+        shown["services"] = ", ".join(f"{name} ({s.type}{', all nodes' if s.nodes else ''})"
+                                      for name, s in settings.services.items())
+    if settings.python != "python":
+        shown["interpreter"] = settings.python
+    if settings.parameter_server_count:
+        shown["parameter servers"] = str(settings.parameter_server_count)
+    return shown
 
 
 def _rank_env(valid: ValidSpec, target: str, rank: int) -> Dict[str, str]:
@@ -142,11 +172,16 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
         lines += ["", "| | |", "| --- | --- |", *[f"| {k} | `{v}` |" for k, v in facts]]
     else:
         lines += [f"  {k:<14} {v}" for k, v in facts]
+    for kind in ("inputs", "outputs"):
+        for name, text in data[kind].items():
+            lines.append(f"| {kind[:-1]} {name} | `{text}` |" if md else f"  {kind[:-1] + ' ' + name:<14} {text}")
     for t in data["targets"]:
         head = (f"{t['target']}: world {t['world_size']} = {t['nodes']} node(s) x {t['procs_per_node']} "
                 f"process(es), launcher {t['launcher']}")
         lines += ["", f"### {head}" if md else head, ""]
         lines += [f"- submit: `{t['submit']}`" if md else f"  submit: {t['submit']}"]
+        for key, value in t["settings"].items():
+            lines.append(f"- {key}: `{value}`" if md else f"  {key}: {value}")
         for which in ("first", "last"):
             env = t["ranks"][which]
             text = " ".join(f"{k}={v}" for k, v in sorted(env.items()))

@@ -82,7 +82,7 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
             out.append(error(("targets", "azureml", "tags", key), "tags starting with trainspec_ are written by trainspec",
                              on_key=True))
     for name, item in spec.inputs.items():
-        if _LOCAL.match(item.path) and not valid.resolve(item.path).exists():
+        if item.path is not None and _LOCAL.match(item.path) and not valid.resolve(item.path).exists():
             out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist: Azure ML uploads "
                              "local inputs from this machine",
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
@@ -139,6 +139,11 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     job["inputs"] = _inputs(valid, out_dir)
     if spec.outputs:
         job["outputs"] = {name: _output(o) for name, o in spec.outputs.items()}
+    if settings is not None and settings.identity is not None:
+        job["identity"] = {k: v for k, v in (("type", settings.identity.type),
+                                               ("client_id", settings.identity.client_id)) if v is not None}
+    if settings is not None and settings.services:
+        job["services"] = {name: _service(s) for name, s in settings.services.items()}
     if settings is not None and settings.timeout is not None:
         job["limits"] = {"timeout": settings.timeout}
     queue = _queue_settings(valid, compute)
@@ -167,12 +172,16 @@ def _command(valid: ValidSpec, launcher: str) -> str:
         counts = shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
         command = (f"{counts} --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT "
                    f"{base.python_arguments(command)}")
-    return base.under_shim(f"python {' '.join(base.SHIM_FLAGS)} {refs('inputs', SHIM_INPUT)}", command)
+    python = spec.targets.azureml.python if spec.targets.azureml else "python"
+    return base.under_shim(f"{python} {' '.join(base.SHIM_FLAGS)} {refs('inputs', SHIM_INPUT)}", command)
 
 
 def _distribution(valid: ValidSpec, launcher: str) -> Dict[str, Any]:
     if valid.spec.framework == "tensorflow":
-        return {"type": "tensorflow", "worker_count": valid.nodes}
+        settings = valid.spec.targets.azureml
+        servers = settings.parameter_server_count if settings else 0
+        return {"type": "tensorflow", "worker_count": valid.nodes,
+                **({"parameter_server_count": servers} if servers else {})}
     if launcher == "mpi":
         return {"type": "mpi", "process_count_per_instance": valid.procs_per_node}
     per_instance = 1 if launcher == "per-node" else valid.procs_per_node
@@ -207,6 +216,9 @@ def _environment(valid: ValidSpec, out_dir: Path, files: List[base.OutFile]):
 def _inputs(valid: ValidSpec, out_dir: Path) -> Dict[str, Any]:
     inputs: Dict[str, Any] = {}
     for name, item in valid.spec.inputs.items():
+        if item.path is None:  # a literal: ${{inputs.x}} stays in the command, --set inputs.x=... at submit
+            inputs[name] = item.value
+            continue
         path = item.path
         if _LOCAL.match(path):
             path = base.relative(valid.resolve(path), out_dir)
@@ -220,6 +232,18 @@ def _output(item) -> Dict[str, Any]:
     if item.path:
         out["path"] = item.path
     out["mode"] = item.mode
+    if item.name is not None:
+        out["name"] = item.name
+    if item.version is not None:
+        out["version"] = item.version
+    return out
+
+
+def _service(item) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"type": item.type}
+    for key in ("nodes", "log_dir", "ssh_public_keys"):
+        if getattr(item, key) is not None:
+            out[key] = getattr(item, key)
     return out
 
 

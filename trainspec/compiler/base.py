@@ -57,6 +57,26 @@ class Artifact:
         return next(f for f in self.files if f.path == path)
 
 
+def literal_text(value) -> str:
+    """A literal input as the command sees it: as Azure ML sends it (azure-ai-ml's REST body:
+    str(value), so a YAML `true` arrives as True)."""
+    return str(value)
+
+
+def azureml_only(target: str, valid: ValidSpec) -> List[Diagnostic]:
+    """Spec fields that only Azure ML acts on, reported by the other targets (never dropped)."""
+    out: List[Diagnostic] = []
+    for name, item in valid.spec.inputs.items():
+        if item.path is not None and item.mode in ("eval_mount", "eval_download"):
+            out.append(unsupported(target, ("inputs", name, "mode"), f"input mode {item.mode} (an Azure ML "
+                                   "runtime feature): the path is passed as it is", fatal=False))
+    for name, item in valid.spec.outputs.items():
+        if item.name is not None:
+            out.append(unsupported(target, ("outputs", name, "name"), "registering an output as a data asset",
+                                   "register it after the job, or leave name out", fatal=False))
+    return out
+
+
 def launcher(valid: ValidSpec, target: str) -> str:
     return valid.spec.distribution.launcher or LAUNCHER_DEFAULTS[target][valid.spec.framework]
 

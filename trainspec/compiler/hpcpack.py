@@ -62,7 +62,8 @@ def refs_for(valid: ValidSpec):
 
     def refs(kind: str, name: str) -> str:
         if kind == "inputs":
-            return shlex.quote(spec.inputs[name].path)
+            item = spec.inputs[name]
+            return shlex.quote(item.path if item.path is not None else base.literal_text(item.value))
         item = spec.outputs[name]
         if item.path is not None:
             return shlex.quote(item.path)
@@ -106,7 +107,10 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
     if spec.resources.shm_size:
         out.append(base.unsupported(NAME, ("resources", "shm_size"), "a shared-memory size: tasks run on the host",
                                     fatal=False))
+    out += base.azureml_only(NAME, valid)
     for name, item in spec.inputs.items():
+        if item.path is None:
+            continue
         if _REMOTE.match(item.path):
             out.append(base.unsupported(NAME, ("inputs", name, "path"), f"the remote data '{item.path}'",
                                         "give an absolute path on storage the nodes mount"))
@@ -150,7 +154,10 @@ def _xml_strings(valid: ValidSpec):
         if value:
             yield ("targets", NAME, field), value
     for name, item in spec.inputs.items():
-        yield ("inputs", name, "path"), item.path
+        if item.path is not None:
+            yield ("inputs", name, "path"), item.path
+        elif isinstance(item.value, str):
+            yield ("inputs", name, "value"), item.value
 
 
 def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:

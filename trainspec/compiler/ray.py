@@ -108,8 +108,9 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
         out.append(base.unsupported(NAME, ("resources", "shm_size"),
                                     "a shared-memory size without a container: it sizes the docker block",
                                     "set environment.image, or remove shm_size", fatal=False))
+    out += base.azureml_only(NAME, valid)
     for name, item in spec.inputs.items():
-        if item.path.startswith("azureml:"):
+        if item.path is not None and item.path.startswith("azureml:"):
             out.append(base.unsupported(NAME, ("inputs", name, "path"), f"the Azure ML data asset '{item.path}'",
                                         "give a local path (uploaded with file_mounts) or an https/abfss URL"))
     return out
@@ -120,6 +121,8 @@ def refs_for(valid: ValidSpec):
 
     def refs(kind: str, name: str) -> str:
         item = spec.inputs[name] if kind == "inputs" else spec.outputs[name]
+        if kind == "inputs" and item.path is None:
+            return shlex.quote(base.literal_text(item.value))
         path = item.path
         if path is None:
             return f"$HOME/trainspec/outputs/{name}"  # on each node; $HOME expands in the actor's shell
@@ -221,7 +224,7 @@ def _file_mounts(valid: ValidSpec, out_dir: Path) -> Dict[str, str]:
     if spec.environment.conda_file:
         mounts[f"{REMOTE}/environment.yml"] = base.relative(valid.resolve(spec.environment.conda_file), out_dir)
     for name, item in spec.inputs.items():
-        if not _REMOTE_DATA.match(item.path) and not item.path.startswith(("/", "azureml:")):
+        if item.path is not None and not _REMOTE_DATA.match(item.path) and not item.path.startswith(("/", "azureml:")):
             mounts[f"{REMOTE}/inputs/{name}"] = base.relative(valid.resolve(item.path), out_dir)
     return mounts
 

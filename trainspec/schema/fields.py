@@ -44,3 +44,10 @@ def exact_int(value):
     if isinstance(value, (bool, float)):
         raise ValueError("expected the integer 1")
     return value
+
+
+def literal_input(value):
+    """`inputs: {epochs: 5}`: a scalar is a literal input, as in Azure ML's own job files."""
+    if isinstance(value, (str, int, float, bool)):
+        return {"value": value}
+    return value

@@ -13,7 +13,7 @@ from typing import Dict, Literal, Optional, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from typing_extensions import Annotated
 
-from .fields import NAME_PATTERN, SHM_PATTERN, exact_int, parse_duration, scalar_to_str
+from .fields import NAME_PATTERN, SHM_PATTERN, exact_int, literal_input, parse_duration, scalar_to_str
 
 Framework = Literal["pytorch", "lightning", "deepspeed", "huggingface", "tensorflow"]
 Launcher = Literal["per-process", "per-node", "mpi"]
@@ -70,14 +70,21 @@ class Environment(Model):
         description="A registered Azure ML environment: name@label or name:version.", examples=["my-env@latest"])
 
 
+LiteralValue = Union[StrictStr, StrictInt, StrictFloat, StrictBool]
+
+
 class Input(Model):
-    path: str = Field(..., min_length=1,
-                      description="Data asset (azureml:name@latest), datastore or URL, or a local path.",
-                      examples=["azureml:mnist@latest"])
+    path: Optional[str] = Field(None, min_length=1,
+                                description="Data asset (azureml:name@latest), datastore or URL, or a local path.",
+                                examples=["azureml:mnist@latest"])
+    value: Optional[LiteralValue] = Field(
+        None, description="A literal input (written `epochs: 5` for short): Azure ML keeps ${{inputs.x}} in the "
+        "command, so `az ml job create --set inputs.x=...` changes it at submit time.", examples=[5])
     type: Literal["uri_folder", "uri_file", "mltable", "mlflow_model", "custom_model"] = Field(
         "uri_folder", description="Azure ML input type.", examples=["uri_folder"])
-    mode: Literal["ro_mount", "download", "direct"] = Field(
-        "ro_mount", description="How Azure ML makes the data available.", examples=["download"])
+    mode: Literal["ro_mount", "download", "direct", "eval_mount", "eval_download"] = Field(
+        "ro_mount", description="How Azure ML makes the data available (eval_*: an MLTable's data, read by the "
+        "runtime).", examples=["download"])
 
 
 class Output(Model):
@@ -87,6 +94,31 @@ class Output(Model):
         "uri_folder", description="Azure ML output type.", examples=["uri_folder"])
     mode: Literal["rw_mount", "upload"] = Field("rw_mount", description="How Azure ML stores what the job writes.",
                                                 examples=["upload"])
+    name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$",
+                                description="Register what the job writes as this Azure ML data asset.",
+                                examples=["mnist-checkpoints"])
+    version: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,30}$",
+                                   description="Version of the registered asset (needs name).", examples=["1"])
+
+
+class Identity(Model):
+    type: Literal["user_identity", "managed", "aml_token"] = Field(
+        ..., description="Whose identity the job uses to reach data: the submitter's, the compute's managed "
+        "identity, or the workspace's AML token.", examples=["user_identity"])
+    client_id: Optional[str] = Field(None, pattern=r"^[0-9a-fA-F-]{36}$",
+                                     description="A user-assigned managed identity (type managed).",
+                                     examples=["00000000-0000-0000-0000-000000000000"])
+
+
+class Service(Model):
+    type: Literal["tensor_board", "ssh", "jupyter_lab", "vs_code"] = Field(
+        ..., description="An interactive service on the job's nodes.", examples=["tensor_board"])
+    nodes: Optional[Literal["all"]] = Field(None, description="all: on every node; default: the first node.",
+                                            examples=["all"])
+    log_dir: Optional[str] = Field(None, min_length=1, description="TensorBoard's log directory (tensor_board).",
+                                   examples=["outputs/tblogs"])
+    ssh_public_keys: Optional[str] = Field(None, min_length=1, description="The public key(s) for ssh.",
+                                           examples=["ssh-rsa AAAA... user@host"])
 
 
 class AzureMLTarget(Model):
@@ -101,6 +133,17 @@ class AzureMLTarget(Model):
     timeout: Optional[Duration] = Field(None, description="Job time limit: 2d, 12h, 90m or seconds.",
                                         examples=["2d"])
     tags: Dict[str, str] = Field(default_factory=dict, description="Extra job tags.", examples=[{"team": "vision"}])
+    identity: Optional[Identity] = Field(None, description="The identity the job uses to access data.",
+                                         examples=[{"type": "user_identity"}])
+    services: Dict[str, Service] = Field(default_factory=dict,
+                                         description="Interactive services (TensorBoard, SSH, JupyterLab, VS Code).",
+                                         examples=[{"tensorboard": {"type": "tensor_board", "log_dir": "outputs/tb"}}])
+    python: str = Field("python", pattern=r"^[^\s;&|<>()$`'\"\\*?]+$",
+                        description="The image's interpreter that starts the shim (python3 where only that exists).",
+                        examples=["python3"])
+    parameter_server_count: int = Field(0, ge=0, le=1024,
+                                        description="TensorFlow parameter servers (framework: tensorflow).",
+                                        examples=[1])
 
 
 class HPCPackTarget(Model):
@@ -199,8 +242,9 @@ class Spec(Model):
                                      examples=[{"image": "pytorch/pytorch:latest", "pip": ["lightning"]}])
     env: Dict[str, EnvValue] = Field(default_factory=dict, description="Environment variables for every process.",
                                      examples=[{"NCCL_DEBUG": "WARN"}])
-    inputs: Dict[str, Input] = Field(default_factory=dict, description="Data the job reads: {{ inputs.x }}.",
-                                     examples=[{"mnist": {"path": "azureml:mnist@latest"}}])
+    inputs: Dict[str, Annotated[Input, BeforeValidator(literal_input)]] = Field(
+        default_factory=dict, description="Data the job reads, or literal values: {{ inputs.x }}.",
+        examples=[{"mnist": {"path": "azureml:mnist@latest"}, "epochs": 5}])
     outputs: Dict[str, Output] = Field(default_factory=dict, description="Data the job writes: {{ outputs.x }}.",
                                        examples=[{"checkpoints": {"mode": "rw_mount"}}])
     targets: Targets = Field(default_factory=Targets,

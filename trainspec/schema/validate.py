@@ -111,6 +111,7 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     _check_environment(spec, doc, diagnostics)
     _check_paths(spec, doc, diagnostics)
     _check_data(spec, diagnostics)
+    _check_io_fields(spec, diagnostics)
     source = Source(file=doc.file, path=doc.path, display=_display_path(doc.path), digest=digest(spec))
     if any(d.is_error for d in diagnostics):
         return None, diagnostics
@@ -261,6 +262,8 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
     if conda is not None and not (base / conda).is_file():
         out.append(error(("environment", "conda_file"), f"'{conda}' does not exist (relative to the spec)"))
     for name, item in spec.inputs.items():
+        if item.path is None:
+            continue
         # an absolute path may name the cluster's storage (HPC Pack, Ray): targets that upload
         # local data check it themselves
         if not _REMOTE.match(item.path) and not item.path.startswith("/") and not (base / item.path).exists():
@@ -270,12 +273,50 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
 
 def _check_data(spec: Spec, out: List[Diagnostic]) -> None:
     for name, item in spec.inputs.items():
-        if item.path.startswith("azureml:") and not item.path.startswith("azureml://"):
+        if item.path is not None and item.path.startswith("azureml:") and not item.path.startswith("azureml://"):
             m = _AZUREML_ASSET.fullmatch(item.path)
             if not m or not (m.group(2) or m.group(3)):
                 asset = item.path[len("azureml:"):].split(":")[0].split("@")[0]
                 out.append(error(("inputs", name, "path"), f"data asset '{item.path}' needs a version or a label",
                                  f"write azureml:{asset}@latest or azureml:{asset}:1"))
+
+
+def _check_io_fields(spec: Spec, out: List[Diagnostic]) -> None:
+    """A literal input is a value and nothing else; a registered output has a name."""
+    for name, item in spec.inputs.items():
+        written = structure.written(item)
+        if item.path is None and item.value is None:
+            out.append(error(("inputs", name), "an input needs a path (data) or a value (a literal)",
+                             f"write `{name}: {{path: azureml:<asset>@latest}}`, or `{name}: 5` for a literal"))
+        elif item.path is not None and item.value is not None:
+            out.append(error(("inputs", name, "value"), "an input is either data (path) or a literal (value), not both"))
+        elif item.value is not None:
+            for key in ("type", "mode"):
+                if key in written:
+                    out.append(error(("inputs", name, key), f"a literal input has no {key}",
+                                     "remove it, or give a path for data"))
+            if isinstance(item.value, str) and _REMOTE.match(item.value):
+                out.append(warning(("inputs", name), f"'{item.value}' is passed as a literal string, not as data",
+                                   f"for data write `{name}: {{path: {item.value}}}`"))
+    for name, output in spec.outputs.items():
+        if output.version is not None and output.name is None:
+            out.append(error(("outputs", name, "version"), "a version needs the asset's name",
+                             "set outputs.%s.name, the data asset Azure ML registers" % name))
+    settings = spec.targets.azureml
+    if settings is not None and settings.parameter_server_count and spec.framework != "tensorflow":
+        out.append(error(("targets", "azureml", "parameter_server_count"),
+                         "parameter servers are TensorFlow's: this job's framework is " + spec.framework,
+                         "remove it, or set framework: tensorflow"))
+    if settings is not None and settings.identity is not None and settings.identity.client_id is not None \
+            and settings.identity.type != "managed":
+        out.append(error(("targets", "azureml", "identity", "client_id"),
+                         f"client_id names a managed identity; type is {settings.identity.type}",
+                         "set type: managed, or remove client_id"))
+    for name, service in (settings.services.items() if settings is not None else ()):
+        for key, kind in (("log_dir", "tensor_board"), ("ssh_public_keys", "ssh")):
+            if getattr(service, key) is not None and service.type != kind:
+                out.append(error(("targets", "azureml", "services", name, key),
+                                 f"{key} belongs to a {kind} service; this one is {service.type}"))
 
 
 # --- templates and the Lightning trap -------------------------------------------------------

@@ -1,0 +1,173 @@
+"""The fields Azure ML's own distributed command jobs use (issue 11, finding 4): identity,
+services, literal inputs that stay ${{inputs.x}}, registered outputs, eval_* input modes,
+TensorFlow parameter servers and the image's interpreter. Each is validated, lowered, loaded
+by azure-ai-ml into the REST body `az ml job create` sends, shown by `plan`, and reported by
+HPC Pack and Ray rather than dropped."""
+
+import json
+import subprocess
+import textwrap
+
+import pytest
+import yaml
+
+from conftest import trainspec_cmd
+
+azure_ml = pytest.importorskip("azure.ai.ml", reason="azure-ai-ml is a test extra: pip install -e '.[test]'")
+
+SPEC = """\
+version: 1
+name: fields
+code: code
+command: >-
+  python -u train.py --epochs {{ inputs.epochs }} --lr {{ inputs.lr }} --fast {{ inputs.fast }}
+  --tag {{ inputs.tag }} --data {{ inputs.data }} --out {{ outputs.ckpt }}
+resources: {nodes: 2, sku: Standard_ND96isr_H100_v5}
+environment: {image: mcr.microsoft.com/azureml/curated/acpt-pytorch-2.2-cuda12.1:latest}
+inputs:
+  epochs: 5
+  lr: 0.1
+  fast: true
+  tag: "it's a run"
+  data: {path: azureml:mnist-table@latest, type: mltable, mode: eval_mount}
+outputs:
+  ckpt: {name: mnist-ckpt, version: "3", mode: upload}
+targets:
+  azureml:
+    compute: gpu-cluster
+    python: python3
+    identity: {type: managed, client_id: 00000000-0000-0000-0000-0000000000aa}
+    services:
+      tb: {type: tensor_board, log_dir: outputs/tb}
+      shell: {type: ssh, ssh_public_keys: "ssh-ed25519 AAAAC3Nza user@host", nodes: all}
+      lab: {type: jupyter_lab}
+      editor: {type: vs_code}
+"""
+
+
+def run(*args, cwd):
+    return subprocess.run([*trainspec_cmd(), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hi')\n")
+    (tmp_path / "job.yaml").write_text(SPEC)
+    return tmp_path
+
+
+def rest_body(job_file):
+    from azure.ai.ml import load_job
+
+    job = load_job(job_file)
+    result = job._validate()
+    assert result.passed, result.error_messages
+    command_job = job._to_job()
+    command_job._validate()  # raises on an undefined ${{inputs.x}}
+    return command_job._to_rest_object().as_dict()["properties"]
+
+
+def test_every_field_reaches_the_rest_body(project):
+    proc = run("compile", "job.yaml", "-o", "out", "-t", "azureml", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    body = rest_body(project / "out" / "fields" / "azureml" / "job.yml")
+    assert body["identity"] == {"identityType": "Managed", "clientId": "00000000-0000-0000-0000-0000000000aa"}
+    services = {name: s["jobServiceType"] for name, s in body["services"].items()}
+    assert services == {"tb": "TensorBoard", "shell": "SSH", "lab": "JupyterLab", "editor": "VSCode"}
+    assert body["services"]["tb"]["properties"] == {"logDir": "outputs/tb"}
+    assert body["services"]["shell"]["nodes"] == {"nodesValueType": "All"}
+    literals = {name: i["value"] for name, i in body["inputs"].items() if i["jobInputType"] == "literal"}
+    assert literals == {"epochs": "5", "lr": "0.1", "fast": "True", "tag": "it's a run"}
+    assert body["inputs"]["data"]["mode"] == "EvalMount" and body["inputs"]["data"]["jobInputType"] == "mltable"
+    assert body["outputs"]["ckpt"]["assetName"] == "mnist-ckpt" and body["outputs"]["ckpt"]["assetVersion"] == "3"
+    # literals stay references, so `az ml job create --set inputs.epochs=9` changes them at submit
+    assert "--epochs ${{inputs.epochs}} --lr ${{inputs.lr}} --fast ${{inputs.fast}}" in body["command"]
+    assert body["command"].startswith("python3 -I -S ${{inputs.trainspec_runtime}} -- python -u train.py")
+
+
+def test_parameter_servers_for_tensorflow(project):
+    spec = yaml.safe_load(SPEC)
+    spec.update(framework="tensorflow", command="python train.py")
+    for key in ("inputs", "outputs"):
+        spec.pop(key)
+    spec["targets"]["azureml"]["parameter_server_count"] = 1
+    (project / "tf.yaml").write_text(yaml.safe_dump(spec))
+    proc = run("compile", "tf.yaml", "-o", "out", "-t", "azureml", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    body = rest_body(project / "out" / "fields" / "azureml" / "job.yml")
+    assert body["distribution"] == {"distributionType": "TensorFlow", "workerCount": 2, "parameterServerCount": 1}
+
+
+def test_plan_shows_them(project):
+    proc = run("plan", "job.yaml", "--format", "json", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["inputs"]["epochs"] == "literal 5"
+    assert data["inputs"]["data"] == "azureml:mnist-table@latest (mltable, eval_mount)"
+    assert "registered as mnist-ckpt:3" in data["outputs"]["ckpt"]
+    settings = data["targets"][0]["settings"]
+    assert settings["identity"] == "managed (00000000-0000-0000-0000-0000000000aa)"
+    assert settings["services"] == "tb (tensor_board), shell (ssh, all nodes), lab (jupyter_lab), editor (vs_code)"
+    assert settings["interpreter"] == "python3"
+    text = run("plan", "job.yaml", cwd=project).stdout
+    assert "input epochs   literal 5" in text and "identity: managed" in text
+
+
+def test_hpcpack_and_ray_substitute_literals_and_report_what_only_azureml_does(project):
+    spec = yaml.safe_load(SPEC)
+    spec["inputs"]["data"] = {"path": "/data/mnist", "mode": "eval_mount"}
+    spec["targets"]["hpcpack"] = {"shared_dir": "/app"}
+    (project / "both.yaml").write_text(yaml.safe_dump(spec))
+    proc = run("compile", "both.yaml", "-o", "out", "-t", "hpcpack", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    from xml.etree import ElementTree
+
+    xml = ElementTree.parse(project / "out" / "fields" / "hpcpack" / "job.xml")
+    commands = [v for e in xml.iter() for k, v in e.attrib.items() if k == "CommandLine"]
+    assert commands and all("--epochs 5 --lr 0.1 --fast True --tag 'it'\"'\"'s a run' --data /data/mnist" in c
+                            for c in commands)
+    assert "warning: outputs.ckpt.name: hpcpack cannot express registering an output as a data asset" in proc.stderr
+    assert "warning: inputs.data.mode: hpcpack cannot express input mode eval_mount" in proc.stderr
+
+
+@pytest.mark.parametrize("change, where, message", [
+    ({"inputs": {"epochs": {"value": 5, "mode": "download"}}}, "inputs.epochs.mode", "a literal input has no mode"),
+    ({"inputs": {"epochs": {"type": "uri_file"}}}, "inputs.epochs", "an input needs a path (data) or a value"),
+    ({"inputs": {"epochs": {"value": 5, "path": "/x"}}}, "inputs.epochs.value", "either data (path) or a literal"),
+    ({"outputs": {"ckpt": {"version": "1"}}}, "outputs.ckpt.version", "a version needs the asset's name"),
+    ({"targets": {"azureml": {"compute": "gpu-cluster", "parameter_server_count": 2}}},
+     "targets.azureml.parameter_server_count", "parameter servers are TensorFlow's"),
+    ({"targets": {"azureml": {"compute": "gpu-cluster", "identity": {"type": "user_identity",
+                                                                      "client_id": "0" * 8 + "-0000-0000-0000-" + "0" * 12}}}},
+     "targets.azureml.identity.client_id", "client_id names a managed identity"),
+    ({"targets": {"azureml": {"compute": "gpu-cluster", "services": {"s": {"type": "ssh", "log_dir": "x"}}}}},
+     "targets.azureml.services.s.log_dir", "log_dir belongs to a tensor_board service"),
+    ({"targets": {"azureml": {"compute": "gpu-cluster", "identity": {"type": "aml"}}}},
+     "targets.azureml.identity.type", "user_identity"),
+])
+def test_wrong_fields_are_located_errors(project, change, where, message):
+    spec = {"version": 1, "name": "bad", "code": "code", "command": "python train.py",
+            "resources": {"nodes": 1, "sku": "Standard_ND96isr_H100_v5"},
+            "environment": {"image": "python:3.11"}, **change}
+    (project / "bad.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    proc = run("validate", "bad.yaml", cwd=project)
+    assert proc.returncode == 1
+    line = next(x for x in proc.stderr.splitlines() if f"error: {where}:" in x)
+    assert line.startswith("bad.yaml:") and message in line, proc.stderr
+
+
+def test_a_literal_that_looks_like_data_is_warned_about(project):
+    (project / "lit.yaml").write_text(textwrap.dedent("""\
+        version: 1
+        name: lit
+        code: code
+        command: python train.py --data {{ inputs.data }}
+        resources: {nodes: 1, sku: Standard_ND96isr_H100_v5}
+        environment: {image: python:3.11}
+        inputs: {data: azureml:mnist@latest}
+        """))
+    proc = run("validate", "lit.yaml", cwd=project)
+    assert proc.returncode == 0
+    assert "lit.yaml:7:16: warning: inputs.data: 'azureml:mnist@latest' is passed as a literal string, not as data " \
+           "(hint: for data write `data: {path: azureml:mnist@latest}`)" in proc.stderr
