@@ -4,6 +4,7 @@ diff for reviewers, the pre-commit hooks through the real pre-commit, and the CI
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -53,57 +54,187 @@ def edit(path: Path, old: str, new: str):
     path.write_text(text.replace(old, new))
 
 
-def test_check_passes_then_fails_on_hand_edit_and_stale_output(repo):
-    ok = ts("check", "specs/", "--out", "build/", cwd=repo)
-    assert ok.returncode == 0 and "match their specs" in ok.stderr
-    job = repo / "build" / "mnist-lightning" / "azureml" / "job.yml"
-    edit(job, "instance_count: 2", "instance_count: 3")  # hand-edited
-    bad = ts("check", "specs/", "--out", "build/", cwd=repo)
-    assert bad.returncode == 1
-    assert "build/mnist-lightning/azureml/job.yml: differs from what its spec compiles to" in bad.stdout
-    assert "-  instance_count: 3\n+  instance_count: 2" in bad.stdout  # a unified diff
-    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
-    assert ts("check", "specs/", "--out", "build/", cwd=repo).returncode == 0
-    edit(repo / "specs" / "single-node.yaml", "nodes: 1", "nodes: 1\n  shm_size: 8g")  # spec changed, not recompiled
-    stale = ts("check", "specs/", "--out", "build/", cwd=repo)
-    assert stale.returncode == 1 and "build/single-node/azureml/job.yml: differs" in stale.stdout
-    assert "+  shm_size: 8g" in stale.stdout
+def check(repo):
+    return ts("check", "specs/", "--out", "build/", cwd=repo)
 
 
-def test_check_reports_missing_and_orphaned_outputs(repo):
-    (repo / "build" / "single-node" / "azureml" / "conda.yml").unlink()
+def follow_advice(proc, cwd):
+    """Run every `fix:` command check printed, as the user would type it."""
+    fixes = [line.split("fix: ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("  fix: ")]
+    assert fixes, proc.stdout
+    for command in dict.fromkeys(fixes):
+        words = shlex.split(command)
+        if words[0] == "trainspec":
+            words = [*trainspec_cmd(), *words[1:]]
+        run(words, cwd, check=True)
+    return fixes
+
+
+def test_check_says_what_each_finding_is_and_its_advice_fixes_it(repo):
+    assert check(repo).returncode == 0
+    edit(repo / "build" / "mnist-lightning" / "azureml" / "job.yml", "instance_count: 2", "instance_count: 3")
+    edit(repo / "specs" / "single-node.yaml", "  nodes: 1\n", "  nodes: 1\n  shm_size: 8g\n")  # not recompiled
+    (repo / "build" / "hpcpack-ddp" / "hpcpack" / "stage.sh").unlink()
+    git("mv", "specs/mnist-lightning.yaml", "specs/mnist.yaml", cwd=repo)  # renamed, name unchanged
+    (repo / "build" / "notes").mkdir()
+    (repo / "build" / "notes" / "README.md").write_text("not trainspec's\n")
+    (repo / "build" / "single-node" / "azureml" / "extra.txt").write_text("added by hand\n")
+    proc = check(repo)
+    assert proc.returncode == 1
+    out = proc.stdout
+    assert "build/single-node/azureml/job.yml: stale: its spec changed since it was compiled (spec sha256:" in out
+    assert "build/single-node/azureml/extra.txt: stale: its spec no longer produces it" in out
+    assert "build/hpcpack-ddp/hpcpack/stage.sh: missing: its spec produces it" in out
+    assert "build/notes: foreign: not written by trainspec" in out
+    assert "  fix: trainspec compile specs/single-node.yaml -o build/\n" in out
+    assert "  fix: rm -r -- build/notes\n" in out
+    assert "+  shm_size: 8g" in out  # the stale file's diff
+    assert "build/mnist-lightning/azureml/job.yml: stale: its spec moved from specs/mnist-lightning.yaml to " \
+           "specs/mnist.yaml" in out
+    assert re.search(r"trainspec check: \d+ problem\(s\) in build/ \(\d+ stale, 1 missing, 1 foreign\); to fix "
+                     r"them all, run:", proc.stderr), proc.stderr
+    follow_advice(proc, repo)
+    after = check(repo)
+    assert after.returncode == 0, after.stdout + after.stderr
+
+
+def test_check_tells_hand_edits_from_stale_outputs_and_orphans_from_renames(repo):
+    edit(repo / "build" / "mnist-lightning" / "azureml" / "job.yml", "instance_count: 2", "instance_count: 3")
     git("mv", "specs/hpcpack-ddp.yaml", "specs/renamed.yaml", cwd=repo)
     edit(repo / "specs" / "renamed.yaml", "name: hpcpack-ddp", "name: renamed")
-    proc = ts("check", "specs/", "--out", "build/", cwd=repo)
+    proc = check(repo)
     assert proc.returncode == 1
-    assert "build/single-node/azureml/conda.yml: is missing" in proc.stdout
-    assert "build/hpcpack-ddp/hpcpack: has no spec" in proc.stdout
-    assert "build/renamed/hpcpack/job.xml: is missing" in proc.stdout
+    assert "build/mnist-lightning/azureml/job.yml: hand-edited: changed since trainspec wrote it (its spec did " \
+           "not change)" in proc.stdout
+    assert "-  instance_count: 3\n+  instance_count: 2" in proc.stdout
+    assert "build/hpcpack-ddp/hpcpack: orphaned: written from specs/hpcpack-ddp.yaml, which is gone" in proc.stdout
+    assert "  fix: trainspec compile specs/ -o build/ --prune\n" in proc.stdout
+    assert "build/renamed/hpcpack/job.xml: missing" in proc.stdout
+    fixes = set(follow_advice(proc, repo))
+    assert len(fixes) == 3  # hand-edited job, the renamed spec's outputs, the orphan
+    assert not (repo / "build" / "hpcpack-ddp").exists()
+    assert check(repo).returncode == 0
 
 
-def test_diff_git_shows_the_semantic_change_first(repo):
+def test_prune_removes_only_what_trainspec_wrote_for_specs_that_are_gone(repo):
+    foreign = repo / "build" / "keep-me"
+    foreign.mkdir()
+    (foreign / "job.yml").write_text("# my own job, no trainspec header\n")
+    (repo / "specs" / "single-node.yaml").unlink()
+    # compiling one other spec with --prune: the gone spec's outputs go; hpcpack-ddp's stay (its spec
+    # exists, it is just not part of this run); the folder without a header stays
+    proc = ts("compile", "specs/mnist-lightning.yaml", "-o", "build/", "--prune", cwd=repo, check=True)
+    assert "removed build/single-node/azureml/ (written from specs/single-node.yaml" in proc.stdout
+    assert not (repo / "build" / "single-node").exists()
+    assert (repo / "build" / "hpcpack-ddp" / "hpcpack" / "job.xml").exists()
+    assert (foreign / "job.yml").exists()
+
+
+def test_diff_git_compiles_the_base_where_the_working_tree_is(repo):
     spec = repo / "specs" / "mnist-lightning.yaml"
     edit(spec, "  nodes: 2\n", "  nodes: 4\n")
     edit(spec, "sku: Standard_ND96isr_H100_v5", "sku: Standard_ND96amsr_A100_v4")
     git("commit", "-q", "-am", "bigger", cwd=repo)
-    proc = ts("diff", "--git", "HEAD~1", cwd=repo)
+    proc = ts("diff", "--git", "HEAD~1", "--out", "../build", cwd=repo / "specs")  # from a sub-folder
     assert proc.returncode == 0, proc.stderr
-    first = proc.stdout.splitlines()[:2]
-    assert first[0] == "== specs/mnist-lightning.yaml"
-    assert first[1] == "nodes 2 → 4; world 16 → 32; sku Standard_ND96isr_H100_v5 → Standard_ND96amsr_A100_v4"
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "== mnist-lightning (specs/mnist-lightning.yaml)"
+    assert lines[1] == ("resources.nodes 2 → 4; resources.sku Standard_ND96isr_H100_v5 → Standard_ND96amsr_A100_v4; "
+                        "world 16 → 32; GPU H100 → A100")
+    assert "--- a/build/mnist-lightning/azureml/job.yml\n+++ b/build/mnist-lightning/azureml/job.yml" in proc.stdout
     assert "-  instance_count: 2\n+  instance_count: 4" in proc.stdout
-    assert "single-node" not in proc.stdout  # unchanged specs are not listed
+    assert "code:" not in "".join(l for l in lines if l.startswith(("-", "+")))  # the same relative paths
+    assert "trainspec-" not in proc.stdout + proc.stderr and str(repo.parent) not in proc.stdout + proc.stderr
+    assert "single-node" not in proc.stdout  # unchanged jobs are not listed
     md = ts("diff", "--git", "HEAD~1", "--format", "markdown", cwd=repo)
-    assert "**nodes 2 → 4; world 16 → 32;" in md.stdout and "```diff" in md.stdout
+    assert md.stdout.startswith("# trainspec diff since HEAD~1: 1 job changed\n")
+    assert "**resources.nodes 2 → 4;" in md.stdout and "```diff" in md.stdout
 
 
-def test_diff_two_files_with_gpus_per_node(tmp_path):
+def test_diff_git_errors_on_the_base_side_name_the_revision(repo):
+    spec = repo / "specs" / "single-node.yaml"
+    edit(spec, "  nodes: 1\n", "  nodes: 0\n")
+    git("commit", "-q", "-am", "broken", cwd=repo)
+    edit(spec, "  nodes: 0\n", "  nodes: 1\n")
+    proc = ts("diff", "--git", "HEAD", cwd=repo)
+    assert proc.returncode == 1
+    assert "HEAD:specs/single-node.yaml:10:10: error: resources.nodes: expected greater than or equal to 1" \
+        in proc.stderr
+    assert "trainspec-" not in proc.stderr and "/tmp" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+BASE = """version: 1
+resources:
+  nodes: 2
+  sku: Standard_ND96isr_H100_v5
+environment:
+  image: mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04
+  conda_file: ../examples/ddp/environment.yml
+env: {NCCL_DEBUG: WARN}
+targets:
+  azureml: {compute: gpu-cluster, timeout: 2d}
+"""
+
+
+def child(name):
+    return f"extends: ../bases/gpu.yaml\nname: {name}\ncode: ../examples/ddp\ncommand: python train.py\nframework: pytorch\n"
+
+
+def test_diff_git_lists_every_job_a_shared_file_changes(repo):
+    (repo / "bases").mkdir()
+    (repo / "bases" / "gpu.yaml").write_text(BASE)
+    (repo / "specs" / "job-a.yaml").write_text(child("job-a"))
+    (repo / "specs" / "job-b.yaml").write_text(child("job-b"))
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "two jobs on one base", cwd=repo)
+    edit(repo / "bases" / "gpu.yaml", "nodes: 2", "nodes: 3")
+    edit(repo / "bases" / "gpu.yaml", "NCCL_DEBUG: WARN", "NCCL_DEBUG: INFO")
+    edit(repo / "bases" / "gpu.yaml", "timeout: 2d", "timeout: 3d")
+    proc = ts("diff", "--git", "HEAD", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    heads = [line for line in proc.stdout.splitlines() if line.startswith("== ")]
+    assert heads == ["== job-a (specs/job-a.yaml)", "== job-b (specs/job-b.yaml)"]  # the base is not a job
+    summary = ("resources.nodes 2 → 3; env.NCCL_DEBUG WARN → INFO; targets.azureml.timeout 2d → 3d; world 16 → 24")
+    assert proc.stdout.count(summary + "\n") == 2
+    # a conda file the jobs read: both jobs change, and the summary says which output
+    git("checkout", "-q", "--", "bases", cwd=repo)
+    with open(repo / "examples" / "ddp" / "environment.yml", "a") as fh:
+        fh.write("# pinned differently\n")
+    conda = ts("diff", "--git", "HEAD", "--format", "json", cwd=repo)
+    jobs = json.loads(conda.stdout)["jobs"]
+    assert [j["name"] for j in jobs] == ["job-a", "job-b"]
+    assert jobs[0]["changes"] == [] and jobs[0]["files"] == []  # job.yml references the file; it is uploaded at submit
+    assert jobs[0]["summary"] == "no spec field changed; the job reads changed files: examples/ddp/environment.yml"
+
+
+def test_diff_git_new_and_removed_jobs(repo):
+    (repo / "specs" / "single-node.yaml").rename(repo / "specs" / "one-node.yaml")
+    edit(repo / "specs" / "one-node.yaml", "name: single-node", "name: one-node")
+    proc = ts("diff", "--git", "HEAD", "--format", "json", cwd=repo)
+    jobs = {j["name"]: j for j in json.loads(proc.stdout)["jobs"]}
+    assert set(jobs) == {"one-node", "single-node"}
+    assert jobs["one-node"]["summary"] == ("new job: world 2 = 1 node(s) x 2 process(es) on Standard_NC48ads_A100_v4, "
+                                           "targets azureml")
+    assert jobs["single-node"]["status"] == "removed" and jobs["single-node"]["summary"].startswith("removed job: ")
+    text = ts("diff", "--git", "HEAD", cwd=repo).stdout
+    assert "--- /dev/null\n+++ b/build/one-node/azureml/job.yml" in text
+    assert "--- a/build/single-node/azureml/job.yml\n+++ /dev/null" in text
+
+
+def test_diff_two_files_and_one_spec_with_overrides(tmp_path):
     base = REPO / "specs" / "single-node.yaml"
     head = tmp_path / "single-node.yaml"
     head.write_text(base.read_text().replace("../examples/", f"{REPO}/examples/")
                     .replace("  gpus_per_node: 2\n", "  gpus_per_node: 1\n"))
     proc = ts("diff", str(base), str(head), cwd=REPO)
-    assert "world 2 → 1; processes per node 2 → 1; GPUs per node 2 → 1" in proc.stdout
+    assert "resources.gpus_per_node 2 → 1; world 2 → 1; processes per node 2 → 1\n" in proc.stdout
+    proc = ts("diff", "specs/mnist-lightning.yaml", "--set", "resources.nodes=3", "--set", "env.NCCL_DEBUG=INFO",
+              cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1] == "resources.nodes 2 → 3; env.NCCL_DEBUG WARN → INFO; world 16 → 24"
+    usage = ts("diff", "specs/mnist-lightning.yaml", cwd=REPO)
+    assert usage.returncode == 2 and "one SPEC with --set/--var" in usage.stderr
 
 
 def test_plan_for_terminal_pr_comment_and_tools(repo):
@@ -112,12 +243,29 @@ def test_plan_for_terminal_pr_comment_and_tools(repo):
     last = next(line for line in text.splitlines() if "rank 15 (last):" in line)
     assert " NODE_RANK=1 " in last and " RANK=15 " in last and " LOCAL_RANK=7 " in last
     md = ts("plan", "specs/mnist-lightning.yaml", "--format", "markdown", cwd=repo, check=True).stdout
-    assert md.startswith("## mnist-lightning (specs/mnist-lightning.yaml)") and "| sku | `Standard_ND96isr_H100_v5` |" in md
+    assert md.startswith("# trainspec plan: 1 job\n\n## mnist-lightning (specs/mnist-lightning.yaml)")
+    assert "| sku | `Standard_ND96isr_H100_v5` |" in md
     data = json.loads(ts("plan", "specs/hpcpack-ddp.yaml", "--format", "json", cwd=repo, check=True).stdout)
-    target = data["targets"][0]
+    target = data["jobs"][0]["targets"][0]
     assert target["target"] == "hpcpack" and target["world_size"] == 8 and target["launcher"] == "per-node"
     assert target["ranks"]["first"]["MASTER_PORT"] == "29400"
     assert target["submit"].startswith("job submit /jobfile:<out>/hpcpack-ddp/hpcpack/job.xml  (after: bash ")
+
+
+def test_plan_over_a_folder_and_over_what_a_branch_changes(repo):
+    everything = json.loads(ts("plan", "specs/", "--format", "json", cwd=repo, check=True).stdout)
+    assert sorted(j["name"] for j in everything["jobs"]) == ["hpcpack-ddp", "mnist-lightning", "single-node"]
+    git("checkout", "-q", "-b", "bigger", cwd=repo)
+    edit(repo / "specs" / "mnist-lightning.yaml", "  nodes: 2\n", "  nodes: 4\n")
+    git("rm", "-q", "specs/single-node.yaml", cwd=repo)
+    git("commit", "-q", "-am", "bigger, and one job fewer", cwd=repo)
+    md = ts("plan", "--git", "main", "--format", "markdown", cwd=repo, check=True).stdout
+    assert md.startswith("# trainspec plan: 1 job changed since main\n\n## mnist-lightning")
+    assert "world 32 = 4 node(s) x 8 process(es)" in md and "hpcpack-ddp" not in md
+    assert "## removed jobs\n- single-node (specs/single-node.yaml)" in md
+    data = json.loads(ts("plan", "--git", "main", "--format", "json", cwd=repo, check=True).stdout)
+    assert [j["name"] for j in data["jobs"]] == ["mnist-lightning"] and data["base"] == "main"
+    assert data["removed"] == [{"name": "single-node", "spec": "specs/single-node.yaml"}]
 
 
 def test_compile_prints_the_submit_command(repo):

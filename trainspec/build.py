@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Any, Iterable, List, Optional, Sequence
 
 from .compiler import TARGETS, target
 from .compiler.base import Artifact
@@ -27,6 +27,8 @@ class Outcome:
 
     file: str
     valid: Optional[ValidSpec] = None
+    data: Any = None  # what the spec says, as written, with its extends chain and overrides applied
+    reads: List[Path] = field(default_factory=list)  # the files that make the job: extends chain, conda file
     artifacts: List[Artifact] = field(default_factory=list)
     diagnostics: List[Diagnostic] = field(default_factory=list)
 
@@ -36,8 +38,11 @@ class Outcome:
 
 
 def find_specs(paths: Iterable[str]) -> List[str]:
-    """Spec files named directly, plus every *.yaml / *.yml below a named directory (sorted)."""
+    """Spec files named directly, plus every *.yaml / *.yml below a named directory (sorted),
+    except the bases: a file that another found spec `extends` is composed into it, not
+    compiled by itself."""
     found: List[str] = []
+    searched: List[str] = []
     for name in paths:
         path = Path(name)
         if path.is_dir():
@@ -45,9 +50,30 @@ def find_specs(paths: Iterable[str]) -> List[str]:
                 if child.suffix in SPEC_SUFFIXES and child.is_file() \
                         and not any(p.startswith(".") for p in child.relative_to(path).parts):
                     found.append(str(child))
+                    searched.append(str(child))
         else:
             found.append(name)
-    return found
+    bases = _extended(found)
+    return [f for f in found if not (f in searched and Path(f).resolve() in bases)]
+
+
+def _extended(files: Iterable[str]) -> set:
+    """The resolved paths that any of ``files`` names in `extends:`."""
+    from .diagnostics import SpecError
+    from .schema.loader import load_file
+
+    bases = set()
+    for file in files:
+        try:
+            if b"extends:" not in Path(file).read_bytes():
+                continue  # the common case, without parsing
+            data = load_file(file).data
+        except (OSError, SpecError):
+            continue  # build() reports it
+        parent = data.get("extends") if isinstance(data, dict) else None
+        if isinstance(parent, str) and parent:
+            bases.add((Path(file).parent / parent).resolve())
+    return bases
 
 
 def targets_for(valid: ValidSpec, requested: Optional[Sequence[str]]) -> List[str]:
@@ -74,6 +100,7 @@ def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lo
         return outcome
     if transform is not None:
         doc.data = transform(doc.data)
+    outcome.data = doc.data
     valid, diagnostics = validate(doc)
     found = list(diagnostics)
     if valid is not None:
@@ -88,5 +115,8 @@ def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lo
                 outcome.artifacts.append(artifact)
                 found.extend(artifact.diagnostics)
         outcome.valid = valid
+        conda = valid.spec.environment.conda_file
+        reads = {doc.path, *(d.path for d in doc.origins.values()), *([valid.resolve(conda)] if conda else [])}
+        outcome.reads = sorted(Path(p).resolve() for p in reads)
     outcome.diagnostics = sorted((doc.locate(d) for d in found), key=lambda d: (d.line or 0, d.col or 0))
     return outcome

@@ -76,13 +76,66 @@ def validate(args: argparse.Namespace) -> int:
     files = _specs(args.paths)
     outcomes = [build(f, Path("build"), args.targets, lower=False, sets=args.sets, variables=args.variables)
                 for f in files]
-    errors, warnings = _report(outcomes, args.strict)
-    _err(_summary(len(files), errors, warnings))
+    if args.format == "text":
+        errors, warnings = _report(outcomes, args.strict)
+    else:
+        errors, warnings = _report_for_machines(outcomes, args.format, args.strict)
+    _err(_summary(len(files), errors, warnings) + _strict_note(args.strict, errors, warnings))
     return 1 if errors or (args.strict and warnings) else 0
 
 
+def _strict_note(strict: bool, errors: int, warnings: int) -> str:
+    return " (--strict: warnings count as errors)" if strict and warnings else ""
+
+
+def _report_for_machines(outcomes, fmt: str, strict: bool) -> Tuple[int, int]:
+    """json: one document on stdout; github: workflow commands, so each problem shows on its line
+    of the pull request (https://docs.github.com/actions/reference/workflow-commands)."""
+    import json
+
+    found = [d for o in outcomes for d in o.diagnostics]
+    errors = sum(d.is_error for d in found)
+    if fmt == "json":
+        print(json.dumps([{"file": d.file, "line": d.line, "col": d.col, "severity": d.severity,
+                           "field": d.field or None, "message": d.message, "hint": d.hint} for d in found],
+                         indent=2))
+    else:
+        for d in found:
+            level = "error" if d.is_error or strict else "warning"
+            where = ",".join(f"{k}={_gh_property(str(v))}" for k, v in
+                             (("file", d.file), ("line", d.line), ("col", d.col), ("title", d.field or None))
+                             if v is not None)
+            text = d.message + (f" (hint: {d.hint})" if d.hint else "")
+            print(f"::{level} {where}::{_gh_data(text)}")
+    return errors, len(found) - errors
+
+
+def _gh_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_property(text: str) -> str:
+    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _fix_command(args: argparse.Namespace) -> Callable[[Optional[Sequence[str]], bool], str]:
+    """The compile command line that fixes a check finding: the same output folder, targets and
+    overrides as the check that found it; ``files`` None means the paths the check was given."""
+    def command(files: Optional[Sequence[str]], prune: bool) -> str:
+        words = ["trainspec", "compile", *(args.paths if files is None else files), "-o", args.out]
+        for name in args.targets:
+            words += ["-t", name]
+        for text in args.sets:
+            words += ["--set", text]
+        for text in args.variables:
+            words += ["--var", text]
+        return shlex.join(words + (["--prune"] if prune else []))
+    return command
+
+
 def compile_(args: argparse.Namespace) -> int:
-    """Validate specs and write each target's files. Nothing is written unless every spec is valid."""
+    """Validate specs and write each target's files. Nothing is written unless every spec is
+    valid. With --prune, also remove the output folders trainspec wrote for specs that are gone."""
     from .build import build
     from .compiler.write import target_dir, write_all
 
@@ -92,11 +145,16 @@ def compile_(args: argparse.Namespace) -> int:
     errors, warnings = _report(outcomes, args.strict)
     errors += _duplicate_names(outcomes)
     if errors or (args.strict and warnings):
-        _err(_summary(len(files), errors, warnings) + "; nothing written")
+        _err(_summary(len(files), errors, warnings) + _strict_note(args.strict, errors, warnings) + "; nothing written")
         return 1
     artifacts = [a for o in outcomes for a in o.artifacts]
     try:
         write_all(out_path, artifacts)
+        if args.prune:
+            from .review import prune
+
+            for folder, header in prune(outcomes, out_path, args.targets):
+                print(f"removed {folder}/ (written from {header.spec}, which is gone or no longer produces it)")
     except OSError as exc:
         _err(f"trainspec: error: cannot write {exc.filename or args.out}: {exc.strerror}; "
              "existing outputs are unchanged")
@@ -127,10 +185,11 @@ def _duplicate_names(outcomes) -> int:
 
 
 def check(args: argparse.Namespace) -> int:
-    """CI gate: recompile in memory and fail (exit 1, with a diff) if any output under OUT is
-    stale, missing, hand-edited, or left over from a spec that is gone."""
+    """CI gate: recompile in memory and fail (exit 1) for every output under OUT that is stale
+    (its spec changed), hand-edited, missing, orphaned (its spec is gone) or foreign (not
+    written by trainspec), each with the command that fixes it."""
     from .build import build
-    from .review import check_outputs
+    from .review import KINDS, check_outputs
 
     files = _specs(args.paths)
     out_path = Path(args.out)
@@ -139,85 +198,122 @@ def check(args: argparse.Namespace) -> int:
     if errors:
         _err(_summary(len(files), errors, warnings) + "; fix the specs first")
         return 1
-    findings = check_outputs(outcomes, out_path)
+    findings = check_outputs(outcomes, out_path, _fix_command(args), args.targets)
     for finding in findings:
         print(finding.render())
     count = sum(len(o.artifacts) for o in outcomes)
     if findings:
-        _err(f"trainspec check: {len(findings)} problem(s) in {args.out}; run: trainspec compile "
-             f"{' '.join(args.paths)} -o {args.out}")
+        kinds = ", ".join(f"{n} {k}" for k in KINDS for n in [sum(f.kind == k for f in findings)] if n)
+        fixes = list(dict.fromkeys(f.fix for f in findings))
+        _err(f"trainspec check: {len(findings)} problem(s) in {args.out} ({kinds}); to fix them all, run:")
+        for line in fixes:
+            _err(f"  {line}")
         return 1
     _err(f"trainspec check: {count} output folder(s) in {args.out} match their specs")
     return 0
 
 
 def plan(args: argparse.Namespace) -> int:
-    """What will run, for a reviewer: per target the world, nodes x processes, launcher, SKU,
-    spot, environment, and the variables the first and the last rank get."""
+    """What will run, for a reviewer: per job and target the world, nodes x processes, launcher,
+    SKU, spot, environment, and the variables the first and the last rank get. Over files,
+    folders, or (--git BASE) the jobs whose compiled outputs a branch changes: one document."""
     from .build import build
-    from .review import plan as make_plan, render_plan
+    from .review import plan as make_plan, plan_document
 
-    outcome = build(args.spec, Path("build"), args.targets, sets=args.sets, variables=args.variables)
-    if not outcome.ok:
-        _report([outcome], False)
+    if args.git:
+        jobs, removed = _changed_jobs(args)
+        if jobs is None:
+            return 1
+        plans = [make_plan(d) for d in jobs]
+        print(plan_document(plans, removed, args.format, args.git))
+        return 0
+    files = _specs(args.paths)
+    outcomes = [build(f, Path(args.out), args.targets, sets=args.sets, variables=args.variables) for f in files]
+    bad = [o for o in outcomes if not o.ok]
+    if bad:
+        errors, warnings = _report(bad, False)
+        _err(_summary(len(files), errors, warnings))
         return 1
-    print(render_plan(make_plan(outcome), args.format))
+    print(plan_document([make_plan(o) for o in outcomes], [], args.format))
     return 0
+
+
+def _changed_jobs(args: argparse.Namespace):
+    """(head outcomes of the jobs whose outputs change since --git BASE, removed jobs), or
+    (None, None) after reporting errors."""
+    diffs, sides = _git_diffs(args)
+    if diffs is None:
+        return None, None
+    head = sides[1]
+    jobs = [head.jobs[d.name] for d in diffs if d.status != "removed"]
+    removed = [{"name": d.name, "spec": d.spec} for d in diffs if d.status == "removed"]
+    return jobs, removed
+
+
+def _git_diffs(args: argparse.Namespace):
+    """Compile every spec under PATHS in the working tree and at --git BASE, from the
+    repository root on both sides; returns (job diffs, (base side, head side)) or (None, None)."""
+    import subprocess
+
+    from . import review
+
+    cwd = Path.cwd()
+    try:
+        root = Path(review.git("rev-parse", "--show-toplevel", cwd=cwd).strip())
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        raise UsageError(f"--git needs a git repository: {getattr(exc, 'stderr', '') or exc}".strip()) from None
+    try:
+        paths = review.root_relative(args.paths, root)
+        out = review.root_relative([args.out], root)[0]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    options = dict(requested=args.targets, sets=args.sets, variables=args.variables)
+    try:
+        with review.revision_tree(args.git, root) as tree:
+            old = review.compile_side(tree, paths, out, args.git, **options)
+    except subprocess.CalledProcessError:
+        raise UsageError(f"--git {args.git}: not a revision of the repository at {root}") from None
+    new = review.compile_side(root, paths, out, None, **options)
+    if old.errors or new.errors:
+        for d in [*old.errors, *new.errors]:
+            _err(d.render())
+        _err(f"trainspec: {len(old.errors) + len(new.errors)} error(s); fix the specs first")
+        return None, None
+    return review.compare(old, new, out, review.changed_since(args.git, root), root), (old, new)
 
 
 def diff(args: argparse.Namespace) -> int:
-    """The semantic change between two specs (nodes, world, SKU, GPUs...), then the diff of
-    each compiled output. Exit 0 either way: this is for reading."""
+    """What a change does to the jobs: per job whose compiled outputs change, every changed field
+    of the spec and of the derived job (world, processes, GPUs, env, timeout, target settings),
+    then the diff of each output. --git BASE: every spec in the repository, compiled there and
+    here (a change to an `extends` base or a conda file shows in every job that reads it).
+    BASE.yaml HEAD.yaml: two files. One SPEC with --set/--var: the spec against itself with the
+    overrides. Exit 0 either way: this is for reading."""
     from .build import build
-    from .review import diff_outcomes, git_changed_specs, render_diffs
+    from .review import diff_outcomes, render_diffs
 
-    class Invalid(Exception):
-        pass
-
-    def outcome(path: Optional[Path]):
-        if path is None or not path.exists():
-            return None
-        result = build(str(path), Path("build"), args.targets)
-        if not result.ok:
-            _report([result], False)
-            raise Invalid()
-        return result
-
-    try:
-        if args.git:
-            if args.specs:
-                raise UsageError("give either BASE HEAD or --git REV")
-            import shutil
-            import subprocess
-            try:
-                root, changed, old_tree = git_changed_specs(args.git, (), Path.cwd())
-            except subprocess.CalledProcessError as exc:
-                raise UsageError(f"git: {exc.stderr.strip() if exc.stderr else exc}") from None
-            try:
-                diffs = []
-                for name in changed:
-                    old, new = old_tree / name, root / name
-                    if not _looks_like_spec(old) and not _looks_like_spec(new):
-                        continue
-                    diffs.append(diff_outcomes(name, outcome(old if old.exists() else None),
-                                               outcome(new if new.exists() else None)))
-            finally:
-                shutil.rmtree(old_tree, ignore_errors=True)
-        else:
-            if len(args.specs) != 2:
-                raise UsageError("give BASE and HEAD spec files, or --git REV")
-            diffs = [diff_outcomes(args.specs[1], outcome(Path(args.specs[0])), outcome(Path(args.specs[1])))]
-    except Invalid:
-        return 1
-    print(render_diffs(diffs, args.format) if diffs else "no spec changed")
+    if args.git:
+        diffs, _ = _git_diffs(args)
+        if diffs is None:
+            return 1
+        print(render_diffs(diffs, args.format, args.git))
+        return 0
+    if len(args.paths) == 1 and (args.sets or args.variables):
+        pairs = [(args.paths[0], (), ()), (args.paths[0], args.sets, args.variables)]
+    elif len(args.paths) == 2:
+        pairs = [(p, args.sets, args.variables) for p in args.paths]
+    else:
+        raise UsageError("give BASE.yaml HEAD.yaml, one SPEC with --set/--var, or --git BASE [PATHS]")
+    sides = []
+    for file, sets, variables in pairs:
+        outcome = build(file, Path(args.out), args.targets, sets=sets, variables=variables)
+        if not outcome.ok:
+            _report([outcome], False)
+            return 1
+        sides.append(outcome)
+    result = diff_outcomes(sides[0], sides[1], Path(args.out).as_posix())
+    print(render_diffs([result], args.format))
     return 0
-
-
-def _looks_like_spec(path: Path) -> bool:
-    if not path.is_file():
-        return False
-    head = path.read_text(encoding="utf-8", errors="replace")[:4000]
-    return any(line.startswith(("version:", "extends:")) for line in head.splitlines())
 
 
 def schema(args: argparse.Namespace) -> int:
@@ -305,6 +401,9 @@ def parser() -> argparse.ArgumentParser:
     paths(sub)
     targets(sub)
     strict(sub)
+    sub.add_argument("--format", choices=["text", "json", "github"], default="text",
+                     help="json: one document on stdout; github: GitHub Actions annotations, so each problem "
+                          "shows on its line of the pull request (default: text on stderr)")
     overrides(sub)
 
     def out(sub: argparse.ArgumentParser, help: str) -> None:
@@ -315,6 +414,9 @@ def parser() -> argparse.ArgumentParser:
     targets(sub)
     out(sub, "output directory; files go to OUT/<name>/<target>/")
     strict(sub)
+    sub.add_argument("--prune", action="store_true",
+                     help="also remove output folders that trainspec wrote (recognised by their header) for specs "
+                          "that are gone or no longer produce them; never anything else")
     overrides(sub)
 
     sub = command(check)
@@ -323,25 +425,36 @@ def parser() -> argparse.ArgumentParser:
     targets(sub)
     overrides(sub)
 
+    def git_base(sub: argparse.ArgumentParser, what: str) -> None:
+        sub.add_argument("--git", metavar="BASE", help=f"{what}; PATHS (default: the whole repository) limit "
+                                                       "where specs are searched")
+
     sub = command(plan)
-    sub.add_argument("spec", metavar="SPEC")
-    targets(sub)
+    sub.add_argument("paths", nargs="*", metavar="SPEC|DIR", help="spec files, or folders to search")
+    git_base(sub, "plan only the jobs whose compiled outputs change since the git revision BASE")
     sub.add_argument("--format", choices=["text", "markdown", "json"], default="text",
                      help="markdown for a pull-request comment, json for tools (default: text)")
+    out(sub, "where outputs go, for the paths in the plan")
+    targets(sub)
     overrides(sub)
 
     sub = command(diff)
-    sub.add_argument("specs", nargs="*", metavar="BASE HEAD", help="two spec files")
-    sub.add_argument("--git", metavar="REV", help="compare every spec changed since REV with its version there")
-    sub.add_argument("--format", choices=["text", "markdown"], default="text", help="(default: text)")
+    sub.add_argument("paths", nargs="*", metavar="SPEC|DIR",
+                     help="BASE.yaml HEAD.yaml; one SPEC with --set/--var; or, with --git, where to search")
+    git_base(sub, "compare every spec with the git revision BASE (a branch, a tag, a commit)")
+    sub.add_argument("--format", choices=["text", "markdown", "json"], default="text",
+                     help="markdown for a pull-request comment, json for tools (default: text)")
+    out(sub, "the output directory, for the paths in diff headers")
     targets(sub)
+    overrides(sub)
 
     command(schema)
 
     sub = command(run)
     sub.add_argument("spec", metavar="SPEC")
-    sub.add_argument("--local", action="store_true", required=True,
-                     help="run on this machine, simulating the target's nodes with local processes")
+    sub.add_argument("--local", action="store_true",
+                     help="run on this machine, simulating the target's nodes with local processes (the only "
+                          "mode today, so it may be left out)")
     sub.add_argument("-t", "--target", default="azureml", choices=sorted(TARGETS),
                      help="whose environment to simulate (default: azureml)")
     sub.add_argument("--procs-per-node", type=_int_range(1, 64), default=None,
@@ -366,9 +479,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    args = parser().parse_args(list(argv) if argv is not None else None)  # exits 2 on a bad command line
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    top = parser()
+    if not argv:
+        top.print_help()  # bare `trainspec`: what it does and how to start
+        sys.exit(0)
+    args = top.parse_args(argv)  # exits 2 on a bad command line
     try:
         code = args.handler(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _closed_pipe()
+        code = 0
     except UsageError as exc:
         args.parser.error(str(exc))  # usage and message on stderr, exit 2
     except KeyboardInterrupt:
@@ -381,6 +503,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
              "(set TRAINSPEC_DEBUG=1 for a traceback, and please report it)")
         sys.exit(70)
     sys.exit(code)
+
+
+def _closed_pipe() -> None:
+    """The reader went away (`trainspec plan x.yaml | head -1`): stop quietly with status 0, as
+    `git log | head` does. Python would report the failed flush at exit: point stdout at
+    /dev/null first (https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":
