@@ -23,6 +23,47 @@ def trainspec_cmd():
     return [str(script)] if script.exists() else [sys.executable, "-m", "trainspec.cli"]
 
 
+# --- a user's repository of specs (the GitOps tests) -----------------------------------------
+
+SPEC_NAMES = ["mnist-lightning.yaml", "single-node.yaml", "hpcpack-ddp.yaml"]
+
+
+def run(args, cwd, check=False, env=None):
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def ts(*args, cwd, check=False):
+    return run([*trainspec_cmd(), *args], cwd, check)
+
+
+def git(*args, cwd):
+    return run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd, check=True).stdout
+
+
+def spec_repo(tmp_path: Path) -> Path:
+    """A user's repository: specs, their training code, the compiled outputs committed on main."""
+    root = tmp_path / "repo"
+    (root / "specs").mkdir(parents=True)
+    for name in SPEC_NAMES:
+        shutil.copy(REPO / "specs" / name, root / "specs" / name)
+    shutil.copytree(REPO / "examples", root / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "schema", root / "schema")
+    git("init", "-q", "-b", "main", cwd=root)
+    ts("compile", "specs/", "-o", "build/", cwd=root, check=True)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "specs and outputs", cwd=root)
+    return root
+
+
+def edit(path: Path, old: str, new: str):
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
 @pytest.fixture
 def cli_env():
     return path_env()

@@ -149,3 +149,58 @@ def test_compile_imports_no_heavy_library(tmp_path):
     line = [l for l in proc.stdout.splitlines() if l.startswith("HEAVY:")][0]
     heavy = [m for m in line[6:].split(",") if m and m != "jinja2.sandbox"]
     assert heavy == [], heavy
+
+
+# --- issue 10: what a user trips on ----------------------------------------------------------
+
+def test_bare_trainspec_prints_help():
+    proc = ts()
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout.startswith("usage: trainspec [-h] [--version] COMMAND ...")
+    for command in ("validate", "compile", "check", "plan", "diff", "schema", "run"):
+        assert f"    {command} " in proc.stdout
+
+
+@pytest.mark.parametrize("args", [["plan", "specs/"], ["schema"], ["diff", "specs/mnist-lightning.yaml",
+                                                                     "--set", "resources.nodes=4"]])
+def test_a_closed_pipe_ends_quietly_with_status_0(args):
+    """`trainspec plan specs/ | head -1`: the reader is gone before trainspec writes."""
+    read, write = os.pipe()
+    os.close(read)  # nobody will read: every write fails with EPIPE
+    proc = subprocess.run([*trainspec_cmd(), *args], cwd=REPO, stdout=write, stderr=subprocess.PIPE, text=True,
+                          timeout=120)
+    os.close(write)
+    assert proc.returncode == 0 and proc.stderr == ""
+
+
+def test_strict_says_warnings_count_as_errors():
+    proc = ts("validate", "--strict", "tests/bad_specs/warn-idle-gpus.yaml")
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1] == "1 spec: 0 errors, 1 warning (--strict: warnings count as errors)"
+    assert ts("validate", "tests/bad_specs/warn-idle-gpus.yaml").returncode == 0
+
+
+def test_set_on_a_path_that_does_not_exist_suggests_the_full_path():
+    proc = ts("validate", "specs/mnist-lightning.yaml", "--set", "nodes=2")
+    assert proc.returncode == 1
+    assert "--set nodes=2: error: nodes: unknown key 'nodes' (hint: did you mean 'resources.nodes'?)" in proc.stderr
+
+
+def test_run_usage_is_truthful():
+    usage = ts("run", "--help").stdout
+    assert "usage: trainspec run [-h] [--local]" in usage  # optional: running here is the only mode
+    proc = ts("run")
+    assert proc.returncode == 2 and "the following arguments are required: SPEC" in proc.stderr
+
+
+def test_validate_for_machines(tmp_path):
+    bad = write_spec(tmp_path / "bad.yaml", GOOD.replace("command: python train.py\n", "command: python train.py\n"
+                                                          "env: {A: 'x'}\n").replace("sku: Standard", "nodes: 0, sku: Standard"))
+    data = json.loads(ts("validate", "--format", "json", str(bad)).stdout)
+    assert {"file": str(bad), "line": 6, "col": 20, "severity": "error", "field": "resources.nodes",
+            "message": "expected greater than or equal to 1, got 0 (an integer)", "hint": "an integer >= 1, e.g. nodes: 2"} in data
+    github = ts("validate", "--format", "github", str(bad))
+    assert github.returncode == 1
+    # property values escape : and , (GitHub's workflow-command rules)
+    assert f"::error file={str(bad).replace(':', '%3A').replace(',', '%2C')},line=6,col=20,title=resources.nodes::" \
+           "expected greater than or equal to 1, got 0 (an integer) (hint: an integer >= 1, e.g. nodes: 2)" in github.stdout

@@ -12,46 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, trainspec_cmd
-
-SPEC_NAMES = ["mnist-lightning.yaml", "single-node.yaml", "hpcpack-ddp.yaml"]
-
-
-def run(args, cwd, check=False):
-    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300)
-    if check:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
-
-
-def ts(*args, cwd, check=False):
-    return run([*trainspec_cmd(), *args], cwd, check)
-
-
-def git(*args, cwd):
-    return run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd, check=True).stdout
-
+from conftest import REPO, edit, git, run, spec_repo, trainspec_cmd, ts
 
 @pytest.fixture
 def repo(tmp_path):
-    """A user's repository: specs, their training code, the compiled outputs committed."""
-    root = tmp_path / "repo"
-    (root / "specs").mkdir(parents=True)
-    for name in SPEC_NAMES:
-        shutil.copy(REPO / "specs" / name, root / "specs" / name)
-    shutil.copytree(REPO / "examples", root / "examples", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "schema", root / "schema")
-    git("init", "-q", "-b", "main", cwd=root)
-    ts("compile", "specs/", "-o", "build/", cwd=root, check=True)
-    git("add", "-A", cwd=root)
-    git("commit", "-q", "-m", "specs and outputs", cwd=root)
-    return root
-
-
-def edit(path: Path, old: str, new: str):
-    text = path.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new))
+    return spec_repo(tmp_path)
 
 
 def check(repo):
@@ -249,7 +214,7 @@ def test_plan_for_terminal_pr_comment_and_tools(repo):
     target = data["jobs"][0]["targets"][0]
     assert target["target"] == "hpcpack" and target["world_size"] == 8 and target["launcher"] == "per-node"
     assert target["ranks"]["first"]["MASTER_PORT"] == "29400"
-    assert target["submit"].startswith("job submit /jobfile:<out>/hpcpack-ddp/hpcpack/job.xml  (after: bash ")
+    assert target["submit"].startswith("job submit /jobfile:build/hpcpack-ddp/hpcpack/job.xml  (after: bash ")
 
 
 def test_plan_over_a_folder_and_over_what_a_branch_changes(repo):
@@ -274,40 +239,91 @@ def test_compile_prints_the_submit_command(repo):
     assert "submit: job submit /jobfile:build/hpcpack-ddp/hpcpack/job.xml" in proc.stdout
 
 
-def test_ci_example_runs_only_commands_the_suite_runs():
-    workflow = (REPO / "examples" / "ci" / "github-actions.yml").read_text()
-    steps = [l for l in workflow.splitlines() if not l.lstrip().startswith("#") and "pip install" not in l]
-    commands = set(re.findall(r"\btrainspec (\w+)", "\n".join(steps)))
-    assert commands == {"validate", "check", "diff", "plan", "compile"}
-    tested = "".join(p.read_text() for p in (REPO / "tests").glob("test_*.py"))
-    for flag in ["--strict", "--format markdown", "--git", "--out", "-t azureml"]:
-        assert flag in workflow
-        assert flag.split()[0] in tested
+def pre_commit_tool():
+    found = shutil.which("pre-commit", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    assert found, "pre-commit is a test extra: pip install -e '.[test]'"
+    return found
 
 
-def test_pre_commit_hooks_with_the_real_pre_commit(repo):
-    pre_commit = shutil.which("pre-commit", path=os.pathsep.join([str(Path(sys.executable).parent),
-                                                                    os.environ["PATH"]]))
-    if pre_commit is None:
-        pytest.skip("pre-commit is a test extra: pip install -e '.[test]'")
+def readme_blocks():
+    """(info string, text) of every fenced block of the README, dedented as a user copies it."""
+    import textwrap
+
+    found = re.findall(r"^( *)```(\w*)\n(.*?)^\1```", (REPO / "README.md").read_text(), re.S | re.M)
+    return [(info, textwrap.dedent(body)) for _, info, body in found]
+
+
+def readme_block(marker: str) -> str:
+    """The fenced block of the README that contains ``marker``."""
+    found = [body for _, body in readme_blocks() if marker in body]
+    assert len(found) == 1, marker
+    return found[0]
+
+
+def pre_commit(repo, tmp_path):
+    env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "pre-commit-cache"),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    return subprocess.run([pre_commit_tool(), "run", "--all-files"], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_readme_pre_commit_snippet_works_as_written(repo, tmp_path):
+    (repo / ".pre-commit-config.yaml").write_text(readme_block("repo: local"))
+    git("add", "-A", cwd=repo)
+    good = pre_commit(repo, tmp_path)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "trainspec validate" in good.stdout and "trainspec check" in good.stdout
+    edit(repo / "specs" / "single-node.yaml", "  nodes: 1\n", "  nodes: 0\n")
+    git("add", "-A", cwd=repo)
+    bad = pre_commit(repo, tmp_path)
+    assert bad.returncode == 1
+    assert "specs/single-node.yaml:10:10: error: resources.nodes: expected greater than or equal to 1" in bad.stdout
+    edit(repo / "specs" / "single-node.yaml", "  nodes: 0\n", "  nodes: 1\n  shm_size: 8g\n")  # valid, not compiled
+    git("add", "-A", cwd=repo)
+    stale = pre_commit(repo, tmp_path)
+    assert stale.returncode == 1 and "build/single-node/azureml/job.yml: stale" in stale.stdout
+
+
+def test_shipped_pre_commit_hooks_with_the_real_pre_commit(repo, tmp_path):
+    """.pre-commit-hooks.yaml, used as `repo: <trainspec's repository>` (pre-commit installs trainspec)."""
     hooks = repo.parent / "hooks"  # this repository as pre-commit sees it: a git repository of its own
-    shutil.copytree(REPO, hooks, ignore=shutil.ignore_patterns(".venv", "build", "__pycache__", "*.egg-info",
-                                                                ".pytest_cache", "golden"))
+    shutil.copytree(REPO, hooks, ignore=shutil.ignore_patterns(".git", ".venv", "build", "__pycache__", "*.egg-info",
+                                                                ".pytest_cache", "golden", "results"))
     git("init", "-q", "-b", "main", cwd=hooks)
     git("add", "-A", cwd=hooks)
     git("commit", "-q", "-m", "hooks", cwd=hooks)
-    env = dict(os.environ, PRE_COMMIT_HOME=str(repo.parent / "pre-commit-cache"))
-    config = repo / ".pre-commit-config.yaml"
     rev = git("rev-parse", "HEAD", cwd=hooks).strip()
-    config.write_text(f"repos:\n  - repo: {hooks}\n    rev: {rev}\n    hooks:\n"
-                      "      - id: trainspec-validate\n      - id: trainspec-check\n")
+    (repo / ".pre-commit-config.yaml").write_text(f"repos:\n  - repo: {hooks}\n    rev: {rev}\n    hooks:\n"
+                                                  "      - id: trainspec-validate\n      - id: trainspec-check\n")
     git("add", "-A", cwd=repo)
-    good = subprocess.run([pre_commit, "run", "--all-files"], cwd=repo, env=env, capture_output=True, text=True,
-                          timeout=600)
+    good = pre_commit(repo, tmp_path)
     assert good.returncode == 0, good.stdout + good.stderr
     edit(repo / "specs" / "single-node.yaml", "  nodes: 1\n", "  nodes: 0\n")
     git("add", "-A", cwd=repo)
-    bad = subprocess.run([pre_commit, "run", "--all-files"], cwd=repo, env=env, capture_output=True, text=True,
-                         timeout=600)
+    bad = pre_commit(repo, tmp_path)
     assert bad.returncode == 1
     assert "specs/single-node.yaml:10:10: error: resources.nodes: expected greater than or equal to 1" in bad.stdout
+
+
+def readme_console(command: str) -> str:
+    """What the README shows a command printing (its ```console block starting `$ command`)."""
+    found = [body.split("\n", 1)[1] for info, body in readme_blocks()
+             if info == "console" and body.startswith(f"$ {command}\n")]
+    assert len(found) == 1, command
+    return found[0]
+
+
+def test_readme_gitops_section_shows_real_output(repo):
+    spec = repo / "specs" / "mnist-lightning.yaml"
+    edit(spec, "timeout: 2d", "timeout: 3d")
+    edit(spec, "NCCL_DEBUG: WARN", "NCCL_DEBUG: INFO")
+    for command in ("trainspec diff --git main", "trainspec plan --git main"):
+        proc = ts(*shlex.split(command)[1:], cwd=repo, check=True)
+        assert proc.stdout == readme_console(command)
+    git("checkout", "-q", "HEAD", "--", ".", cwd=repo)
+    edit(repo / "build" / "mnist-lightning" / "azureml" / "job.yml", "instance_count: 2", "instance_count: 3")
+    git("rm", "-q", "specs/single-node.yaml", cwd=repo)
+    (repo / "build" / "notes").mkdir()
+    (repo / "build" / "notes" / "todo.md").write_text("hi\n")
+    proc = ts("check", "specs/", "--out", "build/", cwd=repo)
+    assert proc.stdout + proc.stderr == readme_console("trainspec check specs/ --out build/")

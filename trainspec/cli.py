@@ -224,7 +224,7 @@ def plan(args: argparse.Namespace) -> int:
         jobs, removed = _changed_jobs(args)
         if jobs is None:
             return 1
-        plans = [make_plan(d) for d in jobs]
+        plans = [make_plan(d, Path(args.out).as_posix()) for d in jobs]
         print(plan_document(plans, removed, args.format, args.git))
         return 0
     files = _specs(args.paths)
@@ -234,7 +234,7 @@ def plan(args: argparse.Namespace) -> int:
         errors, warnings = _report(bad, False)
         _err(_summary(len(files), errors, warnings))
         return 1
-    print(plan_document([make_plan(o) for o in outcomes], [], args.format))
+    print(plan_document([make_plan(o, Path(args.out).as_posix()) for o in outcomes], [], args.format))
     return 0
 
 

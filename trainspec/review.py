@@ -224,8 +224,9 @@ def prune(outcomes: Sequence[Outcome], out: Path, targets: Sequence[str] = ()) -
 
 # --- plan -------------------------------------------------------------------------------------
 
-def plan(outcome: Outcome) -> Dict[str, Any]:
-    """A reviewer's view of one spec: per target, who runs where with which environment."""
+def plan(outcome: Outcome, out: str = "<out>") -> Dict[str, Any]:
+    """A reviewer's view of one spec: per target, who runs where with which environment
+    (``out``: the output directory as the user names it, for the submit commands)."""
     valid = outcome.valid
     spec = valid.spec
     targets = []
@@ -238,7 +239,7 @@ def plan(outcome: Outcome) -> Dict[str, Any]:
             "procs_per_node": valid.procs_per_node,
             "launcher": "tensorflow" if spec.framework == "tensorflow" else launcher,
             "files": [f.path for f in artifact.files],
-            "submit": artifact.submit.format(dir=f"<out>/{valid.name}/{artifact.target}"),
+            "submit": artifact.submit.format(dir=shlex.quote(f"{out}/{valid.name}/{artifact.target}")),
             "settings": _target_settings(valid, artifact.target),
             "ranks": {"first": _rank_env(valid, artifact.target, 0),
                       "last": _rank_env(valid, artifact.target, valid.world_size - 1)},

