@@ -78,3 +78,29 @@ def test_serverless_spot_job(compiled):
     assert body.get("computeId") is None  # serverless
     assert body["resources"]["instanceType"] == "Standard_ND96amsr_A100_v4"
     assert body["queueSettings"]["jobTier"].lower() == "spot"
+
+
+def test_a_cpu_job_is_stated_not_guessed(tmp_path):
+    """A cluster job with no GPU count is an error (tests/bad_specs/gpu-count-unknown.yaml);
+    gpus_per_node: 0 says CPU on purpose: gloo, one process per node."""
+    from azure.ai.ml import load_job
+
+    spec = tmp_path / "cpu.yaml"
+    spec.write_text(f"""version: 1
+name: cpu-job
+code: {SPECS.parent / 'examples' / 'mnist'}
+command: python train.py
+resources: {{nodes: 2, gpus_per_node: 0}}
+environment: {{image: pytorch:latest}}
+targets:
+  azureml: {{compute: cpu-cluster}}
+""")
+    proc = subprocess.run([*trainspec_cmd(), "compile", str(spec), "-o", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stderr == "1 spec: 0 errors, 0 warnings\n", proc.stderr
+    body = load_job(tmp_path / "out" / "cpu-job" / "azureml" / "job.yml")._to_job()._to_rest_object().as_dict()
+    props = body["properties"]
+    assert props["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 1}
+    assert props["environmentVariables"]["TRAINSPEC_BACKEND"] == "gloo"
+    plan = subprocess.run([*trainspec_cmd(), "plan", str(spec)], capture_output=True, text=True, timeout=300)
+    assert "  GPUs           none\n" in plan.stdout and "  backend        gloo\n" in plan.stdout

@@ -102,7 +102,7 @@ def test_parameter_servers_for_tensorflow(project):
 def test_plan_shows_them(project):
     proc = run("plan", "job.yaml", "--format", "json", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
+    data = json.loads(proc.stdout)["jobs"][0]
     assert data["inputs"]["epochs"] == "literal 5"
     assert data["inputs"]["data"] == "azureml:mnist-table@latest (mltable, eval_mount)"
     assert "registered as mnist-ckpt:3" in data["outputs"]["ckpt"]

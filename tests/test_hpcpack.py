@@ -141,12 +141,13 @@ def test_hostile_strings_round_trip_through_xml_and_bash(tmp_path, schema):
 ])
 def test_what_hpcpack_cannot_do_is_reported_by_field(tmp_path, extra_spec, field, message):
     spec = tmp_path / "spec.yaml"
+    resources = "" if extra_spec.startswith("resources:") else "resources: {gpus_per_node: 2}\n"
     spec.write_text(f"""version: 1
 name: unsupported
 code: {REPO}/examples/ddp
 command: python train.py
 {extra_spec}
-targets:
+{resources}targets:
   hpcpack: {{shared_dir: /app}}
 """)
     proc = subprocess.run([*trainspec_cmd(), "validate", "-t", "hpcpack", str(spec)], capture_output=True, text=True,

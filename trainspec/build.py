@@ -53,20 +53,22 @@ def find_specs(paths: Iterable[str]) -> List[str]:
                     searched.append(str(child))
         else:
             found.append(name)
-    bases = _extended(found)
+    bases = _extended(searched)
     return [f for f in found if not (f in searched and Path(f).resolve() in bases)]
 
 
 def _extended(files: Iterable[str]) -> set:
-    """The resolved paths that any of ``files`` names in `extends:`."""
+    """The resolved paths that any of ``files`` (found in a folder, so regular files) names in
+    `extends:`."""
     from .diagnostics import SpecError
-    from .schema.loader import load_file
+    from .schema.loader import MAX_BYTES, load_file
 
     bases = set()
     for file in files:
         try:
-            if b"extends:" not in Path(file).read_bytes():
-                continue  # the common case, without parsing
+            with open(file, "rb") as fh:
+                if b"extends:" not in fh.read(MAX_BYTES + 1):
+                    continue  # the common case, without parsing
             data = load_file(file).data
         except (OSError, SpecError):
             continue  # build() reports it

@@ -177,9 +177,12 @@ def _resolve_counts(spec: Spec, sku: Optional[skus.Sku], out: List[Diagnostic]) 
                                f"set gpus_per_node: {sku.gpus} or pick a smaller SKU"))
     elif gpus is None:
         gpus = 0
-        if spec.resources.sku is None and spec.distribution.backend == "nccl":
-            out.append(error(("resources",), "nccl needs GPUs, but neither sku nor gpus_per_node is set",
-                             "set resources.sku (checked against the catalog) or resources.gpus_per_node"))
+        if spec.resources.sku is None:
+            # a cluster fixes the VM size, so `compute: gpu-cluster` alone is the usual way to write
+            # a job -- and without a count it would train on one CPU process per node
+            out.append(error(("resources",), "how many GPUs a node has cannot be known: neither sku nor "
+                             "gpus_per_node is set", "set resources.sku (checked against the catalog) or "
+                             "resources.gpus_per_node (gpus_per_node: 0 runs on CPU on purpose)"))
 
     procs = r.procs_per_node
     if procs is None:
