@@ -30,3 +30,77 @@ def test_every_field_has_a_description_and_an_example():
 def test_example_specs_point_editors_at_the_schema():
     for spec in SPECS.glob("*.yaml"):
         assert spec.read_text().startswith("# yaml-language-server: $schema=../schema/trainspec.schema.json\n"), spec
+
+
+# --- the schema against a real JSON Schema validator (Draft 2020-12) -------------------------------
+
+jsonschema = __import__("pytest").importorskip("jsonschema", reason="jsonschema is in the test extra")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from ruamel.yaml import YAML  # noqa: E402
+
+from test_properties import valid_specs  # noqa: E402
+
+
+def _validator():
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _errors(data):
+    return sorted((list(e.absolute_path), e.message) for e in _validator().iter_errors(data))
+
+
+def _where(data):
+    """Where the error an editor underlines is: the deepest of the best match."""
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(data))
+    return list(error.absolute_path), error.message
+
+
+def _load(path):
+    return YAML(typ="rt").load(path.read_text())  # as trainspec reads it (YAML 1.2)
+
+
+def test_schema_accepts_every_example_and_test_spec():
+    specs = sorted([*SPECS.glob("*.yaml"), *(REPO / "tests" / "specs").glob("*.yaml")])
+    assert len(specs) >= 9
+    rejected = {str(spec): _errors(_load(spec)) for spec in specs}
+    assert {name: errors for name, errors in rejected.items() if errors} == {}
+
+
+def test_schema_accepts_what_validation_accepts_in_the_readme_shapes():
+    # durations as seconds or text, env values as any scalar, literal inputs, a spec that extends a base
+    assert _errors({"version": 1, "name": "x", "code": ".", "command": "python t.py",
+                    "resources": {"nodes": 2, "gpus_per_node": 0}, "targets": {"azureml": {"timeout": "1h30m"}},
+                    "env": {"A": 1, "B": 0.5, "C": "x"}, "inputs": {"epochs": 5}}) == []
+    assert _errors({"version": 1, "targets": {"hpcpack": {"runtime": 3600}}}) != []  # no base: name, code and command are needed
+    assert _errors({"version": 1, "extends": "base.yaml", "resources": {"nodes": 4}}) == []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(gen=valid_specs("azureml"))
+def test_schema_accepts_generated_valid_specs(gen):
+    assert _errors(gen.data) == []
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(gen=valid_specs("hpcpack"))
+def test_schema_accepts_generated_valid_hpcpack_specs(gen):
+    assert _errors(gen.data) == []
+
+
+BASE = {"version": 1, "name": "x", "code": ".", "command": "python t.py", "resources": {"gpus_per_node": 0}}
+
+
+def test_schema_rejects_a_misspelt_key_where_it_is():
+    assert [path for path, _ in _errors({**BASE, "resourcse": {"nodes": 2}})] == [[]]
+    errors = _errors({**BASE, "resources": {"node": 2, "gpus_per_node": 0}})
+    assert errors and errors[0][0] == ["resources"] and "'node'" in errors[0][1]
+
+
+def test_schema_rejects_a_wrong_type_where_it_is():
+    errors = _errors({**BASE, "resources": {"nodes": "two", "gpus_per_node": 0}})
+    assert [path for path, _ in errors] == [["resources", "nodes"]]
+    assert _where({**BASE, "targets": {"azureml": {"timeout": "two hours"}}})[0] == ["targets", "azureml", "timeout"]
+    assert _where({**BASE, "env": {"A": True}}) == (["env", "A"], "True is not of type 'string', 'integer', 'number'")
+    assert _where({**BASE, "targets": {"azureml": {"compute": 7}}})[0] == ["targets", "azureml", "compute"]

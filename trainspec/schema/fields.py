@@ -12,6 +12,8 @@ ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SHM_PATTERN = r"^[1-9][0-9]*[bkmg]$"
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+# the same, for the JSON Schema: not empty, surrounding spaces allowed (parse_duration strips them)
+DURATION_PATTERN = r"^\s*(?=\d)(\d+d)?(\d+h)?(\d+m)?(\d+s)?\s*$"
 
 
 def parse_duration(value):

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 from typing import Dict, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      WithJsonSchema)
 from typing_extensions import Annotated
 
-from .fields import NAME_PATTERN, SHM_PATTERN, exact_int, literal_input, parse_duration, scalar_to_str
+from .fields import (DURATION_PATTERN, NAME_PATTERN, SHM_PATTERN, exact_int, literal_input, parse_duration,
+                     scalar_to_str)
 
 Framework = Literal["pytorch", "lightning", "deepspeed", "huggingface", "tensorflow"]
 Launcher = Literal["per-process", "per-node", "mpi"]
 Backend = Literal["nccl", "gloo", "mpi"]
 
-Duration = Annotated[int, BeforeValidator(parse_duration)]
-EnvValue = Annotated[str, BeforeValidator(scalar_to_str)]
+# The JSON Schema (for editors) says what a file may hold, which is more than the validated type:
+# a duration is seconds or `2d`/`12h`/`1h30m`; an env value any scalar but a boolean.
+Duration = Annotated[int, BeforeValidator(parse_duration), WithJsonSchema(
+    {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": DURATION_PATTERN}]})]
+EnvValue = Annotated[str, BeforeValidator(scalar_to_str), WithJsonSchema({"type": ["string", "integer", "number"]})]
 
 
 class Model(BaseModel):
@@ -216,7 +221,20 @@ class Targets(Model):
 VarValue = Union[StrictStr, StrictInt, StrictFloat, StrictBool]
 
 
+def _file_shapes(schema: dict) -> None:
+    """What a spec *file* may hold, beyond the validated model: a spec that `extends` a base gets
+    its required fields from the chain (the editor asks for them only in a spec that extends
+    nothing), and an input may be a bare scalar (a literal input, see fields.literal_input)."""
+    required = schema.pop("required", [])
+    schema["if"] = {"required": ["extends"]}
+    schema["else"] = {"required": required}
+    inputs = schema["properties"]["inputs"]
+    inputs["additionalProperties"] = {"anyOf": [inputs["additionalProperties"], {"type": ["string", "number", "boolean"]}]}
+
+
 class Spec(Model):
+    model_config = ConfigDict(json_schema_extra=_file_shapes)
+
     version: Annotated[Literal[1], BeforeValidator(exact_int)] = Field(
         ..., description="Spec format version.", examples=[1])
     extends: Optional[str] = Field(
