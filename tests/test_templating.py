@@ -1,6 +1,10 @@
 """Templates: the fast path for plain `{{ name }}` renders exactly what sandboxed Jinja2 does."""
 
+import json
+
 import pytest
+
+from conftest import ts
 
 from trainspec.schema import templating
 
@@ -50,3 +54,49 @@ def test_undefined_names_are_errors(text, message):
 def test_sandbox_blocks_attribute_escapes():
     with pytest.raises(templating.TemplateProblem):
         templating.render("{{ name.__class__.__mro__[1].__subclasses__() }}", CONTEXT)
+
+
+# --- limits: a short template cannot make validation run for minutes or fill the memory ------------
+
+BOMBS = {
+    "range": ("{{ range(10**9) | list | length }}", "template not allowed: range() given 1,000,000,000"),
+    "range items": ("{{ range(200000) | list | length }}", "template too big: Range too big"),
+    "power": ("{{ 10 ** 100000 }}", "template not allowed: 10 ** 100000 is too big"),
+    "repetition": ("{{ 'a' * 100000000 }}", "template not allowed: repetition of 1 items 100,000,000 times"),
+    "nested loops": ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                     "template not allowed: the template runs more than 200,000 steps"),
+    "output": ("{% for i in range(50000) %}{{ 'x' * 100 }}{% endfor %}",
+               "template not allowed: the template renders more than 1,048,576 characters"),
+    "filter width": ("{{ 'a' | center(100000000) }}", "template not allowed: filter center given 100,000,000"),
+    "format width": ("{{ '%0100000000d' % 1 }}", "template not allowed: %-format given a format width"),
+    "str.format width": ("{{ '{:>100000000}'.format(1) }}", "template not allowed: format() given a format width"),
+    "recursion": ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "template recursion too deep"),
+    "division": ("{{ 1 / 0 }}", "template failed: ZeroDivisionError: division by zero"),
+    "type": ("{{ 'a' + 1 }}", "template failed: TypeError"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_a_template_over_a_limit_is_a_located_error(tmp_path, name):
+    """Through the real command line: one located error on `command`, exit 1, no traceback. (The
+    subprocess timeout in conftest.run only turns a hang into a failure; nothing here is timed.)"""
+    template, message = BOMBS[name]
+    (tmp_path / "code").mkdir()
+    (tmp_path / "spec.yaml").write_text(
+        "version: 1\nname: t\ncode: code\n"
+        f"command: {json.dumps('python t.py ' + template)}\n"
+        "resources: {gpus_per_node: 0}\nenvironment: {image: python:3.11}\n"
+        "targets: {azureml: {compute: cpu-cluster}}\n")
+    proc = ts("validate", "spec.yaml", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"spec.yaml:4:10: error: command: {message}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+
+
+@pytest.mark.parametrize("text", [
+    "{{ '%05d' % nodes }} {{ 'v{}-{:>3}'.format(2, name) }} {{ name | center(11) }}",
+    "{{ 2 ** 10 }} {{ range(3) | join(',') }} {{ '-' * 5 }} {{ [nodes] * 3 }}",
+    "{% for i in range(world_size) %}--rank{{ i }} {% endfor %}",
+])
+def test_templates_within_the_limits_render_as_jinja_does(text):
+    assert templating.render(text, CONTEXT) == jinja(text)

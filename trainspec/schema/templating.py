@@ -43,9 +43,9 @@ def render(text: str, context: Mapping[str, Any]) -> str:
     import jinja2
     from jinja2.sandbox import SandboxedEnvironment
 
-    env = _environment(SandboxedEnvironment, jinja2.StrictUndefined)
+    env = _environment(_limited_sandbox(SandboxedEnvironment), jinja2.StrictUndefined)
     try:
-        return env.from_string(text).render(**context)
+        return _render_within_limits(env.from_string(text), context)
     except jinja2.UndefinedError as exc:
         names = ", ".join(sorted(k for k in context if not k.startswith("_")))
         raise TemplateProblem(f"undefined template name: {_undefined_text(exc, context)}",
@@ -53,9 +53,125 @@ def render(text: str, context: Mapping[str, Any]) -> str:
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateProblem(f"template syntax error: {exc.message}") from None
     except jinja2.exceptions.SecurityError as exc:
-        raise TemplateProblem(f"template not allowed: {exc}") from None
+        raise TemplateProblem(f"template not allowed: {exc}", LIMITS_HINT) from None
     except jinja2.TemplateError as exc:
         raise TemplateProblem(f"template error: {exc}") from None
+    except OverflowError as exc:  # the sandbox's own range limit, and float overflow
+        raise TemplateProblem(f"template too big: {exc}", LIMITS_HINT) from None
+    except RecursionError:
+        raise TemplateProblem("template recursion too deep", LIMITS_HINT) from None
+    except Exception as exc:  # the user's expression failed: 1/0, 'a' + 1, int('x') ...
+        raise TemplateProblem(f"template failed: {type(exc).__name__}: {exc}") from None
+
+
+# --- limits: a spec string renders to a command line, not to a denial of service ------------------
+
+MAX_OUTPUT = 1 << 20  # characters a template may render to (a spec file itself is at most 1 MiB)
+MAX_STEPS = 200_000  # template-code lines executed (loop bodies included), a deterministic budget
+MAX_INT_BITS = 1 << 16  # results of ** (about 20,000 digits)
+LIMITS_HINT = (f"a template renders at most {MAX_OUTPUT:,} characters in {MAX_STEPS:,} steps, "
+               "ranges of at most 100,000 items; compute big values in the job, not in the spec")
+
+
+# a width in a %-format or a str.format spec: `%0100000000d`, `{:>100000000}`
+_HUGE_WIDTH = re.compile(r"(?:%[-+ #0]*|\{[^{}]*:[^{}]*?)\d{8,}")
+
+
+def _check_sizes(what: str, values) -> None:
+    """Numbers handed to a function, a filter or a format are how a short template asks for a huge
+    string (`'x' | center(10**9)`, `lipsum(10**6)`, `'%09999999999d' % 1`): refuse them up front."""
+    from jinja2.exceptions import SecurityError
+
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_OUTPUT:
+            raise SecurityError(f"{what} given {value:,} (more than {MAX_OUTPUT:,})")
+        if isinstance(value, str) and _HUGE_WIDTH.search(value):
+            raise SecurityError(f"{what} given a format width over 10,000,000")
+
+
+def _limited_sandbox(sandbox):
+    """Jinja's sandbox, plus limits on what it leaves unbounded: repetition, powers, widths."""
+    from jinja2.exceptions import SecurityError
+
+    class Limited(sandbox):
+        intercepted_binops = frozenset({"*", "**", "%"})
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.filters = {name: _checked(name, f) for name, f in self.filters.items()}
+            del self.globals["lipsum"]  # paragraphs of lorem ipsum: no use in a command, slow when big
+
+        def call(__self, __context, __obj, *args, **kwargs):  # every call a template makes
+            name = getattr(__obj, "__name__", "a call").replace("safe_range", "range")
+            _check_sizes(f"{name}()", [*args, *kwargs.values()])
+            return super().call(__context, __obj, *args, **kwargs)
+
+        def wrap_str_format(self, value):  # 'x{:>9}'.format(...): the format string's widths
+            fmt = super().wrap_str_format(value)
+            if fmt is not None:
+                _check_sizes("format()", [value.__self__])
+            return fmt
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "*":
+                for seq, times in ((left, right), (right, left)):
+                    if isinstance(seq, (str, list, tuple)) and isinstance(times, int) \
+                            and len(seq) * times > MAX_OUTPUT:
+                        raise SecurityError(f"repetition of {len(seq):,} items {times:,} times")
+            elif operator == "%":
+                if isinstance(left, str):
+                    _check_sizes("%-format", [left, *(right if isinstance(right, tuple) else [right])])
+            elif isinstance(left, int) and isinstance(right, int) and right > 0 \
+                    and max(abs(left).bit_length() - 1, 0) * right > MAX_INT_BITS:
+                raise SecurityError(f"{left} ** {right} is too big")
+            return super().call_binop(context, operator, left, right)
+
+    return Limited
+
+
+def _checked(name: str, function):
+    import functools
+
+    @functools.wraps(function)  # keeps Jinja's pass_context / pass_environment marks
+    def checked(*args, **kwargs):
+        _check_sizes(f"filter {name}", [*args[1:], *kwargs.values()])
+        return function(*args, **kwargs)
+
+    return checked
+
+
+def _render_within_limits(template, context: Mapping[str, Any]) -> str:
+    """Render, counting output characters and template-code steps: over a limit is an error, so
+    no spec can make validation run for minutes or fill the memory."""
+    import sys
+
+    from jinja2.exceptions import SecurityError
+
+    steps = 0
+
+    def count(frame, event, arg):
+        nonlocal steps
+        if event == "line":
+            steps += 1
+            if steps > MAX_STEPS:
+                raise SecurityError(f"the template runs more than {MAX_STEPS:,} steps")
+        return count
+
+    def in_template(frame, event, arg):  # trace only the code Jinja compiled from the template
+        return count if frame.f_code.co_filename == "<template>" else None
+
+    previous = sys.gettrace()
+    sys.settrace(in_template)
+    try:
+        chunks, size = [], 0
+        for chunk in template.generate(**context):
+            size += len(chunk)
+            if size > MAX_OUTPUT:
+                raise SecurityError(f"the template renders more than {MAX_OUTPUT:,} characters")
+            chunks.append(chunk)
+        return "".join(chunks)
+    finally:
+        sys.settrace(previous)
 
 
 def _lookup(dotted: str, context: Mapping[str, Any]) -> str:
