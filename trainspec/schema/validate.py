@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -20,7 +19,7 @@ from pydantic_core import ValidationError
 from ..diagnostics import Diagnostic, SpecPath, error, warning
 from . import skus, structure, templating
 from .loader import Document
-from .fields import ENV_NAME_PATTERN, IO_NAME_PATTERN
+from .fields import ENV_NAME_PATTERN, IO_NAME_PATTERN, split_command
 
 if TYPE_CHECKING:
     from .model import Spec
@@ -344,7 +343,7 @@ def _check_templates(valid: ValidSpec, out: List[Diagnostic]) -> None:
         out.append(error(("command",), "renders to an empty command"))
         return
     try:
-        shlex.split(command)
+        split_command(command)
     except ValueError as exc:
         out.append(error(("command",), f"is not a valid shell command: {exc}", "close the quote"))
         return
@@ -360,7 +359,7 @@ _LIGHTNING_KWARG = re.compile(r"\b(num_nodes|devices)\s*=\s*([\w\"'.-]+)")
 def lightning_settings(command: str) -> List[Tuple[str, str]]:
     """Every (num_nodes|devices, value) literal in a command line: flags, key=value, kwargs in -c code."""
     found: List[Tuple[str, str]] = []
-    tokens = shlex.split(command)
+    tokens = split_command(command)
     for i, token in enumerate(tokens):
         m = _LIGHTNING_FLAG.match(token)
         if m and i + 1 < len(tokens):
