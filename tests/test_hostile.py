@@ -698,3 +698,30 @@ def test_a_read_only_output_directory_keeps_the_previous_outputs(tmp_path):
     assert_clean_error(proc, fragment="trainspec: error: cannot write")
     assert "existing outputs are unchanged" in proc.stderr
     assert changed(before, snapshot(tmp_path)) == [], "previous outputs changed, or debris was left"
+
+
+NEWLINES = {"MULTI": "line one\nline two", "TRAILING": "value\n", "CRLF": "a\r\nb", "BLANK_LINE": "a\n\nb"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_newline_in_an_env_value_is_carried_exactly(tmp_path, target):
+    """The choice (README, "Environment variables"): a newline in an env value is carried exactly, not
+    refused -- a PEM key or a JSON config in an env variable is a real use. Each target's reader gives
+    every value back byte for byte: azure-ai-ml's load_job and PyYAML, lxml under the XSD, and the
+    `--env` words Ray's launch line hands `ray job submit`."""
+    (tmp_path / "spec.yaml").write_text(spec_text(env=NEWLINES, targets=(target,)), encoding="utf-8")
+    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    folder = tmp_path / "out" / "hostile" / target
+    if target == "azureml":
+        import yaml
+
+        body = azureml_body(folder / "job.yml")
+        raw = yaml.safe_load((folder / "job.yml").read_bytes())
+        got = [{k: body["environmentVariables"][k] for k in NEWLINES}, {k: raw["environment_variables"][k] for k in NEWLINES}]
+    elif target == "hpcpack":
+        got = [{k: values[k] for k in NEWLINES} for _, values in hpcpack_tasks(folder / "job.xml")]
+    else:
+        pairs, _ = ray_launch(folder, tmp_path)
+        got = [{k: pairs[k] for k in NEWLINES}]
+    assert got and all(values == NEWLINES for values in got), got

@@ -160,6 +160,14 @@ def _xml_strings(valid: ValidSpec):
             yield ("inputs", name, "value"), item.value
 
 
+def _keep_carriage_returns(xml: str) -> str:
+    """ElementTree writes a carriage return in element text raw, and every XML reader turns a raw
+    one into a line feed (end-of-line handling): `a\r\nb` in an env value would arrive as `a\nb`.
+    Its character reference survives. ElementTree already writes one in attributes, so a raw
+    carriage return in its output can only be element text."""
+    return xml.replace("\r", "&#13;")
+
+
 def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     spec = valid.spec
     settings = _settings(valid)
@@ -184,7 +192,7 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     comment = " ".join(emit.header_lines(valid.source.display, valid.source.digest, NAME)).replace("--", "- -")
     xml = ('<?xml version="1.0" encoding="utf-8"?>\n'
            + ET.tostring(ET.Comment(f" {comment} "), encoding="unicode") + "\n"
-           + ET.tostring(job, encoding="unicode") + "\n")
+           + _keep_carriage_returns(ET.tostring(job, encoding="unicode")) + "\n")
     files = (
         base.OutFile(JOB_FILE, xml.encode("utf-8")),
         base.OutFile(STAGE_FILE, _stage_script(valid, layout, out_dir).encode("utf-8"), executable=True),
