@@ -336,11 +336,13 @@ def run(args: argparse.Namespace) -> int:
         name, sep, path = item.partition("=")
         if not sep or not name:
             raise UsageError(f"--input: expected NAME=PATH, got {item!r}")
+        if not Path(path).exists():
+            raise UsageError(f"--input {name}={path}: no such file or directory")
         parsed[name] = path
     options = LocalOptions(target=args.target, procs_per_node=args.procs_per_node, nodes=args.nodes,
                            launcher=args.launcher, inputs=parsed, timeout=args.timeout,
                            rendezvous_timeout=args.rendezvous_timeout, netns=args.netns, workdir=args.workdir,
-                           sets=tuple(args.sets), variables=tuple(args.variables))
+                           sets=tuple(args.sets), variables=tuple(args.variables), keep=args.keep)
     return run_local(args.spec, options)
 
 
@@ -473,7 +475,10 @@ def parser() -> argparse.ArgumentParser:
                      help="seconds the others wait for rank 0 (node 0 under torchrun) to open MASTER_ADDR:MASTER_PORT "
                           "before the run is stopped (default: 600)")
     sub.add_argument("--workdir", default=None,
-                     help="where the run's copy of the code and its outputs go (default: a temporary directory)")
+                     help="where the run's copy of the code and its outputs go, kept afterwards (default: a "
+                          "temporary directory, removed when the run ends)")
+    sub.add_argument("--keep", action="store_true",
+                     help="keep the temporary work directory (compiled job, code copy, outputs) after the run")
     overrides(sub)
     return top
 

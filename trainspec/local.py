@@ -52,6 +52,7 @@ class LocalOptions:
     start_delays: Dict[int, float] = field(default_factory=dict)  # node -> seconds late (hpcpack)
     sets: Tuple[str, ...] = ()
     variables: Tuple[str, ...] = ()
+    keep: bool = False  # keep the temporary work directory (one given with --workdir is always kept)
 
 
 def overrides(options: LocalOptions):
@@ -95,21 +96,32 @@ def shared_dir(options: LocalOptions) -> Path:
 
 
 def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
-    from .build import build
-    from .compiler.write import target_dir, write
-
     reason = netns.unavailable() if options.netns else None
     if reason:
         print(f"trainspec: error: {reason}", file=sys.stderr)  # before anything is compiled
         return 1
+    temporary = not options.workdir
     try:
-        if not options.workdir:
+        if temporary:
             options.workdir = tempfile.mkdtemp(prefix="trainspec-run-")
         workdir = Path(options.workdir).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         print(f"trainspec: error: cannot make the work directory {options.workdir}: {exc.strerror}", file=sys.stderr)
         return 1
+    try:
+        return _compile_and_play(spec_file, options, workdir, out)
+    finally:
+        if temporary and not options.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        elif temporary:
+            print(f"trainspec: kept the work directory {workdir} (--keep)", file=sys.stderr)
+
+
+def _compile_and_play(spec_file: str, options: LocalOptions, workdir: Path, out) -> int:
+    from .build import build
+    from .compiler.write import target_dir, write
+
     outcome = build(spec_file, workdir, [options.target], transform=overrides(options), sets=options.sets,
                     variables=options.variables)
     for d in outcome.diagnostics:
@@ -117,9 +129,15 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
     if not outcome.ok:
         print("trainspec: the spec has errors; nothing was run", file=sys.stderr)
         return 1
+    valid = outcome.valid
+    unknown = sorted(set(options.inputs) - set(valid.spec.inputs))
+    if unknown:
+        have = ", ".join(sorted(valid.spec.inputs)) or "none"
+        print(f"trainspec: error: --input {', '.join(unknown)}: the spec has no such input (its inputs: {have})",
+              file=sys.stderr)
+        return 1
     artifact = outcome.artifacts[0]
     job_dir = write(target_dir(workdir, artifact), artifact)
-    valid = outcome.valid
     try:
         with _sigterm_unwinds():
             if not options.netns:
@@ -188,11 +206,17 @@ def play(job_file: Path, code: Path, workdir: Path, *, inputs: Mapping[str, str]
     paths = _data_paths(job, Path(job_file).parent, workdir, inputs)
     command = _substitute(job["command"], paths)
     hosts = hosts or Loopback()
-    procs = simulate_azureml(job, command, cwd=str(code), base_env=_base_env(hosts), hosts=hosts)
+    kind = (job.get("distribution") or {}).get("type", "pytorch").lower()
+    port = _job_port(job.get("environment_variables") or {})
+    world = int(job["resources"]["instance_count"]) if kind == "tensorflow" else 1
+    taken = [p for p in range(port, port + world) if hosts.port_taken(p)]
+    if taken:
+        return _port_taken(taken[0], hosts, "distribution.master_port")
+    procs = simulate_azureml(job, command, cwd=str(code), base_env=_base_env(hosts), hosts=hosts, port=port)
     print(f"trainspec: running {name} locally as {target} would: {len(procs)} process(es) "
           f"on {job['resources']['instance_count']} simulated node(s); workdir {workdir}", file=sys.stderr)
     master = None
-    if len(procs) > 1 and (job.get("distribution") or {}).get("type", "pytorch").lower() != "tensorflow":
+    if len(procs) > 1 and kind != "tensorflow":
         master = Master(hosts.address(0), int(procs[0].env["TRAINSPEC_MASTER_PORT"]), procs[0].label,
                         rendezvous_timeout, hosts.netns(0))
     return _run_and_report(procs, timeout, out, master)
@@ -211,7 +235,10 @@ def play_hpcpack(job_xml: Path, *, timeout: float = 900, out=None, name: str = "
     ns = {"j": "http://schemas.microsoft.com/HPCS2008R2/scheduler/"}
     root = ET.parse(job_xml).getroot()
     tasks = root.findall("j:Tasks/j:Task", ns)
-    port = hosts.free_port()
+    port = _job_port({v.findtext("j:Name", namespaces=ns): v.findtext("j:Value", namespaces=ns)
+                      for v in root.findall("j:Tasks/j:Task/j:EnvironmentVariables/j:Variable", ns)})
+    if hosts.port_taken(port):
+        return _port_taken(port, hosts, "targets.hpcpack.rdzv_port")
     cores = str(os.cpu_count() or 1)
     procs: List[Proc] = []
     folder = Path(job_xml).parent / "tasks"
@@ -348,17 +375,29 @@ def _substitute(command: str, paths: Mapping[str, str]) -> str:
     return command
 
 
+def _job_port(env: Mapping[str, Any]) -> int:
+    """The port the compiled job names (the spec's master_port, or HPC Pack's rdzv_port): the run
+    uses it as the platform would, so a port the job cannot open shows up here."""
+    return int(env.get("TRAINSPEC_MASTER_PORT") or 6105)
+
+
+def _port_taken(port: int, hosts, field_: str) -> int:
+    print(f"trainspec: error: port {port} on {hosts.address(0)} (simulated node 0) is taken: the job uses the "
+          f"spec's port, as the platform would, and something here already listens on it (another run?) "
+          f"(hint: stop it, or try another port for this run with --set {field_}=PORT)", file=sys.stderr)
+    return 1
+
+
 def simulate_azureml(job: Mapping[str, Any], command: str, *, cwd: str, base_env: Mapping[str, str],
-                     hosts=None) -> List[Proc]:
+                     hosts=None, port: Optional[int] = None) -> List[Proc]:
     """One Proc per process Azure ML would start, with the variables it would set."""
     hosts = hosts or Loopback()
     nodes = int(job["resources"]["instance_count"])
     distribution = job.get("distribution") or {"type": "pytorch", "process_count_per_instance": 1}
     kind = distribution["type"].lower()
     per_node = int(distribution.get("process_count_per_instance", 1))
-    port = hosts.free_port()
     job_env = {str(k): str(v) for k, v in (job.get("environment_variables") or {}).items()}
-    job_env["TRAINSPEC_MASTER_PORT"] = str(port)  # a free port here instead of the cluster's fixed one
+    port = port if port is not None else _job_port(job_env)
     world = nodes * per_node if kind != "tensorflow" else int(distribution.get("worker_count", nodes))
     procs: List[Proc] = []
     for rank in range(world):

@@ -51,6 +51,19 @@ class Loopback:
 
         return free_port(loopback_host(0))
 
+    def port_taken(self, port: int) -> bool:
+        """Whether something already listens on node 0's address at port (a TIME_WAIT left by an
+        earlier run does not count: servers bind with SO_REUSEADDR)."""
+        import socket
+
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((self.address(0), port))
+            except OSError:
+                return True
+        return False
+
 
 class Namespaces:
     """One network namespace per simulated node, joined by a bridge; a context manager."""
@@ -75,6 +88,10 @@ class Namespaces:
         from .runtime.procs import free_port
 
         return free_port()
+
+    def port_taken(self, port: int) -> bool:
+        """Never: nothing listens in namespaces this run just made."""
+        return False
 
     def __enter__(self) -> "Namespaces":
         reason = unavailable()
