@@ -104,3 +104,34 @@ targets:
     assert props["environmentVariables"]["TRAINSPEC_BACKEND"] == "gloo"
     plan = subprocess.run([*trainspec_cmd(), "plan", str(spec)], capture_output=True, text=True, timeout=300)
     assert "  GPUs           none\n" in plan.stdout and "  backend        gloo\n" in plan.stdout
+
+
+def test_tensorflow_is_told_one_way(compiled):
+    """Tags, TRAINSPEC_* expectations, plan and the shim all say `tensorflow` (launcher and backend);
+    plan shows each worker's TF_CONFIG, not torch's MASTER_ADDR/RANK."""
+    import json
+    import os
+    import sys
+
+    from azure.ai.ml import load_job
+
+    job = compiled / "tf-multiworker" / "azureml" / "job.yml"
+    props = load_job(job)._to_job()._to_rest_object().as_dict()["properties"]
+    env = props["environmentVariables"]
+    assert props["tags"]["launcher"] == env["TRAINSPEC_LAUNCHER"] == env["TRAINSPEC_BACKEND"] == "tensorflow"
+    plan = json.loads(subprocess.run([*trainspec_cmd(), "plan", str(SPECS / "tf-multiworker.yaml"), "--format",
+                                      "json"], capture_output=True, text=True, timeout=300, check=True).stdout)
+    job_plan = plan["jobs"][0]
+    assert job_plan["backend"] == "tensorflow" and job_plan["targets"][0]["launcher"] == "tensorflow"
+    last = job_plan["targets"][0]["ranks"]["last"]
+    assert "MASTER_ADDR" not in last and "RANK" not in last
+    assert json.loads(last["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
+    # the shim reads that job's expectations next to the TF_CONFIG Azure ML sets, and agrees
+    tf_config = {"cluster": {"worker": ["10.0.0.4:2222", "10.0.0.5:2222"]}, "task": {"type": "worker", "index": 1}}
+    child = subprocess.run(
+        [sys.executable, "-I", "-S", str(job.parent / "trainspec_shim.py"), "--", sys.executable, "-c",
+         "import os; print(os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['MASTER_ADDR'])"],
+        capture_output=True, text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "TF_CONFIG": json.dumps(tf_config), **{k: str(v) for k, v in env.items()}})
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["1", "2", "10.0.0.4"]

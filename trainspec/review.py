@@ -237,7 +237,7 @@ def plan(outcome: Outcome, out: str = "<out>") -> Dict[str, Any]:
             "world_size": valid.world_size,
             "nodes": valid.nodes,
             "procs_per_node": valid.procs_per_node,
-            "launcher": "tensorflow" if spec.framework == "tensorflow" else launcher,
+            "launcher": launcher,
             "files": [f.path for f in artifact.files],
             "submit": artifact.submit.format(dir=shlex.quote(f"{out}/{valid.name}/{artifact.target}")),
             "settings": _target_settings(valid, artifact.target),
@@ -297,6 +297,11 @@ def _rank_env(valid: ValidSpec, target: str, rank: int) -> Dict[str, str]:
         target, str(valid.spec.distribution.master_port))
     env = dict(valid.spec.env)
     env.update(base.lightning_defaults(valid))
+    if base.launcher(valid, target) == "tensorflow":  # the platform's TF_CONFIG, worker by worker
+        workers = ", ".join(f'"<address of node {n}>:<port>"' for n in range(valid.nodes))
+        env["TF_CONFIG"] = ('{"cluster": {"worker": [%s]}, "task": {"type": "worker", "index": %d}}'
+                            % (workers, rank))
+        return {k: str(v) for k, v in env.items()}
     env.update({"MASTER_ADDR": "<address of node 0>", "MASTER_PORT": port,
                 "WORLD_SIZE": str(valid.world_size), "RANK": str(rank), "LOCAL_RANK": str(local_rank),
                 "LOCAL_WORLD_SIZE": str(valid.procs_per_node), "NODE_RANK": str(node_rank)})
@@ -348,7 +353,8 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
         for which in ("first", "last"):
             env = t["ranks"][which]
             text = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
-            label = f"rank {env['RANK']} ({which})"
+            number = 0 if which == "first" else t["world_size"] - 1
+            label = f"{'worker' if t['launcher'] == 'tensorflow' else 'rank'} {number} ({which})"
             lines.append(f"- {label}: `{text}`" if md else f"  {label}: {text}")
     if data["warnings"]:
         lines += ["", "### warnings" if md else "warnings:"]
@@ -380,8 +386,7 @@ def facts(outcome: Outcome) -> Dict[str, Any]:
         "targets": ", ".join(a.target for a in outcome.artifacts),
     }
     for artifact in outcome.artifacts:
-        found[f"launcher ({artifact.target})"] = ("tensorflow" if valid.spec.framework == "tensorflow"
-                                                  else base.launcher(valid, artifact.target))
+        found[f"launcher ({artifact.target})"] = base.launcher(valid, artifact.target)
     return found
 
 

@@ -87,7 +87,7 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
                              "local inputs from this machine",
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
     launcher = base.launcher(valid, NAME)
-    if launcher == "per-node" and spec.framework not in ("lightning", "tensorflow"):
+    if launcher == "per-node" and spec.framework != "lightning":
         out += base.torchrun_errors(valid, refs, "per-node launch wraps the command in torchrun",
                                     "write `python train.py ...`, or use launcher: per-process")
         if spec.distribution.master_port != DEFAULT_MASTER_PORT:
@@ -120,7 +120,7 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
         "trainspec_hash": valid.source.digest,
         "trainspec_version": __version__,
         "framework": spec.framework,
-        "launcher": launcher if spec.framework != "tensorflow" else "tensorflow",
+        "launcher": launcher,
         **(settings.tags if settings else {}),
     }
     job["code"] = base.relative(valid.resolve(spec.code), out_dir)
@@ -167,7 +167,7 @@ def _compute_name(valid: ValidSpec):
 def _command(valid: ValidSpec, launcher: str) -> str:
     spec = valid.spec
     command = valid.render(("command",), spec.command, refs).strip()
-    if launcher == "per-node" and spec.framework not in ("lightning", "tensorflow"):
+    if launcher == "per-node" and spec.framework != "lightning":
         # $NODE_RANK, $MASTER_ADDR, $MASTER_PORT: set by Azure ML on each node, expanded by its shell
         counts = shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
         command = (f"{counts} --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT "
@@ -177,7 +177,7 @@ def _command(valid: ValidSpec, launcher: str) -> str:
 
 
 def _distribution(valid: ValidSpec, launcher: str) -> Dict[str, Any]:
-    if valid.spec.framework == "tensorflow":
+    if launcher == "tensorflow":
         settings = valid.spec.targets.azureml
         servers = settings.parameter_server_count if settings else 0
         return {"type": "tensorflow", "worker_count": valid.nodes,
@@ -192,8 +192,7 @@ def _environment_variables(valid: ValidSpec, launcher: str) -> Dict[str, str]:
     spec = valid.spec
     env = {key: valid.render(("env", key), value, refs) for key, value in spec.env.items()}
     env.update(base.lightning_defaults(valid))
-    shim_launcher = "per-node" if spec.framework == "tensorflow" else launcher
-    env.update(base.expectations(valid, shim_launcher, spec.distribution.master_port))
+    env.update(base.expectations(valid, launcher, spec.distribution.master_port))
     return env
 
 

@@ -14,19 +14,20 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ..diagnostics import Diagnostic, SpecPath, error, warning
-from ..schema.validate import ValidSpec
+from ..schema.validate import TENSORFLOW, ValidSpec
 
 # Who starts the processes when the spec does not say: (target, framework) -> launcher.
-# DeepSpeed on Azure ML goes through MPI (Azure's guidance); TensorFlow ignores launchers.
+# DeepSpeed on Azure ML goes through MPI (Azure's guidance). TensorFlow has a launcher of its own
+# on every target (launcher() below): the platform starts one worker per node and sets TF_CONFIG.
 LAUNCHER_DEFAULTS: Dict[str, Dict[str, str]] = {
     "azureml": {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
-                "deepspeed": "mpi", "tensorflow": "per-node"},
+                "deepspeed": "mpi"},
     # HPC Pack starts one task per node; torchrun fans out to the GPUs.
     "hpcpack": {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node",
-                "deepspeed": "per-node", "tensorflow": "per-node"},
+                "deepspeed": "per-node"},
     # Ray: the launcher starts one actor per process, like Azure ML's pytorch distribution.
     "ray": {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
-            "deepspeed": "per-process", "tensorflow": "per-process"},
+            "deepspeed": "per-process"},
 }
 
 SHIM_FILE = "trainspec_shim.py"
@@ -78,6 +79,8 @@ def azureml_only(target: str, valid: ValidSpec) -> List[Diagnostic]:
 
 
 def launcher(valid: ValidSpec, target: str) -> str:
+    if valid.spec.framework == TENSORFLOW:
+        return TENSORFLOW
     return valid.spec.distribution.launcher or LAUNCHER_DEFAULTS[target][valid.spec.framework]
 
 

@@ -26,7 +26,7 @@ import sys
 from collections import namedtuple
 from collections.abc import Mapping, MutableMapping
 
-LAUNCHERS = ("per-process", "per-node", "mpi")
+LAUNCHERS = ("per-process", "per-node", "mpi", "tensorflow")  # tensorflow: one worker per node, TF_CONFIG
 AZUREML_MASTER_PORT = 6105  # what Azure ML's pytorch distribution uses
 HPCPACK_MASTER_PORT = 29400  # trainspec's rendezvous port on HPC Pack unless the spec sets one
 RDZV_TIMEOUT = 900.0  # seconds a node waits for node 0 in the shared directory (TRAINSPEC_RDZV_TIMEOUT)
@@ -82,7 +82,7 @@ class World(_WorldFields):
             if procs_per_node is not None:
                 torchrun["PET_NPROC_PER_NODE"] = str(procs_per_node)
             return {**common, **dict.fromkeys(unset), **torchrun}
-        if launcher not in (None, "per-process", "mpi"):
+        if launcher not in (None, "per-process", "mpi", "tensorflow"):
             raise ShimError("unknown launcher %r; expected one of %s" % (launcher, ", ".join(LAUNCHERS)))
         return {
             **common,
@@ -109,7 +109,7 @@ class Expectation(_ExpectationFields):
     @property
     def procs_per_node_launched(self) -> int | None:
         """Processes per node the platform starts: one launcher per node in per-node mode."""
-        return 1 if self.launcher == "per-node" else self.procs_per_node
+        return 1 if self.launcher in ("per-node", "tensorflow") else self.procs_per_node
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> Expectation:

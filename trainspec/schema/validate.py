@@ -21,6 +21,8 @@ from . import skus, structure, templating
 from .loader import Document
 from .fields import ENV_NAME_PATTERN, IO_NAME_PATTERN, split_command
 
+TENSORFLOW = "tensorflow"  # its launcher and backend: the platform starts one worker per node, TF_CONFIG
+
 if TYPE_CHECKING:
     from .model import Spec
 
@@ -199,15 +201,21 @@ def _resolve_counts(spec: Spec, sku: Optional[skus.Sku], out: List[Diagnostic]) 
             out.append(error(("distribution", "launcher"),
                              "does not apply to tensorflow: the platform starts one worker per node",
                              "remove distribution.launcher"))
+        if spec.distribution.backend is not None:
+            out.append(error(("distribution", "backend"),
+                             "does not apply to tensorflow: its collectives choose NCCL or ring themselves",
+                             "remove distribution.backend"))
         procs = 1
 
-    backend = spec.distribution.backend or ("nccl" if gpus > 0 else "gloo")
+    # TensorFlow is told one way everywhere (tags, TRAINSPEC_*, plan): launcher and backend "tensorflow"
+    backend = TENSORFLOW if spec.framework == TENSORFLOW else spec.distribution.backend or ("nccl" if gpus > 0 else "gloo")
     if backend == "nccl" and gpus == 0 and (sku is not None or r.gpus_per_node is not None):
         out.append(error(("distribution", "backend"), "nccl needs GPUs, but the nodes have none",
                          "use backend: gloo, or a GPU SKU"))
-    if (sku is not None and backend == "nccl" and r.nodes > 1 and not sku.infiniband):
+    if (sku is not None and backend in ("nccl", TENSORFLOW) and sku.gpus and r.nodes > 1 and not sku.infiniband):
+        who = "TensorFlow's collectives fall" if backend == TENSORFLOW else "NCCL falls"
         out.append(warning(("resources", "sku"),
-                           f"{sku.name} has no InfiniBand: NCCL between {r.nodes} nodes falls back to TCP sockets",
+                           f"{sku.name} has no InfiniBand: {who} back to TCP sockets between {r.nodes} nodes",
                            "multi-node training wants an RDMA size (an 'r' in the name, e.g. Standard_ND96isr_H100_v5)"))
     return gpus, procs, backend
 
