@@ -67,7 +67,7 @@ def test_per_node_wraps_torchrun(compiled):
 
     job = load_job(compiled / "ddp-torchrun" / "azureml" / "job.yml")
     assert " -- torchrun --nnodes 2 --nproc_per_node 8 --node_rank $NODE_RANK --master_addr $MASTER_ADDR " \
-           "--master_port $MASTER_PORT train.py --steps 100" in job.command
+           "--master_port $MASTER_PORT --no-python python train.py --steps 100" in job.command
 
 
 def test_serverless_spot_job(compiled):

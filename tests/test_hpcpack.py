@@ -68,7 +68,7 @@ def test_seed_job_validates_against_the_scheduler_xsd(tmp_path, schema):
         assert env["TRAINSPEC_RDZV_DIR"] == "/app/.trainspec" and env["TRAINSPEC_MASTER_PORT"] == "29400"
         assert task.get("CommandLine") == ("/opt/conda/envs/torch/bin/python -I -S /app/hpcpack-ddp/trainspec_shim.py -- "
                                            "/opt/conda/envs/torch/bin/python -m torch.distributed.run --nnodes 2 "
-                                           "--nproc_per_node 4 train.py --steps 100")
+                                           "--nproc_per_node 4 --no-python /opt/conda/envs/torch/bin/python train.py --steps 100")
 
 
 def test_reader_accepts_every_attribute_we_write(tmp_path):

@@ -82,6 +82,16 @@ def test_lightning_under_per_node_torchrun(tmp_path):
     assert_world(proc, script="mnist")
 
 
+@pytest.mark.parametrize("spec, target", [("ddp-torchrun.yaml", "azureml"), ("hpcpack-ddp.yaml", "hpcpack")])
+def test_per_node_torchrun_keeps_the_interpreters_flags(tmp_path, spec, target):
+    """`python -X faulthandler -u train.py` per node: torchrun --no-python runs it as written in
+    every worker (torchrun's `train.py` form dropped -u and refused -X)."""
+    spec = _spec_with(tmp_path, spec, **{"command: python train.py": "command: python -X faulthandler -u train.py"})
+    proc = run([str(spec), "-t", target, "--procs-per-node", "2"], tmp_path / "work")
+    assert_world(proc, script="ddp")
+    assert [r["faulthandler"] for r in results(proc)] == [True] * 4
+
+
 def _spec_with(tmp_path, base: str, **replace):
     text = (SPECS / base).read_text()
     for old, new in replace.items():

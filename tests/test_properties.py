@@ -181,7 +181,8 @@ IO_NAME = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,12}\Z").filter(lambda k: k !
 NAME = st.from_regex(r"\A[a-z0-9][a-z0-9_-]{0,20}\Z")
 FLAG = st.from_regex(r"\A--[a-z][a-z_]{0,10}\Z").filter(lambda t: not re.search(r"num[_-]nodes|devices", t))
 
-INTERPRETERS = ["python", "python3", "python3.11", "python -u", "python3 -u"]
+# with the interpreter's own flags, which per-node torchrun must keep (--no-python, as written)
+INTERPRETERS = ["python", "python3", "python3.11", "python -u", "python3 -u", "python -X faulthandler -u", "python3 -B -u"]
 LAUNCHERS = {
     "azureml": {"pytorch": [None, "per-process", "per-node", "mpi"], "huggingface": [None, "per-process", "per-node"],
                 "lightning": [None, "per-process", "per-node", "mpi"], "deepspeed": [None, "mpi", "per-process"],
@@ -569,7 +570,8 @@ def test_azureml_job_loads_with_the_counts_and_strings_the_spec_implies(workdir,
                                            spec_dir=spec.parent)]
         if gen.launcher == "per-node" and gen.framework not in ("lightning", "tensorflow"):
             wrapped = ["torchrun", "--nnodes", str(gen.nodes), "--nproc_per_node", str(gen.procs), "--node_rank",
-                       "1", "--master_addr", "10.0.0.4", "--master_port", "6105", *user]
+                       "1", "--master_addr", "10.0.0.4", "--master_port", "6105", "--no-python",
+                       *gen.interpreter.split(), *user]
         else:
             wrapped = [*gen.interpreter.split(), *user]
         assert argv == ["-I", "-S", "/mnt/azureml/inputs/trainspec_runtime", "--", *wrapped]
@@ -620,7 +622,8 @@ def test_hpcpack_xml_is_valid_one_task_per_node_and_bash_gives_the_intended_argv
                 assert values["TRAINSPEC_MASTER_ADDR"] == settings_["nodes"][0]
             argv = run_bash(task.get("CommandLine"), {**values, "CCP_JOBID": JOB_ID}, functions, printer)
             assert argv == ["-I", "-S", shim_path, "--", *python, "-m", "torch.distributed.run", "--nnodes", str(gen.nodes),
-                            "--nproc_per_node", str(gen.procs), *user]
+                            "--nproc_per_node", str(gen.procs), "--no-python", *python,
+                            *gen.interpreter.split()[1:], *user]
     finally:
         shutil.rmtree(spec.parent, ignore_errors=True)
 
@@ -680,7 +683,8 @@ def test_ray_cluster_passes_rays_validation_and_the_launch_line_round_trips(work
         actor = run_bash(argv[argv.index("--") + 1], {"HOME": "/home/raytest"}, {python[0]: ""}, printer)
         user = ["train.py", *expected_args(gen, "ray", settings_=settings_, spec_dir=spec.parent)]
         if gen.launcher == "per-node" and gen.framework != "lightning":
-            wrapped = ["torchrun", "--nnodes", str(gen.nodes), "--nproc_per_node", str(gen.procs), *user]
+            wrapped = ["torchrun", "--nnodes", str(gen.nodes), "--nproc_per_node", str(gen.procs), "--no-python",
+                       *python, *gen.interpreter.split()[1:], *user]
         else:
             wrapped = [*gen.interpreter.split(), *user]
         assert actor == [*python[1:], "-I", "-S", "/home/raytest/trainspec/trainspec_shim.py", "--", *wrapped]

@@ -25,6 +25,7 @@ where `allreduce` is the sum over all ranks of a tensor holding 1.
 """
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
@@ -55,6 +56,7 @@ def print_result(script, rank, world_size, local_rank, node_rank, allreduce):
     result = {
         "script": script, "rank": rank, "world_size": world_size, "local_rank": local_rank,
         "node_rank": node_rank, "allreduce": allreduce, "master": master,
+        "faulthandler": faulthandler.is_enabled(),  # `python -X faulthandler`: the interpreter's flags arrived
     }
     # One write call, so lines from several processes sharing a pipe never interleave.
     sys.stdout.write("TRAINSPEC_RESULT " + json.dumps(result) + "\n")

@@ -171,7 +171,7 @@ def _command(valid: ValidSpec, launcher: str) -> str:
         # $NODE_RANK, $MASTER_ADDR, $MASTER_PORT: set by Azure ML on each node, expanded by its shell
         counts = shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
         command = (f"{counts} --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT "
-                   f"{base.python_arguments(command)}")
+                   f"{base.torchrun_worker(command)}")
     python = spec.targets.azureml.python if spec.targets.azureml else "python"
     return base.under_shim(f"{python} {' '.join(base.SHIM_FLAGS)} {refs('inputs', SHIM_INPUT)}", command)
 

@@ -131,7 +131,7 @@ def shim_file() -> OutFile:
     return OutFile(SHIM_FILE, SHIM_SOURCE.read_bytes())
 
 
-_PYTHON = re.compile(r"^\s*python(?:3(?:\.\d+)?)?\s+(?:-u\s+)?(?P<rest>\S.*)$", re.S)
+_PYTHON = re.compile(r"^\s*(?P<python>python(?:3(?:\.\d+)?)?)\s+(?P<rest>\S.*)$", re.S)
 def _has_shell_operator(command: str) -> bool:
     """An unquoted, unescaped ; & | < > ( ) or newline -- more than one simple command. shlex cannot
     tell ``';'`` (an argument) from ``;`` (an operator) once it removed the quotes."""
@@ -180,7 +180,11 @@ def torchrun_errors(valid: ValidSpec, refs, wrapped_by: str, hint: str) -> List[
     return [error(("command",), f"{wrapped_by}, but {problem}", hint)] if problem else []
 
 
-def python_arguments(command: str) -> str:
-    """``python train.py --x 1`` -> ``train.py --x 1``: the user's own text after the interpreter,
-    kept verbatim (it is shell, written by them), for a launcher that runs Python itself."""
-    return _PYTHON.match(command).group("rest")
+def torchrun_worker(command: str, python: Optional[str] = None) -> str:
+    """What follows torchrun's own flags so that every worker runs the user's command intact:
+    ``--no-python`` and the command as written (``python -u -X faulthandler train.py``, ``python
+    -m pkg``: the interpreter's own flags survive, which torchrun's ``train.py`` form drops).
+    ``python`` (already shell-quoted) replaces the interpreter word where the target names its
+    own; the rest is the user's text verbatim (shell, written by them)."""
+    match = _PYTHON.match(command)
+    return f"--no-python {python or match.group('python')} {match.group('rest')}"

@@ -269,7 +269,7 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
                            "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
     # node rank, master address and port (TRAINSPEC_MASTER_PORT = rdzv_port) reach torchrun from
     # the shim as PET_NODE_RANK / PET_MASTER_ADDR / PET_MASTER_PORT
-    line = f"{launcher} {base.python_arguments(user)}"
+    line = f"{launcher} {base.torchrun_worker(user, shlex.join(python))}"
     if settings.setup:
         line = f"{settings.setup} && {line}"
     return line

@@ -249,7 +249,7 @@ def _command(valid: ValidSpec) -> str:
     if base.launcher(valid, NAME) == "per-node" and spec.framework != "lightning":
         # node rank, master address and port reach torchrun from the shim as PET_*
         command = (shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node",
-                               str(valid.procs_per_node)]) + " " + base.python_arguments(command))
+                               str(valid.procs_per_node)]) + " " + base.torchrun_worker(command, shlex.join(python)))
     return base.under_shim(f"{shlex.join([*python, *base.SHIM_FLAGS])} $HOME/trainspec/{base.SHIM_FILE}", command)
 
 
