@@ -6,10 +6,11 @@ little and reads the JSON once, on first use.
 """
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 _PREFIX = "standard_"
 _CATALOG = Path(__file__).with_name("skus.json")
@@ -81,3 +82,172 @@ def catalog_source() -> str:
 def all_skus() -> List[Sku]:
     """Every entry, sorted by name."""
     return list(_catalog()[1])
+
+
+# --- sizes the catalog does not have ---------------------------------------------------------------
+
+# Azure's naming: Standard_<family><vCPUs><additive features>[_<accelerator>...][_v<version>], e.g.
+# Standard_ND96isr_H100_v5 (features i, s, r: r = RDMA/InfiniBand), Standard_NCC40ads_H100_v5.
+_AZURE_NAME = re.compile(r"^Standard_(?P<family>[A-Z]{1,5})(?P<vcpus>\d+)(?P<features>[a-z]*)"
+                         r"(?P<rest>(?:_[A-Za-z0-9]+)*)$")
+# accelerators a size name may carry, for a size the catalog does not know (first match wins)
+_GPU_TOKENS = ("GB300", "GB200", "H200", "H100", "A100", "A10", "MI300X", "MI200", "V100", "P100", "P40", "T4",
+               "L40S", "L40", "L4", "M60")
+
+
+def looks_like_azure(name: str) -> bool:
+    """Whether ``name`` is spelt the way Azure names VM sizes (so it may be a size newer than the
+    catalog), as opposed to a typo of one."""
+    return isinstance(name, str) and _AZURE_NAME.fullmatch(name.strip()) is not None
+
+
+def near_miss(name: str, known: Sequence[str]) -> List[str]:
+    """Known names that ``name`` is a misspelling of: the same but for separators or case, or for
+    the order of its feature letters (ND96irs for ND96isr). A different vCPU count, version or
+    family letter is a different size, perhaps a new one: not a near miss."""
+    def key(text: str, sort_features: bool) -> str:
+        text = re.sub(r"[\s_\-]", "", text.lower())
+        if sort_features:
+            m = re.match(r"^(standard[a-z]{1,5}\d+)([a-z]*)(.*)$", text)
+            if m:
+                text = m.group(1) + "".join(sorted(m.group(2))) + m.group(3)
+        return text
+
+    wanted = {key(name, False), key(name, True)}
+    return [k for k in known if key(k, False) in wanted or key(k, True) in wanted]
+
+
+def inferred(name: str, gpus: int) -> Sku:
+    """A size the catalog does not have, described from what the spec and the name say: the GPU
+    count the spec gives, InfiniBand from the 'r' feature letter, the GPU from a known token."""
+    m = _AZURE_NAME.fullmatch(name.strip())
+    rest = m.group("rest").upper() if m else ""
+    gpu = next((t for t in _GPU_TOKENS if re.search(rf"(?:^|_){t}(?:_|$)", rest)), None) if gpus else None
+    return Sku(name=name.strip(), gpus=gpus, gpu=gpu or ("unknown" if gpus else None), gpu_memory_gb=0,
+               vcpus=int(m.group("vcpus")) if m else 0, memory_gb=0.0,
+               infiniband=bool(m and "r" in m.group("features")), family=m.group("family") if m else "unknown",
+               note="not in the catalog: described from the spec's gpus_per_node and the size's name")
+
+
+# --- a team's own sizes ---------------------------------------------------------------------------
+
+TEAM_FILE = "trainspec-skus.yaml"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The built-in sizes, plus a team's own from ``trainspec-skus.yaml`` (which win)."""
+
+    team_file: Optional[Path] = None
+    team: Tuple[Sku, ...] = ()
+
+    def lookup(self, name: str) -> Optional[Sku]:
+        if isinstance(name, str):
+            key = _normalize(name)
+            for sku in self.team:
+                if sku.name.lower() in (key, _PREFIX + key):
+                    return sku
+        return lookup(name)
+
+    def names(self) -> List[str]:
+        return sorted({*(s.name for s in self.team), *(s.name for s in all_skus())})
+
+    def all(self) -> List[Tuple[Sku, str]]:
+        """Every size with where it comes from (built-in, or the team file), sorted by name."""
+        team = {s.name.lower(): s for s in self.team}
+        rows = [(s, "built-in") for s in all_skus() if s.name.lower() not in team]
+        rows += [(s, str(self.team_file)) for s in self.team]
+        return sorted(rows, key=lambda row: row[0].name.lower())
+
+
+def team_file_for(start: Path) -> Optional[Path]:
+    """The nearest ``trainspec-skus.yaml`` from ``start`` up to the repository root (the first
+    folder with a .git), or None."""
+    for folder in (start, *start.parents):
+        candidate = folder / TEAM_FILE
+        if candidate.is_file():
+            return candidate
+        if (folder / ".git").exists():
+            return None
+    return None
+
+
+_TEAM_FIELDS = {"gpus": int, "gpu": str, "gpu_memory_gb": int, "vcpus": int, "memory_gb": (int, float),
+                "infiniband": bool, "family": str, "note": str, "retired": str, "source": str}
+_TEAM_REQUIRED = ("gpus", "infiniband")
+
+
+def load_team(file: Path):
+    """(Catalog, diagnostics located in the file). Every entry names a size Azure spells the
+    Azure way and says at least its GPU count and whether it has InfiniBand."""
+    from ..diagnostics import SpecError, error
+    from .loader import load_file
+
+    import os
+
+    shown = os.path.relpath(file)  # as the user would name it, from where they are
+    try:
+        doc = load_file(str(file) if shown.startswith("..") else shown)
+    except SpecError as exc:
+        return Catalog(team_file=file), exc.diagnostics
+    problems = []
+
+    def bad(path, message, hint=None):
+        problems.append(doc.locate(error(path, message, hint)))
+
+    entries = doc.data.get("skus") if isinstance(doc.data, dict) else None
+    if not isinstance(entries, dict):
+        bad((), "a team catalog is a mapping `skus: {<Azure size>: {gpus: N, infiniband: true|false, ...}}`")
+        return Catalog(team_file=file), problems
+    team = []
+    for name, entry in entries.items():
+        where = ("skus", name)
+        if not looks_like_azure(str(name)):
+            bad(where, f"'{name}' is not spelt like an Azure VM size", "e.g. Standard_ND96isr_H100_v5")
+            continue
+        if not isinstance(entry, dict):
+            bad(where, "expected a mapping of the size's facts", "gpus: 8, gpu: H100, infiniband: true")
+            continue
+        ok = True
+        for key in entry:
+            if key not in _TEAM_FIELDS:
+                bad((*where, key), f"unknown field '{key}'", "fields: " + ", ".join(_TEAM_FIELDS))
+                ok = False
+            elif isinstance(entry[key], bool) != (_TEAM_FIELDS[key] is bool) \
+                    or not isinstance(entry[key], _TEAM_FIELDS[key]):
+                kind = _TEAM_FIELDS[key]
+                words = {int: "a whole number", str: "text", bool: "true or false"}
+                bad((*where, key), f"expected {'a number' if kind == (int, float) else words[kind]}")
+                ok = False
+        for key in _TEAM_REQUIRED:
+            if key not in entry:
+                bad(where, f"'{key}' is required", "every size says gpus and infiniband")
+                ok = False
+        if ok and entry["gpus"] < 0:
+            bad((*where, "gpus"), "expected 0 or more")
+            ok = False
+        if not ok:
+            continue
+        described = inferred(str(name), entry["gpus"])
+        team.append(Sku(name=str(name), gpus=entry["gpus"], gpu=entry.get("gpu", described.gpu),
+                        gpu_memory_gb=entry.get("gpu_memory_gb", 0), vcpus=entry.get("vcpus", described.vcpus),
+                        memory_gb=float(entry.get("memory_gb", 0)), infiniband=entry["infiniband"],
+                        family=entry.get("family", described.family), note=entry.get("note"),
+                        retired=entry.get("retired")))
+    return Catalog(team_file=file, team=tuple(team)), problems
+
+
+_TEAM_CACHE: Dict[Path, Tuple[float, Any]] = {}
+
+
+def catalog_for(spec_dir: Path):
+    """(Catalog, diagnostics) for a spec in ``spec_dir``: the built-in sizes and the team file
+    nearest to it. Read once per file and modification time."""
+    file = team_file_for(spec_dir)
+    if file is None:
+        return Catalog(), []
+    stamp = file.stat().st_mtime_ns
+    cached = _TEAM_CACHE.get(file)
+    if cached is None or cached[0] != stamp:
+        cached = _TEAM_CACHE[file] = (stamp, load_team(file))
+    return cached[1]

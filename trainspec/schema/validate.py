@@ -59,6 +59,7 @@ class ValidSpec:
     backend: str
     sku: Optional[skus.Sku]
     warnings: Tuple[Diagnostic, ...] = field(default=())
+    catalog: Optional[Path] = None  # the team's trainspec-skus.yaml the size was looked up in, if any
 
     @property
     def name(self) -> str:
@@ -105,8 +106,9 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
 
         return None, [explain.diagnostic(e) for e in explain.merge_union_branches(exc.errors())]
 
-    diagnostics: List[Diagnostic] = []
-    sku = _check_sku(spec, diagnostics)
+    catalog, diagnostics = skus.catalog_for(doc.path.parent)
+    diagnostics = list(diagnostics)
+    sku = _check_sku(spec, catalog, diagnostics)
     gpus, procs, backend = _resolve_counts(spec, sku, diagnostics)
     _check_names(spec, diagnostics)
     _check_environment(spec, doc, diagnostics)
@@ -117,12 +119,12 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     if any(d.is_error for d in diagnostics):
         return None, diagnostics
     valid = ValidSpec(spec=spec, source=source, gpus_per_node=gpus, procs_per_node=procs,
-                      backend=backend, sku=sku)
+                      backend=backend, sku=sku, catalog=catalog.team_file)
     _check_templates(valid, diagnostics)
     if any(d.is_error for d in diagnostics):
         return None, diagnostics
     return ValidSpec(spec=spec, source=source, gpus_per_node=gpus, procs_per_node=procs, backend=backend,
-                     sku=sku, warnings=tuple(diagnostics)), diagnostics
+                     sku=sku, warnings=tuple(diagnostics), catalog=catalog.team_file), diagnostics
 
 
 def digest(spec: Spec) -> str:
@@ -146,18 +148,36 @@ def _sha256(data: bytes):
 
 # --- meaning --------------------------------------------------------------------------------
 
-def _check_sku(spec: Spec, out: List[Diagnostic]) -> Optional[skus.Sku]:
+def _check_sku(spec: Spec, catalog: "skus.Catalog", out: List[Diagnostic]) -> Optional[skus.Sku]:
+    """The size's facts: from the catalog (built-in, or the team's trainspec-skus.yaml); for a
+    size spelt the Azure way that the catalog lacks (a size newer than it), from gpus_per_node
+    and the name, with a warning. A near miss of a known size is an error with did-you-mean."""
     name = spec.resources.sku
     if name is None:
         return None
-    sku = skus.lookup(name)
-    if sku is None:
-        close = skus.closest(name)
-        hint = f"did you mean {', '.join(close)}?" if close else "see trainspec/schema/skus.json for the catalog"
+    sku = catalog.lookup(name)
+    if sku is not None:
+        if sku.retired:
+            out.append(warning(("resources", "sku"), f"{sku.name} was retired on {sku.retired}: Azure no longer "
+                               "provisions it", "pick a current size, e.g. Standard_ND96isr_H100_v5"))
+        return sku
+    near = skus.near_miss(name, catalog.names())
+    if near or not skus.looks_like_azure(name):
+        close = near or skus.closest(name)
+        hint = f"did you mean {', '.join(close)}?" if close else "`trainspec skus` lists the catalog"
         out.append(error(("resources", "sku"), f"unknown Azure VM size '{name}'", hint))
-    elif sku.retired:
-        out.append(warning(("resources", "sku"), f"{sku.name} was retired on {sku.retired}: Azure no longer provisions it",
-                           "pick a current size, e.g. Standard_ND96isr_H100_v5"))
+        return None
+    add = f"or add it to {skus.TEAM_FILE} in your repository (`trainspec skus --help`)"
+    if spec.resources.gpus_per_node is None:
+        close = skus.closest(name)
+        known = f"; the closest it knows: {', '.join(close)}" if close else ""
+        out.append(error(("resources", "sku"), f"{name} is not in trainspec's catalog, so how many GPUs it has "
+                         f"is unknown{known}", f"set resources.gpus_per_node to say what it has, {add}"))
+        return None
+    sku = skus.inferred(name, spec.resources.gpus_per_node)
+    network = "InfiniBand (the 'r' in its name)" if sku.infiniband else "no InfiniBand (no 'r' in its name)"
+    out.append(warning(("resources", "sku"), f"{name} is not in trainspec's catalog: trusting gpus_per_node: "
+                       f"{sku.gpus}, and assuming {network}", f"to have it checked, {add[3:]}"))
     return sku
 
 
