@@ -92,6 +92,46 @@ def test_per_node_torchrun_keeps_the_interpreters_flags(tmp_path, spec, target):
     assert [r["faulthandler"] for r in results(proc)] == [True] * 4
 
 
+ACCELERATE_SCRIPT = """\
+import json, os, sys
+import torch
+from accelerate import Accelerator
+
+accelerator = Accelerator(cpu=True)
+total = accelerator.reduce(torch.ones(1), "sum")
+sys.stdout.write("TRAINSPEC_RESULT " + json.dumps({
+    "script": "accelerate", "rank": accelerator.process_index, "world_size": accelerator.num_processes,
+    "local_rank": accelerator.local_process_index, "node_rank": int(os.environ["GROUP_RANK"]),
+    "allreduce": int(total.item()), "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]}) + "\\n")
+"""
+
+
+@pytest.mark.parametrize("target", ["azureml", "hpcpack"])
+def test_accelerate_launch_per_node_gets_the_world_from_the_shim(tmp_path, target):
+    """`accelerate launch script.py` per node, with no world flags written: the shim adds
+    --num_machines/--machine_rank/--main_process_ip/--main_process_port/--num_processes, and
+    accelerate's own launcher starts each node's workers (2 nodes x 2 processes, gloo)."""
+    pytest.importorskip("accelerate", reason="accelerate is in the test extra")
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(ACCELERATE_SCRIPT)
+    settings = ("azureml: {compute: cpu-cluster}" if target == "azureml"
+                else "hpcpack: {shared_dir: /shared, node_group: LinuxNodes}")
+    spec = tmp_path / "accelerate.yaml"
+    spec.write_text(f"""version: 1
+name: accel
+code: {code}
+command: accelerate launch --multi_gpu --mixed_precision no --dynamo_backend no train.py
+resources: {{nodes: 2, gpus_per_node: 0, procs_per_node: 2}}
+distribution: {{launcher: per-node}}
+environment: {{image: python:3.11}}
+targets:
+  {settings}
+""")
+    proc = run([str(spec), "-t", target], tmp_path / "work")
+    assert_world(proc, script="accelerate")
+
+
 def _spec_with(tmp_path, base: str, **replace):
     text = (SPECS / base).read_text()
     for old, new in replace.items():

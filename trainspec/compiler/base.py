@@ -163,6 +163,22 @@ def under_shim(shim: str, command: str) -> str:
     return f"{shim} -- {command}"
 
 
+# Launchers that start a node's workers themselves and take the world as flags: per node they run
+# as written, and the shim gives them --num_machines/--machine_rank/... (runtime/shim.py).
+_OWN_LAUNCHER = re.compile(r"^\s*(?:(?P<accelerate>accelerate\s+launch)|(?P<deepspeed>deepspeed)"
+                           r"|python(?:3(?:\.\d+)?)?\s+-m\s+(?:(?P<accelerate_m>accelerate\.commands\.launch)"
+                           r"|(?P<deepspeed_m>deepspeed\.launcher\.runner)))(?:\s|$)")
+
+
+def own_launcher(command: str) -> Optional[str]:
+    """'accelerate' or 'deepspeed' when the command is that launcher (it starts the node's workers
+    itself), else None."""
+    match = _OWN_LAUNCHER.match(command)
+    if not match:
+        return None
+    return "accelerate" if match.group("accelerate") or match.group("accelerate_m") else "deepspeed"
+
+
 def torchrun_problem(command: str) -> Optional[str]:
     """Why ``command`` cannot be handed to torchrun, or None. torchrun runs a Python script or
     module, not a shell line: ``python train.py ...`` or ``python -m pkg ...``."""
@@ -176,7 +192,10 @@ def torchrun_problem(command: str) -> Optional[str]:
 def torchrun_errors(valid: ValidSpec, refs, wrapped_by: str, hint: str) -> List[Diagnostic]:
     """An error at ``command`` when a target would hand it to torchrun and it is not a Python
     script or module line (else none); ``wrapped_by`` says who puts torchrun there."""
-    problem = torchrun_problem(valid.render(("command",), valid.spec.command, refs))
+    command = valid.render(("command",), valid.spec.command, refs)
+    if own_launcher(command) and not _has_shell_operator(command):
+        return []  # accelerate launch / deepspeed start the workers themselves: no torchrun
+    problem = torchrun_problem(command)
     return [error(("command",), f"{wrapped_by}, but {problem}", hint)] if problem else []
 
 

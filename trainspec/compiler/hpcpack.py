@@ -265,11 +265,15 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
     settings = _settings(valid)
     python = _python(valid)
     user = valid.render(("command",), spec.command, refs_for(valid)).strip()
-    launcher = shlex.join([*python, *base.SHIM_FLAGS, layout.shim, "--", *python, "-m", "torch.distributed.run",
-                           "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
-    # node rank, master address and port (TRAINSPEC_MASTER_PORT = rdzv_port) reach torchrun from
-    # the shim as PET_NODE_RANK / PET_MASTER_ADDR / PET_MASTER_PORT
-    line = f"{launcher} {base.torchrun_worker(user, shlex.join(python))}"
+    shim = shlex.join([*python, *base.SHIM_FLAGS, layout.shim, "--"])
+    if base.own_launcher(user):  # accelerate launch / deepspeed: the shim hands it the world as flags
+        line = f"{shim} {user}"
+    else:
+        # node rank, master address and port (TRAINSPEC_MASTER_PORT = rdzv_port) reach torchrun
+        # from the shim as PET_NODE_RANK / PET_MASTER_ADDR / PET_MASTER_PORT
+        torchrun = shlex.join([*python, "-m", "torch.distributed.run", "--nnodes", str(valid.nodes),
+                               "--nproc_per_node", str(valid.procs_per_node)])
+        line = f"{shim} {torchrun} {base.torchrun_worker(user, shlex.join(python))}"
     if settings.setup:
         line = f"{settings.setup} && {line}"
     return line

@@ -1008,6 +1008,77 @@ def _apply(env: MutableMapping[str, str], exports: Mapping[str, str | None]) -> 
 USAGE = "usage: python trainspec_shim.py [--print] -- CMD [ARG...]"
 
 
+# ---------------------------------------------------------------- launchers that take the world as flags
+
+# Per node, `accelerate launch` and `deepspeed` start the node's workers themselves and read the
+# world from their own flags, not from torch's variables: the shim adds the flags the command
+# lacks; a flag the user wrote that disagrees with the world fails here, before any waiting.
+_ACCELERATE = ("--num_machines", "--machine_rank", "--main_process_ip", "--main_process_port", "--num_processes")
+_DEEPSPEED = ("--num_nodes", "--node_rank", "--master_addr", "--master_port", "--num_gpus")
+
+
+def _launcher_at(command: list[str]) -> tuple[str, int] | None:
+    """('accelerate'|'deepspeed', index after which its flags go), or None."""
+    name = os.path.basename(command[0]) if command else ""
+    if name == "accelerate" and command[1:2] == ["launch"]:
+        return "accelerate", 2
+    if name == "deepspeed":
+        return "deepspeed", 1
+    if name.startswith("python") and command[1:2] == ["-m"] and len(command) > 2:
+        if command[2] == "accelerate.commands.launch":
+            return "accelerate", 3
+        if command[2] == "deepspeed.launcher.runner":
+            return "deepspeed", 3
+    return None
+
+
+def _given(args: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg[len(flag) + 1:]
+    return None
+
+
+def launcher_command(command: list[str], world: World, expect: Expectation, tmpdir: str | None = None) -> list[str]:
+    """``command`` with the world added as the flags its launcher reads (per node), else as is."""
+    found = _launcher_at(command)
+    if found is None or expect.launcher != "per-node":
+        return command
+    kind, at = found
+    procs = expect.procs_per_node
+    if kind == "accelerate":
+        values = [world.nodes, world.node_rank, world.master_addr, world.master_port,
+                  world.nodes * procs if procs is not None else None]
+        names = _ACCELERATE
+    else:
+        values = [world.nodes, world.node_rank, world.master_addr, world.master_port, procs]
+        names = _DEEPSPEED
+    added: list[str] = []
+    for flag, value in zip(names, values):
+        if value is None:
+            continue
+        given = _given(command[at:], flag)
+        if given is None:
+            added += [flag, str(value)]
+        elif given != str(value):
+            raise ShimError("%s %s %s, but this node's world says %s (%s on node %d of %d): remove the flag, "
+                            "trainspec passes it" % (kind, flag, given, value, world.platform, world.node_rank,
+                                                     world.nodes))
+    if kind == "deepspeed" and "--no_ssh" not in command[at:]:
+        added.append("--no_ssh")  # every node starts its own launcher: no ssh between them
+        if world.nodes > 1 and _given(command[at:], "--hostfile") is None:
+            # --no_ssh still wants one line per node to place node_rank in; the names are never dialled
+            import tempfile
+
+            hostfile = os.path.join(tmpdir or tempfile.gettempdir(), "trainspec-hostfile-%d" % os.getpid())
+            with open(hostfile, "w") as fh:
+                fh.write("".join("node-%d slots=%d\n" % (n, procs or 1) for n in range(world.nodes)))
+            added += ["--hostfile", hostfile]
+    return [*command[:at], *added, *command[at:]]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Normalize os.environ, then exec CMD (or, with --print, show the variables)."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -1033,6 +1104,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         world, expect, exports = _plan(os.environ)
+        command = launcher_command(command, world, expect)
     except ShimError as error:
         print("trainspec: error: %s" % error, file=sys.stderr)
         return 3

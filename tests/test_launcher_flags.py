@@ -1,0 +1,79 @@
+"""Per node, `accelerate launch` and `deepspeed` start the node's workers and read the world from
+their own flags: the shim adds the flags the command lacks and refuses one that disagrees
+(issue 11, finding 5). accelerate's result is read back with accelerate's own argument parser
+(and a real 2 x 2 run is in tests/test_local_run.py); deepspeed is checked by argv only: its
+PyPI release is an sdist that compiles against torch at install, which the test extra does not
+take on."""
+
+import subprocess
+
+import pytest
+
+from conftest import trainspec_cmd
+from trainspec.compiler import base
+from trainspec.runtime.shim import Expectation, ShimError, World, launcher_command
+
+WORLD = World("azureml-pytorch", "10.0.0.4", 6105, 2, 1, 0, 1, 1, 2)  # node 1 of 2, per-node
+PER_NODE = Expectation(nodes=2, procs_per_node=8, launcher="per-node", master_port=None, spec="x.yaml")
+
+
+def test_accelerate_gets_the_world_as_its_own_parser_reads_it():
+    accelerate = pytest.importorskip("accelerate.commands.launch", reason="accelerate is in the test extra")
+    command = ["accelerate", "launch", "--multi_gpu", "train.py", "--epochs", "3"]
+    out = launcher_command(command, WORLD, PER_NODE)
+    args = accelerate.launch_command_parser().parse_args(out[2:])
+    assert (args.num_machines, args.machine_rank, args.main_process_ip, args.main_process_port,
+            args.num_processes) == (2, 1, "10.0.0.4", 6105, 16)
+    assert (args.training_script, args.training_script_args) == ("train.py", ["--epochs", "3"])
+
+
+def test_deepspeed_runs_without_ssh_with_a_hostfile_of_the_nodes(tmp_path):
+    command = ["deepspeed", "train.py", "--deepspeed_config", "ds.json"]
+    out = launcher_command(command, WORLD, PER_NODE, tmpdir=str(tmp_path))
+    hostfile = out[out.index("--hostfile") + 1]
+    assert out == ["deepspeed", "--num_nodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.4",
+                   "--master_port", "6105", "--num_gpus", "8", "--no_ssh", "--hostfile", hostfile,
+                   "train.py", "--deepspeed_config", "ds.json"]
+    assert open(hostfile).read() == "node-0 slots=8\nnode-1 slots=8\n"
+
+
+def test_flags_the_user_wrote_stay_and_a_wrong_one_fails_fast():
+    same = ["accelerate", "launch", "--num_machines=2", "train.py"]
+    assert launcher_command(same, WORLD, PER_NODE).count("--num_machines") == 0
+    with pytest.raises(ShimError, match=r"accelerate --machine_rank 0, but this node's world says 1"):
+        launcher_command(["accelerate", "launch", "--machine_rank", "0", "train.py"], WORLD, PER_NODE)
+
+
+def test_other_commands_and_other_launchers_are_left_alone():
+    assert launcher_command(["python", "train.py"], WORLD, PER_NODE) == ["python", "train.py"]
+    per_process = PER_NODE._replace(launcher="per-process")
+    assert launcher_command(["accelerate", "launch", "t.py"], WORLD, per_process) == ["accelerate", "launch", "t.py"]
+
+
+@pytest.mark.parametrize("command, launcher", [
+    ("accelerate launch --multi_gpu train.py", "accelerate"), ("python -m accelerate.commands.launch t.py", "accelerate"),
+    ("deepspeed train.py --deepspeed", "deepspeed"), ("python3 -m deepspeed.launcher.runner t.py", "deepspeed"),
+    ("python train.py", None), ("deepspeedish train.py", None),
+])
+def test_the_compiler_knows_them(command, launcher):
+    assert base.own_launcher(command) == launcher
+
+
+@pytest.mark.parametrize("target, settings", [("azureml", "azureml: {compute: gpu-cluster}"),
+                                              ("hpcpack", "hpcpack: {shared_dir: /app, node_group: LinuxNodes}")])
+def test_per_node_compiles_them_as_written_under_the_shim(tmp_path, target, settings):
+    (tmp_path / "code").mkdir()
+    (tmp_path / "s.yaml").write_text(
+        "version: 1\nname: ds\ncode: code\ncommand: deepspeed train.py --deepspeed ds.json\nframework: deepspeed\n"
+        "resources: {nodes: 2, sku: Standard_ND96isr_H100_v5}\ndistribution: {launcher: per-node}\n"
+        + ("environment: {image: python:3.11}\n" if target == "azureml" else "")
+        + f"targets:\n  {settings}\n")
+    proc = subprocess.run([*trainspec_cmd(), "plan", "s.yaml", "-t", target, "--format", "json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = subprocess.run([*trainspec_cmd(), "compile", "s.yaml", "-t", target, "-o", "out"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    text = next((tmp_path / "out" / "ds" / target).glob("job.*")).read_text()
+    assert "-- deepspeed train.py --deepspeed ds.json" in text and "torchrun" not in text \
+        and "torch.distributed.run" not in text
