@@ -236,3 +236,24 @@ def test_what_a_dockerfile_cannot_say_is_located(project, environment, where, se
     line = next(x for x in proc.stderr.splitlines() if f"{severity}: {where}:" in x)
     assert line.startswith("env.yaml:") and message in line, proc.stderr
     assert (proc.returncode == 1) == (severity == "error")
+
+
+def test_a_build_context_is_azure_mls_and_the_other_targets_say_so(project):
+    (project / "docker").mkdir()
+    (project / "docker" / "Dockerfile").write_text("FROM python:3.11\n")
+    spec = {"version": 1, "name": "built", "code": "code", "command": "python train.py",
+            "resources": {"nodes": 2, "sku": "Standard_ND96isr_H100_v5"}, "environment": {"build": {"path": "docker"}},
+            "targets": {"azureml": {"compute": "gpu-cluster"}, "hpcpack": {"shared_dir": "/app"},
+                        "ray": {"location": "eastus", "resource_group": "rg"}}}
+    (project / "built.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    proc = run("validate", "built.yaml", cwd=project)
+    assert "warning: environment.build: hpcpack cannot express a Docker build context" in proc.stderr
+    assert "error: environment.build: ray cannot express a Docker build context (Ray pulls an image)" in proc.stderr
+    proc = run("compile", "built.yaml", "-t", "azureml", "-o", "out", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    job = azure_ml.load_job(project / "out" / "built" / "azureml" / "job.yml")
+    assert (job.base_path / job.environment.build.path).resolve() == (project / "docker").resolve()
+    spec["environment"]["image"] = "python:3.11"
+    (project / "built.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert "error: environment.image: does not go with environment.build" in run("validate", "built.yaml",
+                                                                                   cwd=project).stderr

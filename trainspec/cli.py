@@ -415,6 +415,40 @@ def _import_skus(args: argparse.Namespace) -> int:
     return 0
 
 
+def import_(args: argparse.Namespace) -> int:
+    """Turn an existing Azure ML command job (job.yml) into a spec that compiles back to an
+    equivalent job. Whatever the spec cannot carry is reported by field, with its line; a
+    hand-written MPI-env wrapper in the command is dropped (the shim does its work). The spec
+    is printed, or written with -o (never over an existing file), then validated."""
+    from .build import build
+    from .compiler.azureml_import import import_job, spec_text
+
+    spec_file = args.out or str(Path(args.job).with_name(Path(args.job).stem + ".trainspec.yaml"))
+    imported = import_job(args.job, spec_file)
+    for note in imported.notes:
+        print(note.render(), file=sys.stderr)
+    if not imported.ok:
+        print(f"trainspec: {args.job} cannot be imported: see the errors above; nothing written", file=sys.stderr)
+        return 1
+    text = spec_text(imported, args.job)
+    if not args.out:
+        sys.stdout.write(text)
+        return 0
+    target = Path(args.out)
+    if target.exists():
+        raise UsageError(f"{args.out} exists: trainspec import never overwrites a file")
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.out}: {exc.strerror}") from None
+    outcome = build(args.out, Path("build"), ["azureml"], lower=False)
+    for d in outcome.diagnostics:
+        print(d.render(), file=sys.stderr)
+    verdict = "it validates" if outcome.ok else "it does not validate yet: fix what is listed above"
+    print(f"trainspec: wrote {args.out} from {args.job}; {verdict}", file=sys.stderr)
+    return 0 if outcome.ok else 1
+
+
 def schema(args: argparse.Namespace) -> int:
     """Print the JSON Schema of the spec (for editors: yaml-language-server)."""
     import json
@@ -550,6 +584,10 @@ def parser() -> argparse.ArgumentParser:
     overrides(sub)
 
     command(schema)
+
+    sub = command(import_, "import")
+    sub.add_argument("job", metavar="JOB.yml", help="an Azure ML command job (the file `az ml job create` reads)")
+    sub.add_argument("-o", "--out", metavar="SPEC", help="write the spec here and validate it (default: print it)")
 
     sub = command(skus)
     sub.add_argument("--gpu", metavar="MODEL", help="only this GPU model, e.g. H100 (case-insensitive)")

@@ -58,7 +58,7 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
     out: List[Diagnostic] = []
     compute = _compute_name(valid)
     env = spec.environment
-    if not (env.image or env.azureml):
+    if not (env.image or env.azureml or env.build):
         out.append(error(("environment",), "Azure ML needs an environment",
                          "set environment.image (+ conda_file or pip) or environment.azureml: name@label"))
     if env.image and env.pip:
@@ -205,6 +205,11 @@ def _environment(valid: ValidSpec, out_dir: Path, files: List[base.OutFile]):
     e = valid.spec.environment
     if e.azureml:
         return e.azureml if e.azureml.startswith("azureml:") else f"azureml:{e.azureml}"
+    if e.build:  # the user's own build context, uploaded by azure-ai-ml from where it is
+        build = {"path": base.relative(valid.resolve(e.build.path), out_dir)}
+        if e.build.dockerfile_path != "Dockerfile":
+            build["dockerfile_path"] = e.build.dockerfile_path
+        return {"build": build}
     if e.pip:
         # Azure ML builds image + conda file as a *new* conda environment inside the image, so the
         # image's own Python (and its torch) would not be the one the job runs. A build context
@@ -222,6 +227,8 @@ def environment_kind(valid: ValidSpec) -> str:
     e = valid.spec.environment
     if e.azureml:
         return "the registered Azure ML environment"
+    if e.build:
+        return f"your Docker build context {e.build.path} (its {e.build.dockerfile_path})"
     if e.pip:
         return f"Docker build context {DOCKER_CONTEXT}/: FROM the image, pip install into the image's own Python"
     if e.conda_file:

@@ -98,6 +98,9 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
     if env.azureml:
         out.append(base.unsupported(NAME, ("environment", "azureml"), "an Azure ML registered environment",
                                     "set targets.hpcpack.python (and setup) to what the nodes have"))
+    if env.build:
+        out.append(base.unsupported(NAME, ("environment", "build"), "a Docker build context: tasks run on the "
+                                    "nodes' own software", "set targets.hpcpack.python / setup", fatal=False))
     for field in ("image", "conda_file", "pip"):
         if getattr(env, field):
             out.append(base.unsupported(NAME, ("environment", field),

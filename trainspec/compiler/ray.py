@@ -100,6 +100,9 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
     if spec.environment.azureml:
         out.append(base.unsupported(NAME, ("environment", "azureml"), "an Azure ML registered environment",
                                     "use environment.image, conda_file or pip"))
+    if spec.environment.build:
+        out.append(base.unsupported(NAME, ("environment", "build"), "a Docker build context (Ray pulls an image)",
+                                    "push the image it builds and use environment.image"))
     if spec.resources.spot and settings.head == "worker":
         out.append(warning(("resources", "spot"), "the head is one of the training nodes and stays on regular "
                            "capacity; only the other nodes are spot",

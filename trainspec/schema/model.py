@@ -61,6 +61,13 @@ class Distribution(Model):
                              examples=[6105])
 
 
+class BuildContext(Model):
+    path: str = Field(..., min_length=1, description="Docker build context: a folder, relative to the spec.",
+                      examples=["../docker"])
+    dockerfile_path: str = Field("Dockerfile", min_length=1, description="The Dockerfile, relative to the context.",
+                                 examples=["Dockerfile"])
+
+
 class Environment(Model):
     image: Optional[str] = Field(None, min_length=1, description="Docker image the job runs in.",
                                  examples=["mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04"])
@@ -75,6 +82,9 @@ class Environment(Model):
     azureml: Optional[str] = Field(
         None, min_length=1,
         description="A registered Azure ML environment: name@label or name:version.", examples=["my-env@latest"])
+    build: Optional[BuildContext] = Field(
+        None, description="An image Azure ML builds from your Docker build context (Azure ML only).",
+        examples=[{"path": "../docker"}])
 
 
 LiteralValue = Union[StrictStr, StrictInt, StrictFloat, StrictBool]

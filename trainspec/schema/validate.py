@@ -265,6 +265,17 @@ def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None
     e = spec.environment
     if e.image and e.azureml:
         out.append(error(("environment", "azureml"), "set either image or azureml, not both"))
+    if e.build is not None:
+        for other in ("image", "azureml", "conda_file", "pip"):
+            if getattr(e, other):
+                out.append(error(("environment", other), "does not go with environment.build: the build context's "
+                                 "Dockerfile makes the whole environment", f"remove environment.{other}"))
+        context = doc.path.parent / e.build.path
+        if not context.is_dir():
+            out.append(error(("environment", "build", "path"), f"'{e.build.path}' is not a folder (relative to the spec)"))
+        elif not (context / e.build.dockerfile_path).is_file():
+            out.append(error(("environment", "build", "dockerfile_path"),
+                             f"no {e.build.dockerfile_path} in {e.build.path}"))
     if e.azureml and (e.conda_file or e.pip):
         which = "conda_file" if e.conda_file else "pip"
         out.append(error(("environment", which), "only applies to an image; a registered environment is complete"))

@@ -1,0 +1,114 @@
+"""`trainspec import` (issue 11): an Azure ML command job becomes a spec that compiles back to an
+equivalent job. Over the hand-written jobs in tests/jobs/: import, compile, then compare the
+two REST bodies azure-ai-ml makes, field by field; and what cannot be carried is reported by
+field with its line."""
+
+import shutil
+import subprocess
+import warnings
+
+import pytest
+from ruamel.yaml import YAML
+
+from conftest import REPO, trainspec_cmd
+
+azure_ml = pytest.importorskip("azure.ai.ml", reason="azure-ai-ml is a test extra: pip install -e '.[test]'")
+
+JOBS = REPO / "tests" / "jobs"
+ACCEPTED = ["pytorch-cluster", "mpi-serverless", "tensorflow-ps", "build-context"]
+SHIM = ("TRAINSPEC_", "PL_TRAINER_")
+
+
+def ts(*args, cwd):
+    return subprocess.run([*trainspec_cmd(), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def loaded(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        job = azure_ml.load_job(path)
+        return job, job._to_job()._to_rest_object().as_dict()["properties"]
+
+
+def environment_of(job):
+    """What the job runs in: a registered name, or an image with its conda file, or a build folder."""
+    env = job.environment
+    if isinstance(env, str):
+        return env
+    build = (job.base_path / env.build.path).resolve() if env.build else None
+    return {"image": env.image, "conda": env.conda_file, "build": build}
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    shutil.copytree(JOBS, tmp_path / "jobs")
+    (tmp_path / "specs").mkdir()  # the spec lives elsewhere than the job: its paths are rewritten
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", ACCEPTED)
+def test_an_imported_job_compiles_back_to_an_equivalent_job(workdir, name):
+    proc = ts("import", f"jobs/{name}.yml", "-o", f"specs/{name}.yaml", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert "it validates" in proc.stderr
+    compiled = ts("compile", f"specs/{name}.yaml", "-o", "build", cwd=workdir)
+    assert compiled.returncode == 0, compiled.stderr
+    spec = YAML(typ="safe").load((workdir / "specs" / f"{name}.yaml").read_text())
+    theirs_job, theirs = loaded(workdir / "jobs" / f"{name}.yml")
+    ours_job, ours = loaded(workdir / "build" / spec["name"] / "azureml" / "job.yml")
+    # Azure's defaults, written out by the compiled job: an output's mode, and for a single process a
+    # pytorch distribution of one (what Azure ML runs when a one-node job names none)
+    for output in theirs.get("outputs", {}).values():
+        output.setdefault("mode", "ReadWriteMount")
+    if "distribution" not in theirs and theirs.get("resources", {}).get("instanceCount", 1) == 1:
+        theirs["distribution"] = {"processCountPerInstance": 1, "distributionType": "PyTorch"}
+    # where it runs, how many processes, in what
+    for key in ("computeId", "distribution", "description", "identity", "services"):
+        assert ours.get(key) == theirs.get(key), key
+    assert ours["resources"] == theirs.get("resources", {"instanceCount": 1, "properties": {}})
+    assert environment_of(ours_job) == environment_of(theirs_job)
+    assert (ours_job.base_path / ours_job.code).resolve() == (theirs_job.base_path / theirs_job.code).resolve()
+    # its data and settings
+    assert {k: v for k, v in ours["inputs"].items() if k != "trainspec_runtime"} == theirs.get("inputs", {})
+    assert ours.get("outputs") == theirs.get("outputs")
+    assert ours.get("limits") == theirs.get("limits")
+    assert str(ours.get("queueSettings")).lower() == str(theirs.get("queueSettings")).lower()
+    if theirs.get("experimentName"):
+        assert ours["experimentName"] == theirs["experimentName"]
+    assert theirs.get("tags", {}).items() <= ours["tags"].items()
+    kept = {k: v for k, v in theirs.get("environmentVariables", {}).items() if k != "MASTER_PORT"}
+    assert kept == {k: v for k, v in ours["environmentVariables"].items() if not k.startswith(SHIM)}
+    # the command: the job's own, under the shim (an MPI-env wrapper dropped)
+    command = theirs["command"].replace("python aml_mpi_env.py ", "")
+    assert ours["command"].endswith(" -- " + command), (ours["command"], command)
+
+
+def test_what_a_spec_cannot_carry_is_reported_by_field_with_its_line(workdir):
+    proc = ts("import", "jobs/refused.yml", "-o", "specs/refused.yaml", cwd=workdir)
+    assert proc.returncode == 1
+    assert not (workdir / "specs" / "refused.yaml").exists()
+    lines = proc.stderr.splitlines()
+    assert "jobs/refused.yml:4:10: error: command: ${{parent.inputs.seed}} is not an input or output reference: " \
+           "a spec cannot carry it" in lines
+    assert "jobs/refused.yml:7:45: warning: resources.docker_args: has no place in a spec: not carried" in lines
+    assert "jobs/refused.yml:9:34: error: inputs.data.path: a binding to another job's output is not carried" in lines
+    assert any(l.startswith("jobs/refused.yml:10:19: warning: is_deterministic: has no place in a spec") for l in lines)
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_wrapper_and_the_shims_variables_are_dropped_with_a_note(workdir):
+    proc = ts("import", "jobs/mpi-serverless.yml", cwd=workdir)
+    assert proc.returncode == 0
+    assert "jobs/mpi-serverless.yml:4:10: warning: command: aml_mpi_env.py (a wrapper that exports torch's " \
+           "variables) dropped" in proc.stderr
+    assert "environment_variables.MASTER_PORT: MASTER_PORT is set by the trainspec shim: dropped" in proc.stderr
+    spec = YAML(typ="safe").load(proc.stdout.split("\n", 1)[1])
+    assert spec["command"] == "python train.py --epochs 10 --out {{ outputs.ckpt }}"
+    assert spec["resources"]["spot"] is True and "job_tier" not in spec["targets"]["azureml"]
+
+
+def test_import_never_overwrites(workdir):
+    (workdir / "specs" / "x.yaml").write_text("keep me\n")
+    proc = ts("import", "jobs/tensorflow-ps.yml", "-o", "specs/x.yaml", cwd=workdir)
+    assert proc.returncode == 2 and "never overwrites" in proc.stderr
+    assert (workdir / "specs" / "x.yaml").read_text() == "keep me\n"
