@@ -15,7 +15,7 @@ from conftest import REPO, trainspec_cmd
 azure_ml = pytest.importorskip("azure.ai.ml", reason="azure-ai-ml is a test extra: pip install -e '.[test]'")
 
 JOBS = REPO / "tests" / "jobs"
-ACCEPTED = ["pytorch-cluster", "mpi-serverless", "tensorflow-ps", "build-context"]
+ACCEPTED = ["pytorch-cluster", "mpi-serverless", "tensorflow-ps", "build-context", "env-file"]
 SHIM = ("TRAINSPEC_", "PL_TRAINER_")
 
 

@@ -115,6 +115,10 @@ def import_job(job_file: str, spec_file: str) -> Imported:
     kind = str(distribution.get("type", "")).lower() if isinstance(distribution, dict) else ""
     if kind == "tensorflow":
         spec["framework"] = "tensorflow"
+    else:
+        note(("distribution",) if "distribution" in job else ("command",),
+             "a job does not say its framework: framework: pytorch assumed",
+             "set framework: lightning (the num_nodes/devices check), deepspeed, huggingface or tensorflow")
     spec["resources"] = _resources(job, kind, distribution, azureml, note)
     if kind in ("pytorch", "mpi"):
         spec["distribution"] = {"launcher": "per-process" if kind == "pytorch" else "mpi"}
@@ -122,7 +126,7 @@ def import_job(job_file: str, spec_file: str) -> Imported:
         spec["distribution"] = {"launcher": "per-process"}
     elif kind != "tensorflow":
         note(("distribution", "type"), f"distribution {kind} has no trainspec launcher", fatal=True)
-    spec["environment"] = _environment(job.get("environment"), relative, note)
+    spec["environment"] = _environment(job.get("environment"), relative, note, job_dir)
     env = job.get("environment_variables") or {}
     if env:
         spec["env"] = {}
@@ -214,7 +218,27 @@ def _resources(job, kind, distribution, azureml, note) -> Dict[str, Any]:
     return out
 
 
-def _environment(environment, relative, note) -> Dict[str, Any]:
+def _environment(environment, relative, note, job_dir: Path) -> Dict[str, Any]:
+    if isinstance(environment, str) and environment.startswith("file:"):
+        # an environment in a file of its own (`environment: file:./env.yml`); its paths are
+        # relative to that file
+        from ruamel.yaml import YAML
+
+        where = (job_dir / environment[len("file:"):]).resolve()
+        try:
+            loaded = YAML(typ="safe").load(where.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            note(("environment",), f"cannot read the environment file {where.name}: {exc}", fatal=True)
+            return {}
+        if not isinstance(loaded, dict):
+            note(("environment",), f"{where.name} is not an environment definition", fatal=True)
+            return {}
+        base = where.parent
+
+        def from_there(path: str) -> str:
+            return relative(os.path.relpath(base / path, job_dir))
+
+        return _environment(loaded, from_there, note, base)
     if isinstance(environment, str):
         return {"azureml": environment}
     if not isinstance(environment, dict):
