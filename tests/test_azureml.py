@@ -135,3 +135,19 @@ def test_tensorflow_is_told_one_way(compiled):
         env={"PATH": os.environ["PATH"], "TF_CONFIG": json.dumps(tf_config), **{k: str(v) for k, v in env.items()}})
     assert child.returncode == 0, child.stderr
     assert child.stdout.split() == ["1", "2", "10.0.0.4"]
+
+
+def test_plan_shows_a_clusters_gpus_without_a_sku(tmp_path):
+    """`compute: gpu-cluster` + gpus_per_node: plan says the count, not "GPUs none" (issue 11, finding 1)."""
+    spec = tmp_path / "gpu.yaml"
+    spec.write_text(f"""version: 1
+name: gpu-job
+code: {SPECS.parent / 'examples' / 'mnist'}
+command: python train.py
+resources: {{nodes: 2, gpus_per_node: 8}}
+environment: {{image: pytorch:latest}}
+targets:
+  azureml: {{compute: gpu-cluster}}
+""")
+    plan = subprocess.run([*trainspec_cmd(), "plan", str(spec)], capture_output=True, text=True, timeout=300)
+    assert "  GPUs           8 per node (model unknown: no sku)\n" in plan.stdout, plan.stdout

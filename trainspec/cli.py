@@ -424,6 +424,8 @@ def import_(args: argparse.Namespace) -> int:
     from .compiler.azureml_import import import_job, spec_text
 
     spec_file = args.out or str(Path(args.job).with_name(Path(args.job).stem + ".trainspec.yaml"))
+    if args.out and Path(args.out).exists():
+        raise UsageError(f"{args.out} exists: trainspec import never overwrites a file")
     imported = import_job(args.job, spec_file)
     for note in imported.notes:
         print(note.render(), file=sys.stderr)
@@ -435,8 +437,6 @@ def import_(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     target = Path(args.out)
-    if target.exists():
-        raise UsageError(f"{args.out} exists: trainspec import never overwrites a file")
     try:
         target.write_text(text, encoding="utf-8")
     except OSError as exc:

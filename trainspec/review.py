@@ -250,7 +250,8 @@ def plan(outcome: Outcome, out: str = "<out>") -> Dict[str, Any]:
         "hash": valid.source.digest,
         "framework": spec.framework,
         "sku": valid.sku.name if valid.sku else spec.resources.sku,
-        "gpu": (f"{valid.sku.gpus} x {valid.sku.gpu}" if valid.sku and valid.sku.gpu else None),
+        "gpu": (f"{valid.sku.gpus} x {valid.sku.gpu}" if valid.sku and valid.sku.gpu else
+                f"{valid.gpus_per_node} per node (model unknown: no sku)" if valid.gpus_per_node else None),
         "gpus_per_node": valid.gpus_per_node,
         "backend": valid.backend,
         "spot": spec.resources.spot,
