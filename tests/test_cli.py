@@ -195,6 +195,15 @@ def test_run_usage_is_truthful():
     assert proc.returncode == 2 and "the following arguments are required: SPEC" in proc.stderr
 
 
+def test_run_refuses_a_ray_job_in_one_line_before_reading_the_spec():
+    proc = ts("run", "specs/ray-lightning.yaml", "-t", "ray")
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert errors == ["trainspec run: error: run --local plays Azure ML and HPC Pack jobs (-t azureml, -t hpcpack); "
+                      "a Ray job runs on a Ray cluster: start it with `bash OUT/<name>/ray/launch.sh` (README, Ray), "
+                      "or try the spec here with -t azureml"], proc.stderr
+
+
 def test_validate_for_machines(tmp_path):
     bad = write_spec(tmp_path / "bad.yaml", GOOD.replace("command: python train.py\n", "command: python train.py\n"
                                                           "env: {A: 'x'}\n").replace("sku: Standard", "nodes: 0, sku: Standard"))

@@ -90,3 +90,19 @@ def test_the_temporary_folder_goes_on_every_exit_unless_kept(tmp_path):
     assert (tmp_path / "tmp" / kept[0] / "tiny" / "azureml" / "job.yml").exists()
     work = tmp_path / "work"
     assert run(tmp_path, "--workdir", str(work)).returncode == 3 and (work / "tiny" / "azureml" / "job.yml").exists()
+
+
+def test_the_clis_own_start_up_setting_stays_out_of_the_job(tmp_path):
+    """trainspec sets PYDANTIC_DISABLE_PLUGINS for its own start-up; a training process (which may use
+    pydantic plugins) must not inherit it. One the user set is theirs, and passes through."""
+    spec(tmp_path)
+    text = (tmp_path / "spec.yaml").read_text().replace(
+        "print('PORT', os.environ['MASTER_PORT'], 'DATA', sys.argv[1])",
+        "print('PLUGINS', os.environ.get('PYDANTIC_DISABLE_PLUGINS'))")
+    (tmp_path / "spec.yaml").write_text(text)
+    proc = run(tmp_path)
+    assert proc.returncode == 0 and "PLUGINS None" in proc.stdout, proc.stdout + proc.stderr
+    command = [*trainspec_cmd(), "run", str(tmp_path / "spec.yaml")]
+    mine = subprocess.run(loopback_only(command), capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env=path_env(PYDANTIC_DISABLE_PLUGINS="logfire", TMPDIR=str(tmp_path / "tmp")))
+    assert "PLUGINS logfire" in mine.stdout, mine.stdout + mine.stderr

@@ -17,7 +17,11 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 # trainspec's models use no pydantic plugin; scanning every installed package's entry points
 # for them costs more than compiling a spec (pydantic is imported only to explain bad specs).
-os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+if "PYDANTIC_DISABLE_PLUGINS" not in os.environ:
+    os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+    CLI_STARTUP_ENV = ("PYDANTIC_DISABLE_PLUGINS",)  # ours, not the user's: never passed to a training process
+else:
+    CLI_STARTUP_ENV = ()
 
 from . import __version__  # noqa: E402
 from .compiler import TARGETS  # noqa: E402
@@ -464,6 +468,10 @@ def run(args: argparse.Namespace) -> int:
     with exactly the environment the target platform would give it, on CPU with gloo."""
     from .local import LocalOptions, run_local
 
+    if args.target == "ray":  # before anything is read: a spec error here would mislead
+        raise UsageError("run --local plays Azure ML and HPC Pack jobs (-t azureml, -t hpcpack); a Ray job runs on "
+                         "a Ray cluster: start it with `bash OUT/<name>/ray/launch.sh` (README, Ray), or try the "
+                         "spec here with -t azureml")
     parsed = {}
     for item in args.inputs:
         name, sep, path = item.partition("=")

@@ -334,8 +334,10 @@ def _how_the_others_ended(result) -> str:
 
 
 def _base_env(hosts) -> Dict[str, str]:
+    startup = sys.modules.get("trainspec.cli")  # what the CLI set for its own start-up is not the job's
+    own = set(getattr(startup, "CLI_STARTUP_ENV", ()))
     env = {k: v for k, v in os.environ.items()
-           if k not in _PLATFORM_NAMES and not k.startswith(_PLATFORM_PREFIXES)}
+           if k not in _PLATFORM_NAMES and not k.startswith(_PLATFORM_PREFIXES) and k not in own}
     # the job's `python` is the interpreter trainspec runs under (its virtualenv, its torch)
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env.setdefault("PYTHONUNBUFFERED", "1")
