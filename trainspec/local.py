@@ -28,11 +28,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import netns
 from .netns import Loopback, Namespaces, NetnsError
+from .runtime import shim as contract
 from .runtime.procs import Master, Proc, run_all
 
 # Variables a platform sets: never inherited from the shell that runs `trainspec run`.
 _PLATFORM_PREFIXES = ("OMPI_", "PMIX_", "AZ_BATCH", "AZUREML_", "TORCHELASTIC_", "SLURM_", "CCP_", "PL_TRAINER_",
-                      "TRAINSPEC_")
+                      contract.ENV_PREFIX)
 _PLATFORM_NAMES = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                    "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "TF_CONFIG"}
 BATCH_PORT = 6000  # the port in AZ_BATCH_MASTER_NODE belongs to Azure Batch: the shim must ignore it
@@ -217,7 +218,7 @@ def play(job_file: Path, code: Path, workdir: Path, *, inputs: Mapping[str, str]
           f"on {job['resources']['instance_count']} simulated node(s); workdir {workdir}", file=sys.stderr)
     master = None
     if len(procs) > 1 and kind != "tensorflow":
-        master = Master(hosts.address(0), int(procs[0].env["TRAINSPEC_MASTER_PORT"]), procs[0].label,
+        master = Master(hosts.address(0), int(procs[0].env[contract.ENV_MASTER_PORT]), procs[0].label,
                         rendezvous_timeout, hosts.netns(0))
     return _run_and_report(procs, timeout, out, master)
 
@@ -250,8 +251,8 @@ def play_hpcpack(job_xml: Path, *, timeout: float = 900, out=None, name: str = "
         env.update(CCP_JOBID=job_id, CCP_TASKID=str(i + 1), CCP_TASKINSTANCEID="0", CCP_RETRY_COUNT=retry_count,
                    CCP_NODES=f"1 {host} {cores}", CCP_NUMCPUS=cores, CCP_JOBNAME=root.get("Name", ""),
                    CCP_WORKDIR=task.get("WorkDirectory", ""), TRAINSPEC_MASTER_PORT=str(port))
-        if "TRAINSPEC_MASTER_ADDR" in env:  # explicit node names: node 0 is simulated at its address
-            env["TRAINSPEC_MASTER_ADDR"] = hosts.address(0)
+        if contract.ENV_MASTER_ADDR in env:  # explicit node names: node 0 is simulated at its address
+            env[contract.ENV_MASTER_ADDR] = hosts.address(0)
         script = folder / task.get("Name", f"task-{i}") / "cmd.sh"
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text(task.get("CommandLine", ""))
@@ -380,7 +381,7 @@ def _substitute(command: str, paths: Mapping[str, str]) -> str:
 def _job_port(env: Mapping[str, Any]) -> int:
     """The port the compiled job names (the spec's master_port, or HPC Pack's rdzv_port): the run
     uses it as the platform would, so a port the job cannot open shows up here."""
-    return int(env.get("TRAINSPEC_MASTER_PORT") or 6105)
+    return int(env.get(contract.ENV_MASTER_PORT) or contract.AZUREML_MASTER_PORT)
 
 
 def _port_taken(port: int, hosts, field_: str) -> int:

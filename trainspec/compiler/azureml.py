@@ -39,7 +39,7 @@ _IMAGE_REF = re.compile(r"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._]|__|-
                         r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
 SCHEMA_URL = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 SHIM_INPUT = "trainspec_runtime"
-DEFAULT_MASTER_PORT = 6105  # what Azure ML's pytorch distribution exports
+DEFAULT_MASTER_PORT = base.contract.AZUREML_MASTER_PORT  # what Azure ML's pytorch distribution exports
 SUBMIT = "az ml job create --file {dir}/" + JOB_FILE
 
 _COMPUTE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,14}[A-Za-z0-9]$")

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..diagnostics import Diagnostic, SpecError, SpecPath, error, warning
+from ..runtime import shim as contract
 
 _REF = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_]\w*)\s*\}\}")
 _OTHER_REF = re.compile(r"\$\{\{[^}]*\}\}")
@@ -131,7 +132,7 @@ def import_job(job_file: str, spec_file: str) -> Imported:
     if env:
         spec["env"] = {}
         for key, value in env.items():
-            if key in _RESERVED or str(key).startswith("TRAINSPEC_") or str(key).startswith("PL_TRAINER_"):
+            if key in _RESERVED or str(key).startswith((contract.ENV_PREFIX, "PL_TRAINER_")):
                 note(("environment_variables", key), f"{key} is set by the trainspec shim: dropped")
             elif not _PORTABLE_ENV.match(str(key)):
                 note(("environment_variables", key), f"'{key}' is not a variable name a shell can set", fatal=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ..diagnostics import Diagnostic, SpecPath, error, warning
+from ..runtime import shim as contract  # the TRAINSPEC_* names and default ports, written once
 from ..schema.validate import TENSORFLOW, ValidSpec
 
 # Who starts the processes when the spec does not say: (target, framework) -> launcher.
@@ -95,14 +96,14 @@ def unsupported(target: str, path: SpecPath, what: str, hint: Optional[str] = No
 def expectations(valid: ValidSpec, launcher_name: str, master_port: Optional[int] = None) -> Dict[str, str]:
     """The TRAINSPEC_* variables the shim checks the platform's world against."""
     env = {
-        "TRAINSPEC_SPEC": valid.source.display,
-        "TRAINSPEC_NODES": str(valid.nodes),
-        "TRAINSPEC_PROCS_PER_NODE": str(valid.procs_per_node),
-        "TRAINSPEC_LAUNCHER": launcher_name,
-        "TRAINSPEC_BACKEND": valid.backend,
+        contract.ENV_SPEC: valid.source.display,
+        contract.ENV_NODES: str(valid.nodes),
+        contract.ENV_PROCS_PER_NODE: str(valid.procs_per_node),
+        contract.ENV_LAUNCHER: launcher_name,
+        contract.ENV_BACKEND: valid.backend,
     }
     if master_port is not None:
-        env["TRAINSPEC_MASTER_PORT"] = str(master_port)
+        env[contract.ENV_MASTER_PORT] = str(master_port)
     return env
 
 

@@ -35,6 +35,7 @@ from typing import Dict, List
 from ..diagnostics import Diagnostic, error
 from ..schema.validate import ValidSpec
 from . import base, emit
+from .base import contract
 
 NAME = "hpcpack"
 JOB_FILE = "job.xml"
@@ -186,7 +187,7 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
         task = ET.SubElement(tasks, _tag("Task"), _task_attributes(valid, layout, node_rank, command))
         variables = ET.SubElement(task, _tag("EnvironmentVariables"))
         env = dict(shared_env)
-        env["TRAINSPEC_NODE_RANK"] = str(node_rank)
+        env[contract.ENV_NODE_RANK] = str(node_rank)
         for name, value in env.items():
             variable = ET.SubElement(variables, _tag("Variable"))
             ET.SubElement(variable, _tag("Name")).text = name
@@ -289,9 +290,9 @@ def _environment(valid: ValidSpec, layout: _Layout) -> Dict[str, str]:
     env.update(base.lightning_defaults(valid))
     env.update(base.expectations(valid, "per-node", settings.rdzv_port))
     if settings.nodes:
-        env["TRAINSPEC_MASTER_ADDR"] = settings.nodes[0]
+        env[contract.ENV_MASTER_ADDR] = settings.nodes[0]
     else:
-        env["TRAINSPEC_RDZV_DIR"] = layout.rendezvous
+        env[contract.ENV_RDZV_DIR] = layout.rendezvous
     return env
 
 

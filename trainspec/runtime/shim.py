@@ -26,6 +26,21 @@ import sys
 from collections import namedtuple
 from collections.abc import Mapping, MutableMapping
 
+# The contract between a compiled job and this file, written once: the compiler imports these
+# names and ports (compiler/base.py, the targets, validation), and this file reads them.
+ENV_PREFIX = "TRAINSPEC_"
+ENV_SPEC = "TRAINSPEC_SPEC"  # the spec's path, for messages
+ENV_NODES = "TRAINSPEC_NODES"
+ENV_PROCS_PER_NODE = "TRAINSPEC_PROCS_PER_NODE"
+ENV_LAUNCHER = "TRAINSPEC_LAUNCHER"
+ENV_BACKEND = "TRAINSPEC_BACKEND"  # for people reading a job's environment; the shim does not need it
+ENV_MASTER_PORT = "TRAINSPEC_MASTER_PORT"
+ENV_MASTER_ADDR = "TRAINSPEC_MASTER_ADDR"  # HPC Pack with listed nodes: the first one's name
+ENV_NODE_RANK = "TRAINSPEC_NODE_RANK"  # HPC Pack: baked into each task
+ENV_RDZV_DIR = "TRAINSPEC_RDZV_DIR"  # HPC Pack: the shared directory of the master election
+ENV_RDZV_TIMEOUT = "TRAINSPEC_RDZV_TIMEOUT"
+ENV_RAY = "TRAINSPEC_RAY"  # set by trainspec's Ray launcher in every actor
+
 LAUNCHERS = ("per-process", "per-node", "mpi", "tensorflow")  # tensorflow: one worker per node, TF_CONFIG
 AZUREML_MASTER_PORT = 6105  # what Azure ML's pytorch distribution uses
 HPCPACK_MASTER_PORT = 29400  # trainspec's rendezvous port on HPC Pack unless the spec sets one
@@ -113,21 +128,21 @@ class Expectation(_ExpectationFields):
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> Expectation:
-        launcher = env.get("TRAINSPEC_LAUNCHER") or None
+        launcher = env.get(ENV_LAUNCHER) or None
         if launcher is not None and launcher not in LAUNCHERS:
             raise ShimError(
                 "TRAINSPEC_LAUNCHER=%r (distribution.launcher) is not one of %s"
                 % (launcher, ", ".join(LAUNCHERS))
             )
-        port = _opt_int(env, "TRAINSPEC_MASTER_PORT", minimum=1)
+        port = _opt_int(env, ENV_MASTER_PORT, minimum=1)
         if port is not None and port > 65535:
             raise ShimError("TRAINSPEC_MASTER_PORT=%d is not a TCP port (1-65535)" % port)
         return Expectation(
-            nodes=_opt_int(env, "TRAINSPEC_NODES", minimum=1),
-            procs_per_node=_opt_int(env, "TRAINSPEC_PROCS_PER_NODE", minimum=1),
+            nodes=_opt_int(env, ENV_NODES, minimum=1),
+            procs_per_node=_opt_int(env, ENV_PROCS_PER_NODE, minimum=1),
             launcher=launcher,
             master_port=port,
-            spec=env.get("TRAINSPEC_SPEC") or None,
+            spec=env.get(ENV_SPEC) or None,
         )
 
 
@@ -318,12 +333,12 @@ class HPCPack(Detector):
 
     name = "hpcpack"
     sources = {
-        "world_size": "TRAINSPEC_NODES",
-        "rank": "TRAINSPEC_NODE_RANK",
+        "world_size": ENV_NODES,
+        "rank": ENV_NODE_RANK,
         "local_rank": "HPC Pack task on its node",
         "local_world_size": "HPC Pack tasks per node",
-        "node_rank": "TRAINSPEC_NODE_RANK",
-        "nodes": "TRAINSPEC_NODES",
+        "node_rank": ENV_NODE_RANK,
+        "nodes": ENV_NODES,
     }
 
     @staticmethod
@@ -333,18 +348,18 @@ class HPCPack(Detector):
     @staticmethod
     def world(env: Mapping[str, str], expect: Expectation) -> World:
         """Pure: the baked-in variables only.  master_addr "" means: elect it in ``rendezvous``."""
-        nodes = _baked_int(env, "TRAINSPEC_NODES", minimum=1)
-        node_rank = _baked_int(env, "TRAINSPEC_NODE_RANK", minimum=0)
+        nodes = _baked_int(env, ENV_NODES, minimum=1)
+        node_rank = _baked_int(env, ENV_NODE_RANK, minimum=0)
         if node_rank >= nodes:
             raise ShimError(
                 "TRAINSPEC_NODE_RANK=%d is not below TRAINSPEC_NODES=%d: the HPC Pack job has more tasks than "
                 "nodes, or was edited; node ranks run from 0 to %d" % (node_rank, nodes, nodes - 1)
             )
-        master_addr = env.get("TRAINSPEC_MASTER_ADDR", "").strip()
+        master_addr = env.get(ENV_MASTER_ADDR, "").strip()
         if not master_addr:
             if nodes == 1:
                 master_addr = "127.0.0.1"  # nothing to elect: the only node is the master
-            elif not env.get("TRAINSPEC_RDZV_DIR", "").strip():
+            elif not env.get(ENV_RDZV_DIR, "").strip():
                 raise ShimError(
                     "neither TRAINSPEC_MASTER_ADDR nor TRAINSPEC_RDZV_DIR is set in an HPC Pack job of %d nodes, "
                     "so the nodes cannot agree on a master; the job was not compiled by trainspec or was edited "
@@ -374,11 +389,11 @@ class HPCPack(Detector):
                 "CCP_JOBID=%r and CCP_RETRY_COUNT=%r must be a job id and a number: they name the attempt "
                 "directory in TRAINSPEC_RDZV_DIR" % (env.get("CCP_JOBID"), env.get("CCP_RETRY_COUNT"))
             )
-        timeout = _opt_float(env, "TRAINSPEC_RDZV_TIMEOUT")
+        timeout = _opt_float(env, ENV_RDZV_TIMEOUT)
         identity = "job=%s retry=%d nodes=%d port=%d spec=%s" % (
-            job, int(retry), world.nodes, world.master_port, " ".join(env.get("TRAINSPEC_SPEC", "").split()))
+            job, int(retry), world.nodes, world.master_port, " ".join(env.get(ENV_SPEC, "").split()))
         master = elect_master(
-            env["TRAINSPEC_RDZV_DIR"].strip(), "%s.%d" % (job, int(retry)), world.node_rank,
+            env[ENV_RDZV_DIR].strip(), "%s.%d" % (job, int(retry)), world.node_rank,
             _hpcpack_host(env), RDZV_TIMEOUT if timeout is None else timeout, identity)
         return world._replace(master_addr=master)
 
@@ -644,7 +659,7 @@ class Ray(Detector):
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:
-        return bool(env.get("TRAINSPEC_RAY", "").strip())
+        return bool(env.get(ENV_RAY, "").strip())
 
     @staticmethod
     def world(env: Mapping[str, str], expect: Expectation) -> World:

@@ -14,6 +14,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
                       WithJsonSchema)
 from typing_extensions import Annotated
 
+from ..runtime.shim import AZUREML_MASTER_PORT, HPCPACK_MASTER_PORT  # the contract with every job
 from .fields import (DURATION_PATTERN, NAME_PATTERN, SHM_PATTERN, exact_int, literal_input, parse_duration,
                      scalar_to_str)
 
@@ -57,8 +58,8 @@ class Distribution(Model):
         "Default: per framework and target.", examples=["per-process"])
     backend: Optional[Backend] = Field(
         None, description="torch.distributed backend. Default: nccl with GPUs, gloo without.", examples=["nccl"])
-    master_port: int = Field(6105, ge=1024, le=65535, description="Rendezvous port on the master node.",
-                             examples=[6105])
+    master_port: int = Field(AZUREML_MASTER_PORT, ge=1024, le=65535, description="Rendezvous port on the master node.",
+                             examples=[AZUREML_MASTER_PORT])
 
 
 class BuildContext(Model):
@@ -179,8 +180,8 @@ class HPCPackTarget(Model):
     setup: Optional[str] = Field(None, min_length=1,
                                  description="Shell line run before training on every node, e.g. an activation.",
                                  examples=["source /opt/conda/bin/activate torch"])
-    rdzv_port: int = Field(29400, ge=1024, le=65535, description="torchrun rendezvous port on the first node.",
-                           examples=[29400])
+    rdzv_port: int = Field(HPCPACK_MASTER_PORT, ge=1024, le=65535,
+                           description="torchrun rendezvous port on the first node.", examples=[HPCPACK_MASTER_PORT])
     priority: Optional[Literal["Lowest", "BelowNormal", "Normal", "AboveNormal", "Highest"]] = Field(
         None, description="Job priority.", examples=["Normal"])
     runtime: Optional[Duration] = Field(None, description="Job run-time limit: 2d, 12h, 90m or seconds.",

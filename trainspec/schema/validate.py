@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 from pydantic_core import ValidationError
 
 from ..diagnostics import Diagnostic, SpecPath, error, warning
+from ..runtime import shim as contract
 from . import skus, structure, templating
 from .loader import Document
 from .fields import ENV_NAME_PATTERN, IO_NAME_PATTERN, split_command
@@ -246,7 +247,7 @@ def _check_names(spec: Spec, out: List[Diagnostic]) -> None:
         if not re.fullmatch(ENV_NAME_PATTERN, key):
             out.append(error(path, f"'{key}' is not a valid environment variable name",
                              "letters, digits and _, not starting with a digit", on_key=True))
-        elif key in RESERVED_ENV or key.startswith("TRAINSPEC_"):
+        elif key in RESERVED_ENV or key.startswith(contract.ENV_PREFIX):
             out.append(error(path, f"{key} is set by the trainspec shim in every process",
                              "remove it; use distribution.master_port for the port", on_key=True))
     for kind in ("inputs", "outputs"):

@@ -1,0 +1,24 @@
+"""The contract between compiled jobs and the shim is written once, in the shim (issue 12): the
+TRAINSPEC_* names and the default ports. Other modules import them; none spells them again."""
+
+import re
+
+from conftest import REPO
+
+# the shim defines them; the Ray launcher ships beside it as a file of its own; TRAINSPEC_DEBUG is the CLI's
+ALLOWED = {"trainspec/runtime/shim.py", "trainspec/runtime/ray_launch.py"}
+
+
+def test_the_trainspec_variables_and_ports_are_spelled_only_in_the_shim():
+    spelled = []
+    for path in sorted((REPO / "trainspec").rglob("*.py")):
+        name = path.relative_to(REPO).as_posix()
+        if name in ALLOWED:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            literal = re.search(r"""["']TRAINSPEC_(?!DEBUG)[A-Z_]*["']""", code)
+            port = re.search(r"(?<![\w.])(6105|29400)(?![\w.])", code)
+            if (literal or port) and "description=" not in code:
+                spelled.append(f"{name}:{number}: {line.strip()}")
+    assert spelled == []
