@@ -18,7 +18,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple

@@ -2,7 +2,6 @@
 error when it is taken, --input names and paths checked, and no temporary folder left behind.
 One CPU process running `python -c`, so these need no torch."""
 
-import os
 import socket
 import subprocess
 from pathlib import Path

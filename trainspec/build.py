@@ -115,7 +115,6 @@ def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lo
                 # relative references (code, conda file) are right from there
                 artifact = target(name).lower(valid, (out / valid.name / name).resolve())
                 outcome.artifacts.append(artifact)
-                found.extend(artifact.diagnostics)
         outcome.valid = valid
         conda = valid.spec.environment.conda_file
         reads = {doc.path, *(d.path for d in doc.origins.values()), *([valid.resolve(conda)] if conda else []),

@@ -9,7 +9,7 @@ A target module (azureml.py, ...) exposes ``NAME``, ``check(valid) -> [Diagnosti
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -53,7 +53,6 @@ class Artifact:
     name: str
     files: Tuple[OutFile, ...]
     submit: str  # the platform's own command, relative to the output directory's parent
-    diagnostics: Tuple[Diagnostic, ...] = field(default=())
 
     def file(self, path: str) -> OutFile:
         return next(f for f in self.files if f.path == path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -59,7 +59,6 @@ class ValidSpec:
     procs_per_node: int
     backend: str
     sku: Optional[skus.Sku]
-    warnings: Tuple[Diagnostic, ...] = field(default=())
     catalog: Optional[Path] = None  # the team's trainspec-skus.yaml the size was looked up in, if any
 
     @property
@@ -124,8 +123,7 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     _check_templates(valid, diagnostics)
     if any(d.is_error for d in diagnostics):
         return None, diagnostics
-    return ValidSpec(spec=spec, source=source, gpus_per_node=gpus, procs_per_node=procs, backend=backend,
-                     sku=sku, warnings=tuple(diagnostics), catalog=catalog.team_file), diagnostics
+    return valid, diagnostics
 
 
 def digest(spec: Spec) -> str:
