@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from . import netns
 from .netns import Loopback, Namespaces, NetnsError
 from .runtime import shim as contract
+from .schema.fields import is_remote
 from .runtime.procs import Master, Proc, run_all
 
 # Variables a platform sets: never inherited from the shell that runs `trainspec run`.
@@ -357,7 +358,7 @@ def _data_paths(job: Mapping[str, Any], job_dir: Path, workdir: Path,
             paths[ref] = str(Path(given[name]).resolve())
         elif not isinstance(item, Mapping):
             paths[ref] = str(item)
-        elif "://" in item["path"] or item["path"].startswith("azureml:"):
+        elif is_remote(item["path"]):
             empty = workdir / "inputs" / name
             empty.mkdir(parents=True, exist_ok=True)
             print(f"trainspec: warning: input {name} ({item['path']}) is not available locally; using the empty "

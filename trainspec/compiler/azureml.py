@@ -28,6 +28,7 @@ from typing import Any, Dict, List
 
 from .. import __version__
 from ..diagnostics import Diagnostic, error, warning
+from ..schema.fields import is_remote
 from ..schema.validate import ValidSpec
 from . import base, emit
 
@@ -44,7 +45,6 @@ SUBMIT = "az ml job create --file {dir}/" + JOB_FILE
 
 _COMPUTE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,14}[A-Za-z0-9]$")
 _EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
-_LOCAL = re.compile(r"^(?!azureml:|https?://|wasbs?://|abfss?://|adl://)")
 
 
 def refs(kind: str, name: str) -> str:
@@ -87,7 +87,7 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
             out.append(error(("targets", "azureml", "tags", key), "tags starting with trainspec_ are written by trainspec",
                              on_key=True))
     for name, item in spec.inputs.items():
-        if item.path is not None and _LOCAL.match(item.path) and not valid.resolve(item.path).exists():
+        if item.path is not None and not is_remote(item.path) and not valid.resolve(item.path).exists():
             out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist: Azure ML uploads "
                              "local inputs from this machine",
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
@@ -274,7 +274,7 @@ def _inputs(valid: ValidSpec, out_dir: Path) -> Dict[str, Any]:
             inputs[name] = item.value
             continue
         path = item.path
-        if _LOCAL.match(path):
+        if not is_remote(path):
             path = base.relative(valid.resolve(path), out_dir)
         inputs[name] = {"type": item.type, "path": path, "mode": item.mode}
     inputs[SHIM_INPUT] = {"type": "uri_file", "path": f"./{base.SHIM_FILE}", "mode": "download"}

@@ -37,10 +37,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..diagnostics import Diagnostic, SpecError, SpecPath, error, warning
 from ..runtime import shim as contract
+from ..schema.fields import is_remote
 
 _REF = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_]\w*)\s*\}\}")
 _OTHER_REF = re.compile(r"\$\{\{[^}]*\}\}")
-_LOCAL = re.compile(r"^(?!azureml:|https?://|wasbs?://|abfss?://|adl://)")
 # a hand-written wrapper that exports torch's variables from Open MPI's (the shim does that now):
 # `python aml_mpi_env.py python train.py`, `python mpi_env.py && python train.py`, `source set_env.sh; ...`
 _WRAPPER = re.compile(r"^\s*(?:python3?\s+|source\s+|\.\s+)(?P<script>[\w./-]*(?:mpi_env|dist_env|set_env|"
@@ -105,7 +105,7 @@ def import_job(job_file: str, spec_file: str) -> Imported:
     else:
         code = job["code"]
         code = code.get("local_path") if isinstance(code, dict) else code
-        if not isinstance(code, str) or not _LOCAL.match(code):
+        if not isinstance(code, str) or is_remote(code):
             note(("code",), f"'{code}' is not a local folder: a spec's code is uploaded from this machine",
                  fatal=True)
         else:
@@ -248,7 +248,7 @@ def _environment(environment, relative, note, job_dir: Path) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     if environment.get("build"):
         build = environment["build"]
-        out["build"] = {"path": relative(build["path"]) if _LOCAL.match(str(build.get("path", ""))) else
+        out["build"] = {"path": relative(build["path"]) if not is_remote(str(build.get("path", ""))) else
                         build.get("path")}
         if build.get("dockerfile_path"):
             out["build"]["dockerfile_path"] = build["dockerfile_path"]
@@ -279,7 +279,7 @@ def _inputs(inputs, relative, note) -> Dict[str, Any]:
         if _OTHER_REF.search(path):
             note(("inputs", name, "path"), "a binding to another job's output is not carried", fatal=True)
             continue
-        entry: Dict[str, Any] = {"path": relative(path) if _LOCAL.match(path) else path}
+        entry: Dict[str, Any] = {"path": path if is_remote(path) else relative(path)}
         for key in ("type", "mode"):
             if item.get(key):
                 entry[key] = str(item[key])

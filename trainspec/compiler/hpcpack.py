@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from ..diagnostics import Diagnostic, error
+from ..schema.fields import is_remote
 from ..schema.validate import ValidSpec
 from . import base, emit
 from .base import contract
@@ -48,7 +49,6 @@ SUBMIT = "job submit /jobfile:{dir}/" + JOB_FILE + "  (after: bash {dir}/" + STA
 # C1 controls and the Unicode line separators are turned into line ends by readers.
 _XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff\ud800-\udfff]")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_REMOTE = re.compile(r"^(azureml:|https?://|wasbs?://|abfss?://|adl://)")
 
 
 def _settings(valid: ValidSpec):
@@ -115,7 +115,7 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
     for name, item in spec.inputs.items():
         if item.path is None:
             continue
-        if _REMOTE.match(item.path):
+        if is_remote(item.path):
             out.append(base.unsupported(NAME, ("inputs", name, "path"), f"the remote data '{item.path}'",
                                         "give an absolute path on storage the nodes mount"))
         elif not item.path.startswith("/"):

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..diagnostics import SpecError, SpecPath, error
+from .fields import is_remote
 from .loader import Document, load_file
 
 MAX_CHAIN = 16
 _PATH_FIELDS: Tuple[SpecPath, ...] = (("code",), ("environment", "conda_file"))
-_REMOTE = ("azureml:", "http://", "https://", "wasb://", "wasbs://", "abfs://", "abfss://", "adl://")
 
 
 def compose(file: str, sets: Sequence[str] = (), variables: Sequence[str] = ()) -> Document:
@@ -122,7 +122,7 @@ def _claim(value: Any, path: SpecPath, doc: Document, origins: Dict[SpecPath, Do
 def _rebase(content: Dict[str, Any], base_dir: Path, leaf_dir: Path) -> Dict[str, Any]:
     """Relative paths in a base file are relative to it; make them relative to the spec."""
     def fix(value: Any) -> Any:
-        if not isinstance(value, str) or value.startswith(_REMOTE) or os.path.isabs(value):
+        if not isinstance(value, str) or is_remote(value) or os.path.isabs(value):
             return value
         return Path(os.path.relpath(base_dir / value, leaf_dir)).as_posix()
 

@@ -11,6 +11,14 @@ IO_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,254}$"  # Azure ML input/output nam
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SHM_PATTERN = r"^[1-9][0-9]*[bkmg]$"
 
+# where data or code lives that is not a path on this machine (Azure ML assets, datastores, URLs)
+REMOTE_PREFIXES = ("azureml:", "http://", "https://", "wasb://", "wasbs://", "abfs://", "abfss://", "adl://")
+
+
+def is_remote(path: str) -> bool:
+    return path.startswith(REMOTE_PREFIXES)
+
+
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 # the same, for the JSON Schema: not empty, surrounding spaces allowed (parse_duration strips them)
 DURATION_PATTERN = r"^\s*(?=\d)(\d+d)?(\d+h)?(\d+m)?(\d+s)?\s*$"

@@ -20,7 +20,7 @@ from ..diagnostics import Diagnostic, SpecPath, error, warning
 from ..runtime import shim as contract
 from . import skus, structure, templating
 from .loader import Document
-from .fields import ENV_NAME_PATTERN, IO_NAME_PATTERN, split_command
+from .fields import ENV_NAME_PATTERN, IO_NAME_PATTERN, is_remote, split_command
 
 TENSORFLOW = "tensorflow"  # its launcher and backend: the platform starts one worker per node, TF_CONFIG
 
@@ -32,7 +32,6 @@ RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "L
                           "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"})
 RESERVED_INPUTS = frozenset({"trainspec_runtime"})
 _AZUREML_ASSET = re.compile(r"^azureml:(?!//)([^:@/]+)(?:(:[^:@/]+)|(@[^:@/]+))?$")
-_REMOTE = re.compile(r"^(azureml:|https?://|wasbs?://|abfss?://|adl://)")
 
 
 @dataclass(frozen=True)
@@ -306,7 +305,7 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
             continue
         # an absolute path may name the cluster's storage (HPC Pack, Ray): targets that upload
         # local data check it themselves
-        if not _REMOTE.match(item.path) and not item.path.startswith("/") and not (base / item.path).exists():
+        if not is_remote(item.path) and not item.path.startswith("/") and not (base / item.path).exists():
             out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist (relative to the spec)",
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
 
@@ -335,7 +334,7 @@ def _check_io_fields(spec: Spec, out: List[Diagnostic]) -> None:
                 if key in written:
                     out.append(error(("inputs", name, key), f"a literal input has no {key}",
                                      "remove it, or give a path for data"))
-            if isinstance(item.value, str) and _REMOTE.match(item.value):
+            if isinstance(item.value, str) and is_remote(item.value):
                 out.append(warning(("inputs", name), f"'{item.value}' is passed as a literal string, not as data",
                                    f"for data write `{name}: {{path: {item.value}}}`"))
     for name, output in spec.outputs.items():
