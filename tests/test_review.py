@@ -327,3 +327,32 @@ def test_readme_gitops_section_shows_real_output(repo):
     (repo / "build" / "notes" / "todo.md").write_text("hi\n")
     proc = ts("check", "specs/", "--out", "build/", cwd=repo)
     assert proc.stdout + proc.stderr == readme_console("trainspec check specs/ --out build/")
+
+
+@pytest.mark.parametrize("spec, last", [("mnist-lightning.yaml", "rank 15"), ("ddp-torchrun.yaml", "node 1 launcher")])
+def test_plan_shows_what_the_shim_exports(tmp_path, spec, last):
+    """plan and the shim share one answer (issue 12): the last process's variables in `plan --format
+    json` are those the real shim prints (--print) in that process of the compiled job, as Azure ML
+    starts it (local.py's emulation of the platform)."""
+    import json
+    import subprocess
+    import sys
+
+    from ruamel.yaml import YAML
+
+    from trainspec.local import simulate_azureml
+    from trainspec.netns import Loopback
+
+    plan = json.loads(ts("plan", f"specs/{spec}", "--format", "json", cwd=REPO).stdout)["jobs"][0]
+    shown = plan["targets"][0]["ranks"]["last"]
+    ts("compile", f"specs/{spec}", "-o", str(tmp_path), cwd=REPO)
+    folder = next(tmp_path.glob("*/azureml"))
+    job = YAML(typ="safe").load((folder / "job.yml").read_text())
+    procs = simulate_azureml(job, "true", cwd=str(tmp_path), base_env={"PATH": "/usr/bin:/bin"}, hosts=Loopback())
+    env = procs[-1].env
+    printed = subprocess.run([sys.executable, "-I", "-S", str(folder / "trainspec_shim.py"), "--print"],
+                             env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+    exported = dict(line.split("=", 1) for line in printed.splitlines())
+    exported = {k: v.replace(env["MASTER_ADDR"], "<address of node 0>") for k, v in exported.items()}
+    assert {k: v for k, v in shown.items() if k in exported} == exported
+    assert f"  {last} (last): " in ts("plan", f"specs/{spec}", cwd=REPO).stdout

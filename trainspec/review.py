@@ -242,7 +242,7 @@ def plan(outcome: Outcome, out: str = "<out>") -> Dict[str, Any]:
             "submit": artifact.submit.format(dir=shlex.quote(f"{out}/{valid.name}/{artifact.target}")),
             "settings": _target_settings(valid, artifact.target),
             "ranks": {"first": _rank_env(valid, artifact.target, 0),
-                      "last": _rank_env(valid, artifact.target, valid.world_size - 1)},
+                      "last": _rank_env(valid, artifact.target, _started(valid, launcher) - 1)},
         })
     return {
         "spec": valid.source.display,
@@ -295,8 +295,8 @@ def _target_settings(valid: ValidSpec, target: str) -> Dict[str, str]:
 
 
 def _rank_env(valid: ValidSpec, target: str, rank: int) -> Dict[str, str]:
-    """What a training process of this rank gets (addresses symbolic, templates unrendered)."""
-    node_rank, local_rank = divmod(rank, valid.procs_per_node)
+    """What the process the platform starts as number ``rank`` gets (addresses symbolic, templates
+    unrendered): with a per-node launcher, that is node ``rank``'s launcher, which starts the workers."""
     settings = getattr(valid.spec.targets, target, None)
     port = {"hpcpack": str(getattr(settings, "rdzv_port", "")), "ray": "<free port on node 0>"}.get(
         target, str(valid.spec.distribution.master_port))
@@ -307,10 +307,22 @@ def _rank_env(valid: ValidSpec, target: str, rank: int) -> Dict[str, str]:
         env["TF_CONFIG"] = ('{"cluster": {"worker": [%s]}, "task": {"type": "worker", "index": %d}}'
                             % (workers, rank))
         return {k: str(v) for k, v in env.items()}
-    env.update({"MASTER_ADDR": "<address of node 0>", "MASTER_PORT": port,
-                "WORLD_SIZE": str(valid.world_size), "RANK": str(rank), "LOCAL_RANK": str(local_rank),
-                "LOCAL_WORLD_SIZE": str(valid.procs_per_node), "NODE_RANK": str(node_rank)})
+    # what the shim exports to that process: its own answer (World.env), not a second one
+    from .runtime.shim import World
+
+    launcher = base.launcher(valid, target)
+    per_process = valid.procs_per_node if launcher != "per-node" else 1  # per node: the node's launcher
+    node_rank, local_rank = divmod(rank, per_process)
+    world = World(platform=target, master_addr="<address of node 0>", master_port=port,
+                  world_size=valid.nodes * per_process, rank=rank, local_rank=local_rank,
+                  local_world_size=per_process, node_rank=node_rank, nodes=valid.nodes)
+    env.update({k: v for k, v in world.env(launcher, valid.procs_per_node).items() if v is not None})
     return {k: str(v) for k, v in env.items()}
+
+
+def _started(valid: ValidSpec, launcher: str) -> int:
+    """How many processes the platform starts: one per node when a launcher on each node fans out."""
+    return valid.nodes if launcher in ("per-node", "tensorflow") else valid.world_size
 
 
 def plan_document(plans: Sequence[Dict[str, Any]], removed: Sequence[Dict[str, str]], fmt: str,
@@ -358,8 +370,10 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
         for which in ("first", "last"):
             env = t["ranks"][which]
             text = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
-            number = 0 if which == "first" else t["world_size"] - 1
-            label = f"{'worker' if t['launcher'] == 'tensorflow' else 'rank'} {number} ({which})"
+            per_node = t["launcher"] in ("per-node", "tensorflow")
+            number = 0 if which == "first" else (t["nodes"] if per_node else t["world_size"]) - 1
+            kind = {"tensorflow": "worker {}", "per-node": "node {} launcher"}.get(t["launcher"], "rank {}")
+            label = f"{kind.format(number)} ({which})"
             lines.append(f"- {label}: `{text}`" if md else f"  {label}: {text}")
     if data["warnings"]:
         lines += ["", "### warnings" if md else "warnings:"]
