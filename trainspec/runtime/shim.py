@@ -926,7 +926,7 @@ def check(world: World, expect: Expectation) -> None:
         )
 
 
-def _plan(env: Mapping[str, str]) -> tuple[World, Expectation, dict[str, str | None]]:
+def _resolve(env: Mapping[str, str]) -> tuple[World, Expectation, dict[str, str | None]]:
     """Detect, check and compute exports; the world carries the port actually exported."""
     expect = Expectation.from_env(env)
     detector, world = detect(env, expect)
@@ -1004,7 +1004,7 @@ def normalize(env: MutableMapping[str, str] | None = None, *, apply: bool = True
         # Like torchrun's workers: the final per-process world, whatever the spec's launcher.
         check(joined, expect._replace(launcher="per-process", master_port=None))
         return joined
-    world, _, exports = _plan(env)
+    world, _, exports = _resolve(env)
     if apply:
         _apply(env, exports)
     return world
@@ -1118,7 +1118,7 @@ def main(argv: list[str] | None = None) -> int:
         print("trainspec: error: no command to run\n%s" % USAGE, file=sys.stderr)
         return 2
     try:
-        world, expect, exports = _plan(os.environ)
+        world, expect, exports = _resolve(os.environ)
         command = launcher_command(command, world, expect)
     except ShimError as error:
         print("trainspec: error: %s" % error, file=sys.stderr)
