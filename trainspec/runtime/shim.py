@@ -134,12 +134,12 @@ class Expectation(_ExpectationFields):
                 "TRAINSPEC_LAUNCHER=%r (distribution.launcher) is not one of %s"
                 % (launcher, ", ".join(LAUNCHERS))
             )
-        port = _opt_int(env, ENV_MASTER_PORT, minimum=1)
+        port = _int(env, ENV_MASTER_PORT, minimum=1)
         if port is not None and port > 65535:
             raise ShimError("TRAINSPEC_MASTER_PORT=%d is not a TCP port (1-65535)" % port)
         return Expectation(
-            nodes=_opt_int(env, ENV_NODES, minimum=1),
-            procs_per_node=_opt_int(env, ENV_PROCS_PER_NODE, minimum=1),
+            nodes=_int(env, ENV_NODES, minimum=1),
+            procs_per_node=_int(env, ENV_PROCS_PER_NODE, minimum=1),
             launcher=launcher,
             master_port=port,
             spec=env.get(ENV_SPEC) or None,
@@ -149,24 +149,27 @@ class Expectation(_ExpectationFields):
 # ---------------------------------------------------------------- parsing helpers
 
 
-def _opt_int(env: Mapping[str, str], name: str, minimum: int = 0) -> int | None:
-    """The integer in env[name], None when unset or empty; garbage is a ShimError."""
+SET_BY_LAUNCHER = ", but the launcher sets it for every process"
+SET_BY_RAY_LAUNCHER = ", but trainspec's Ray launcher sets it for every process (TRAINSPEC_RAY=1)"
+BAKED = "; trainspec writes it into every task of the HPC Pack jobs it compiles, so this job was not " \
+        "compiled by trainspec or was edited"
+
+
+def _int(env: Mapping[str, str], name: str, minimum: int = 0, required: str | None = None,
+         why: str = "") -> int | None:
+    """The one integer reader: the integer in env[name]. Unset or empty: None, or, when
+    ``required`` says who should have set it, an error. Garbage is an error (``why`` appended)."""
     text = env.get(name, "").strip()
     if not text:
-        return None
+        if required is None:
+            return None
+        raise ShimError("%s is not set%s" % (name, required))
     try:
         value = int(text)
     except ValueError:
-        raise ShimError("%s=%r is not an integer" % (name, env[name])) from None
+        raise ShimError("%s=%r is not an integer%s" % (name, env[name], why)) from None
     if value < minimum:
-        raise ShimError("%s=%d must be at least %d" % (name, value, minimum))
-    return value
-
-
-def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
-    value = _opt_int(env, name, minimum)
-    if value is None:
-        raise ShimError("%s is not set, but the launcher sets it for every process" % name)
+        raise ShimError("%s=%d must be at least %d%s" % (name, value, minimum, why))
     return value
 
 
@@ -195,17 +198,17 @@ def _nodes(world_size: int, local_world_size: int, how: str, expect: Expectation
 
 def _torch_style(name: str, env: Mapping[str, str], expect: Expectation, default_port: int | None) -> World:
     """A world from torch's own variables, as Azure ML's pytorch distribution and env:// launchers set them."""
-    world_size = _int(env, "WORLD_SIZE", minimum=1)
-    rank = _int(env, "RANK")
+    world_size = _int(env, "WORLD_SIZE", minimum=1, required=SET_BY_LAUNCHER)
+    rank = _int(env, "RANK", required=SET_BY_LAUNCHER)
     local_world_size = (
-        _opt_int(env, "LOCAL_WORLD_SIZE", minimum=1) or expect.procs_per_node_launched or world_size
+        _int(env, "LOCAL_WORLD_SIZE", minimum=1) or expect.procs_per_node_launched or world_size
     )
-    node_rank = _opt_int(env, "NODE_RANK")
+    node_rank = _int(env, "NODE_RANK")
     if node_rank is None:
-        node_rank = _opt_int(env, "GROUP_RANK")
+        node_rank = _int(env, "GROUP_RANK")
     if node_rank is None:
         node_rank = rank // local_world_size
-    local_rank = _opt_int(env, "LOCAL_RANK")
+    local_rank = _int(env, "LOCAL_RANK")
     if local_rank is None:
         local_rank = rank - node_rank * local_world_size
     if "LOCAL_WORLD_SIZE" not in env and expect.procs_per_node_launched is not None:
@@ -215,7 +218,7 @@ def _torch_style(name: str, env: Mapping[str, str], expect: Expectation, default
         if local_world_size != world_size:
             raise ShimError("MASTER_ADDR is not set in a world of %d processes on several nodes" % world_size)
         master_addr = "127.0.0.1"
-    master_port = _opt_int(env, "MASTER_PORT", minimum=1) or default_port or expect.master_port
+    master_port = _int(env, "MASTER_PORT", minimum=1) or default_port or expect.master_port
     if master_port is None:
         raise ShimError("MASTER_PORT is not set and the spec sets no port (TRAINSPEC_MASTER_PORT)")
     nodes = _nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size, expect)
@@ -297,23 +300,23 @@ class TorchElastic(Detector):
 
     @staticmethod
     def world(env: Mapping[str, str], expect: Expectation) -> World:
-        world_size = _int(env, "WORLD_SIZE", minimum=1)
-        rank = _int(env, "RANK")
-        local_world_size = _int(env, "LOCAL_WORLD_SIZE", minimum=1)
-        nodes = _opt_int(env, "GROUP_WORLD_SIZE", minimum=1)
+        world_size = _int(env, "WORLD_SIZE", minimum=1, required=SET_BY_LAUNCHER)
+        rank = _int(env, "RANK", required=SET_BY_LAUNCHER)
+        local_world_size = _int(env, "LOCAL_WORLD_SIZE", minimum=1, required=SET_BY_LAUNCHER)
+        nodes = _int(env, "GROUP_WORLD_SIZE", minimum=1)
         if nodes is None:
             nodes = _nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size, expect)
-        node_rank = _opt_int(env, "GROUP_RANK")
+        node_rank = _int(env, "GROUP_RANK")
         master_addr = env.get("MASTER_ADDR", "").strip()
         if not master_addr:
             raise ShimError("MASTER_ADDR is not set, but torchrun sets it for every worker")
         return World(
             platform=TorchElastic.name,
             master_addr=master_addr,
-            master_port=_int(env, "MASTER_PORT", minimum=1),
+            master_port=_int(env, "MASTER_PORT", minimum=1, required=SET_BY_LAUNCHER),
             world_size=world_size,
             rank=rank,
-            local_rank=_int(env, "LOCAL_RANK"),
+            local_rank=_int(env, "LOCAL_RANK", required=SET_BY_LAUNCHER),
             local_world_size=local_world_size,
             node_rank=rank // local_world_size if node_rank is None else node_rank,
             nodes=nodes,
@@ -348,8 +351,8 @@ class HPCPack(Detector):
     @staticmethod
     def world(env: Mapping[str, str], expect: Expectation) -> World:
         """Pure: the baked-in variables only.  master_addr "" means: elect it in ``rendezvous``."""
-        nodes = _baked_int(env, ENV_NODES, minimum=1)
-        node_rank = _baked_int(env, ENV_NODE_RANK, minimum=0)
+        nodes = _int(env, ENV_NODES, 1, BAKED, BAKED)
+        node_rank = _int(env, ENV_NODE_RANK, 0, BAKED, BAKED)
         if node_rank >= nodes:
             raise ShimError(
                 "TRAINSPEC_NODE_RANK=%d is not below TRAINSPEC_NODES=%d: the HPC Pack job has more tasks than "
@@ -396,19 +399,6 @@ class HPCPack(Detector):
             env[ENV_RDZV_DIR].strip(), "%s.%d" % (job, int(retry)), world.node_rank,
             _hpcpack_host(env), RDZV_TIMEOUT if timeout is None else timeout, identity)
         return world._replace(master_addr=master)
-
-
-def _baked_int(env: Mapping[str, str], name: str, minimum: int) -> int:
-    """A TRAINSPEC_* integer the compiler writes into every HPC Pack task."""
-    edited = "trainspec writes it into every task of the HPC Pack jobs it compiles, so this job was not " \
-             "compiled by trainspec or was edited"
-    try:
-        value = _opt_int(env, name, minimum)
-    except ShimError as error:
-        raise ShimError("%s; %s" % (error, edited)) from None
-    if value is None:
-        raise ShimError("%s is not set; %s" % (name, edited))
-    return value
 
 
 def _opt_float(env: Mapping[str, str], name: str) -> float | None:
@@ -665,35 +655,27 @@ class Ray(Detector):
     def world(env: Mapping[str, str], expect: Expectation) -> World:
         master_addr = env.get("MASTER_ADDR", "").strip()
         if not master_addr:
-            raise ShimError("MASTER_ADDR %s" % Ray._UNSET)
-        master_port = Ray._int(env, "MASTER_PORT", minimum=1)
+            raise ShimError("MASTER_ADDR is not set%s" % SET_BY_RAY_LAUNCHER)
+        master_port = _int(env, "MASTER_PORT", minimum=1, required=SET_BY_RAY_LAUNCHER)
         if "RANK" not in env and "WORLD_SIZE" not in env and "PET_NNODES" in env:
             # A shim already ran here in per-node mode and unset the worker variables.
-            nodes = Ray._int(env, "PET_NNODES", minimum=1)
-            node_rank = Ray._int(env, "NODE_RANK")
+            nodes = _int(env, "PET_NNODES", minimum=1, required=SET_BY_RAY_LAUNCHER)
+            node_rank = _int(env, "NODE_RANK", required=SET_BY_RAY_LAUNCHER)
             return World(Ray.name, master_addr, master_port, nodes, node_rank, 0, 1, node_rank, nodes)
-        world_size = Ray._int(env, "WORLD_SIZE", minimum=1)
-        local_world_size = Ray._int(env, "LOCAL_WORLD_SIZE", minimum=1)
+        world_size = _int(env, "WORLD_SIZE", minimum=1, required=SET_BY_RAY_LAUNCHER)
+        local_world_size = _int(env, "LOCAL_WORLD_SIZE", minimum=1, required=SET_BY_RAY_LAUNCHER)
         return World(
             platform=Ray.name,
             master_addr=master_addr,
             master_port=master_port,
             world_size=world_size,
-            rank=Ray._int(env, "RANK"),
-            local_rank=Ray._int(env, "LOCAL_RANK"),
+            rank=_int(env, "RANK", required=SET_BY_RAY_LAUNCHER),
+            local_rank=_int(env, "LOCAL_RANK", required=SET_BY_RAY_LAUNCHER),
             local_world_size=local_world_size,
-            node_rank=Ray._int(env, "NODE_RANK"),
+            node_rank=_int(env, "NODE_RANK", required=SET_BY_RAY_LAUNCHER),
             nodes=_nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size, expect),
         )
 
-    _UNSET = "is not set, but trainspec's Ray launcher sets it for every process (TRAINSPEC_RAY=1)"
-
-    @staticmethod
-    def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
-        value = _opt_int(env, name, minimum)
-        if value is None:
-            raise ShimError("%s %s" % (name, Ray._UNSET))
-        return value
 
 
 class AzureMLMPI(Detector):
@@ -715,10 +697,10 @@ class AzureMLMPI(Detector):
 
     @staticmethod
     def world(env: Mapping[str, str], expect: Expectation) -> World:
-        world_size = _int(env, "OMPI_COMM_WORLD_SIZE", minimum=1)
-        rank = _int(env, "OMPI_COMM_WORLD_RANK")
-        local_rank = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK")
-        local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", minimum=1)
+        world_size = _int(env, "OMPI_COMM_WORLD_SIZE", minimum=1, required=SET_BY_LAUNCHER)
+        rank = _int(env, "OMPI_COMM_WORLD_RANK", required=SET_BY_LAUNCHER)
+        local_rank = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", required=SET_BY_LAUNCHER)
+        local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", minimum=1, required=SET_BY_LAUNCHER)
         # OMPI_COMM_WORLD_NODE_RANK is not a node index; node ranks only follow
         # from the rank when mpirun fills each node's slots before the next.
         if local_rank != rank % local_size:
@@ -746,7 +728,7 @@ class AzureMLMPI(Detector):
         return World(
             platform=AzureMLMPI.name,
             master_addr=master_addr,
-            master_port=_opt_int(env, "MASTER_PORT", minimum=1) or AZUREML_MASTER_PORT,
+            master_port=_int(env, "MASTER_PORT", minimum=1) or AZUREML_MASTER_PORT,
             world_size=world_size,
             rank=rank,
             local_rank=local_rank,
@@ -837,7 +819,7 @@ class SingleProcess(Detector):
 
     @staticmethod
     def world(env: Mapping[str, str], expect: Expectation) -> World:
-        port = _opt_int(env, "MASTER_PORT", minimum=1) or expect.master_port or _free_port()
+        port = _int(env, "MASTER_PORT", minimum=1) or expect.master_port or _free_port()
         return World(SingleProcess.name, "127.0.0.1", port, 1, 0, 0, 1, 0, 1)
 
 
@@ -968,19 +950,19 @@ def _process_group_world(env: Mapping[str, str], expect: Expectation) -> World |
         rank, world_size = int(dist.get_rank()), int(dist.get_world_size())
     except Exception:  # a half-imported or unusual torch: the environment decides, as usual
         return None
-    local_world_size = _opt_int(env, "LOCAL_WORLD_SIZE", minimum=1) or expect.procs_per_node or world_size
-    node_rank = _opt_int(env, "NODE_RANK")
+    local_world_size = _int(env, "LOCAL_WORLD_SIZE", minimum=1) or expect.procs_per_node or world_size
+    node_rank = _int(env, "NODE_RANK")
     if node_rank is None:
-        node_rank = _opt_int(env, "GROUP_RANK")
+        node_rank = _int(env, "GROUP_RANK")
     if node_rank is None:
         node_rank = rank // local_world_size
-    local_rank = _opt_int(env, "LOCAL_RANK")
+    local_rank = _int(env, "LOCAL_RANK")
     if local_rank is None:
         local_rank = rank - node_rank * local_world_size
     return World(
         platform=PROCESS_GROUP,
         master_addr=env.get("MASTER_ADDR", "").strip(),
-        master_port=_opt_int(env, "MASTER_PORT", minimum=1) or 0,
+        master_port=_int(env, "MASTER_PORT", minimum=1) or 0,
         world_size=world_size,
         rank=rank,
         local_rank=local_rank,
