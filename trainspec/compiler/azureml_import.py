@@ -33,7 +33,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from ..diagnostics import Diagnostic, SpecError, SpecPath, error, warning
 from ..runtime import shim as contract
@@ -350,10 +350,3 @@ def spec_text(imported: Imported, job_file: str) -> str:
     yaml.dump(imported.spec, buffer)
     header = f"# Imported from {Path(job_file).as_posix()} by `trainspec import`: review it, then delete that job file.\n"
     return header + buffer.getvalue()
-
-
-def written_where(job_file: str, out: Optional[str]) -> Tuple[str, bool]:
-    """(the spec file's path, whether it goes to stdout)."""
-    if out in (None, "-"):
-        return str(Path(job_file).with_suffix(".trainspec.yaml")), True
-    return out, False
