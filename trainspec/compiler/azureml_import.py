@@ -136,6 +136,8 @@ def import_job(job_file: str, spec_file: str) -> Imported:
                 note(("environment_variables", key), f"{key} is set by the trainspec shim: dropped")
             elif not _PORTABLE_ENV.match(str(key)):
                 note(("environment_variables", key), f"'{key}' is not a variable name a shell can set", fatal=True)
+            elif any(mark in str(value) for mark in ("{{", "{%", "{#")):
+                note(("environment_variables", key), "holds text a spec would read as a template", fatal=True)
             else:
                 spec["env"][str(key)] = str(value) if not isinstance(value, bool) else str(value).lower()
         if not spec["env"]:
@@ -248,8 +250,8 @@ def _environment(environment, relative, note, job_dir: Path) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     if environment.get("build"):
         build = environment["build"]
-        out["build"] = {"path": relative(build["path"]) if not is_remote(str(build.get("path", ""))) else
-                        build.get("path")}
+        where = str(build.get("path") or build.get("local_path") or "")  # local_path: the older spelling
+        out["build"] = {"path": where if is_remote(where) else relative(where)}
         if build.get("dockerfile_path"):
             out["build"]["dockerfile_path"] = build["dockerfile_path"]
     if environment.get("image"):
