@@ -371,3 +371,17 @@ def test_launcher_is_self_contained_and_imports_ray_late(tmp_path):
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
     done = subprocess.run([sys.executable, "-I", str(copy), "--help"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "--procs-per-node" in done.stdout
+
+
+def test_each_rank_gets_the_interface_that_holds_its_nodes_ip(monkeypatch):
+    """gloo picks its interface from the host name, which Debian images map to 127.0.1.1; the launcher
+    knows the node's IP and names the interface holding it (issue 12), unless the user set one."""
+    from trainspec.runtime.ray_launch import interface_of, with_interface
+
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    assert interface_of("127.0.0.1") == "lo"
+    assert interface_of("192.0.2.77") is None  # TEST-NET-1: on no interface here
+    assert with_interface({"RANK": "1"}, "127.0.0.1") == {"RANK": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    assert with_interface({"GLOO_SOCKET_IFNAME": "ib0"}, "127.0.0.1") == {"GLOO_SOCKET_IFNAME": "ib0"}
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth1")
+    assert with_interface({"RANK": "1"}, "127.0.0.1") == {"RANK": "1"}

@@ -335,6 +335,36 @@ def _die_with_parent():
     return preexec
 
 
+def interface_of(ip: str) -> Optional[str]:
+    """The name of this machine's network interface that holds ``ip`` (IPv4), or None.
+
+    gloo picks its interface from the host name, and on images whose /etc/hosts maps the host
+    name to 127.0.1.1 (Debian's default) cross-node gloo then fails ("connectFullMesh failed ...
+    remote=[127.0.1.1]"). Ray knows the node's real IP; the interface holding it is the one to use.
+    """
+    import fcntl
+    import struct
+
+    siocgifaddr = 0x8915  # Linux ioctl: an interface's IPv4 address
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            try:
+                packed = fcntl.ioctl(sock.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address on it
+            if socket.inet_ntoa(packed[20:24]) == ip:
+                return name
+    return None
+
+
+def with_interface(env: Dict[str, str], ip: str) -> Dict[str, str]:
+    """``env`` plus GLOO_SOCKET_IFNAME = the interface holding this node's IP, unless the user set one."""
+    if "GLOO_SOCKET_IFNAME" in env or "GLOO_SOCKET_IFNAME" in os.environ:
+        return env
+    name = interface_of(ip)
+    return {**env, "GLOO_SOCKET_IFNAME": name} if name else env
+
+
 class Runner:
     """Runs one process on the actor's node: ``bash -c COMMAND``, its own session, output kept for read()."""
 
@@ -360,7 +390,7 @@ class Runner:
     def start(self, command: str, env: Mapping[str, str], cwd: str) -> None:
         """Start the process in a thread that then waits for it; returns once it is started (or failed)."""
         full_env = dict(os.environ)
-        full_env.update(env)
+        full_env.update(with_interface(dict(env), self.where()[0]))
         started = threading.Event()
         thread = threading.Thread(target=self._own, args=(command, full_env, cwd, started), name="trainspec run",
                                   daemon=True)
