@@ -43,7 +43,7 @@ def render(text: str, context: Mapping[str, Any]) -> str:
     import jinja2
     from jinja2.sandbox import SandboxedEnvironment
 
-    env = _environment(_limited_sandbox(SandboxedEnvironment), jinja2.StrictUndefined)
+    env = _environment(SandboxedEnvironment, jinja2.StrictUndefined)
     try:
         return _render_within_limits(env.from_string(text), context)
     except jinja2.UndefinedError as exc:
@@ -194,11 +194,12 @@ def _lookup(dotted: str, context: Mapping[str, Any]) -> str:
 _ENV_CACHE: Dict[Any, Any] = {}
 
 
-def _environment(cls, undefined):
-    env = _ENV_CACHE.get(cls)
+def _environment(sandbox, undefined):
+    """One limited sandbox for the process: made on the first template that needs Jinja2."""
+    env = _ENV_CACHE.get(sandbox)
     if env is None:
-        env = cls(undefined=undefined, autoescape=False, keep_trailing_newline=True)
-        _ENV_CACHE[cls] = env
+        env = _limited_sandbox(sandbox)(undefined=undefined, autoescape=False, keep_trailing_newline=True)
+        _ENV_CACHE[sandbox] = env
     return env
 
 
