@@ -37,7 +37,8 @@ from typing import Any, Dict, List, Optional
 
 from ..diagnostics import Diagnostic, SpecError, SpecPath, error, warning
 from ..runtime import shim as contract
-from ..schema.fields import is_remote
+from ..schema.fields import ENV_NAME_PATTERN, is_remote
+from ..schema.validate import RESERVED_ENV
 
 _REF = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_]\w*)\s*\}\}")
 _OTHER_REF = re.compile(r"\$\{\{[^}]*\}\}")
@@ -45,9 +46,7 @@ _OTHER_REF = re.compile(r"\$\{\{[^}]*\}\}")
 # `python aml_mpi_env.py python train.py`, `python mpi_env.py && python train.py`, `source set_env.sh; ...`
 _WRAPPER = re.compile(r"^\s*(?:python3?\s+|source\s+|\.\s+)(?P<script>[\w./-]*(?:mpi_env|dist_env|set_env|"
                       r"env_setup|setup_env)\w*\.(?:py|sh))\s*(?:&&|;)?\s*(?P<rest>\S.*)$", re.S)
-_PORTABLE_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_RESERVED = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
-             "GROUP_RANK"}
+_PORTABLE_ENV = re.compile(ENV_NAME_PATTERN)
 _CARRIED = {"$schema", "type", "name", "display_name", "description", "experiment_name", "tags", "code",
             "command", "environment", "compute", "resources", "distribution", "environment_variables", "inputs",
             "outputs", "identity", "services", "limits", "queue_settings"}
@@ -132,7 +131,7 @@ def import_job(job_file: str, spec_file: str) -> Imported:
     if env:
         spec["env"] = {}
         for key, value in env.items():
-            if key in _RESERVED or str(key).startswith((contract.ENV_PREFIX, "PL_TRAINER_")):
+            if key in RESERVED_ENV or str(key).startswith((contract.ENV_PREFIX, "PL_TRAINER_")):
                 note(("environment_variables", key), f"{key} is set by the trainspec shim: dropped")
             elif not _PORTABLE_ENV.match(str(key)):
                 note(("environment_variables", key), f"'{key}' is not a variable name a shell can set", fatal=True)
