@@ -163,20 +163,16 @@ def under_shim(shim: str, command: str) -> str:
     return f"{shim} -- {command}"
 
 
-# Launchers that start a node's workers themselves and take the world as flags: per node they run
-# as written, and the shim gives them --num_machines/--machine_rank/... (runtime/shim.py).
-_OWN_LAUNCHER = re.compile(r"^\s*(?:(?P<accelerate>accelerate\s+launch)|(?P<deepspeed>deepspeed)"
-                           r"|python(?:3(?:\.\d+)?)?\s+-m\s+(?:(?P<accelerate_m>accelerate\.commands\.launch)"
-                           r"|(?P<deepspeed_m>deepspeed\.launcher\.runner)))(?:\s|$)")
-
-
 def own_launcher(command: str) -> Optional[str]:
     """'accelerate' or 'deepspeed' when the command is that launcher (it starts the node's workers
-    itself), else None."""
-    match = _OWN_LAUNCHER.match(command)
-    if not match:
+    itself, and the shim gives it the world as flags), else None: the shim's own recognizer."""
+    from ..schema.fields import split_command
+
+    try:
+        found = contract.launcher_at(split_command(command))
+    except ValueError:  # an unclosed quote: validation reports it
         return None
-    return "accelerate" if match.group("accelerate") or match.group("accelerate_m") else "deepspeed"
+    return found[0] if found else None
 
 
 def torchrun_problem(command: str) -> Optional[str]:

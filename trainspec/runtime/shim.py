@@ -1014,7 +1014,7 @@ _ACCELERATE = ("--num_machines", "--machine_rank", "--main_process_ip", "--main_
 _DEEPSPEED = ("--num_nodes", "--node_rank", "--master_addr", "--master_port", "--num_gpus")
 
 
-def _launcher_at(command: list[str]) -> tuple[str, int] | None:
+def launcher_at(command: list[str]) -> tuple[str, int] | None:
     """('accelerate'|'deepspeed', index after which its flags go), or None."""
     name = os.path.basename(command[0]) if command else ""
     if name == "accelerate" and command[1:2] == ["launch"]:
@@ -1040,7 +1040,7 @@ def _given(args: list[str], flag: str) -> str | None:
 
 def launcher_command(command: list[str], world: World, expect: Expectation, tmpdir: str | None = None) -> list[str]:
     """``command`` with the world added as the flags its launcher reads (per node), else as is."""
-    found = _launcher_at(command)
+    found = launcher_at(command)
     if found is None or expect.launcher != "per-node":
         return command
     kind, at = found
