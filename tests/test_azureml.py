@@ -80,21 +80,26 @@ def test_serverless_spot_job(compiled):
     assert body["queueSettings"]["jobTier"].lower() == "spot"
 
 
+def cluster_spec(path, name, compute, gpus_per_node):
+    """A 2-node job on a named cluster (no sku), with the GPU count the spec states."""
+    path.write_text(f"""version: 1
+name: {name}
+code: {SPECS.parent / 'examples' / 'mnist'}
+command: python train.py
+resources: {{nodes: 2, gpus_per_node: {gpus_per_node}}}
+environment: {{image: pytorch:latest}}
+targets:
+  azureml: {{compute: {compute}}}
+""")
+    return path
+
+
 def test_a_cpu_job_is_stated_not_guessed(tmp_path):
     """A cluster job with no GPU count is an error (tests/bad_specs/gpu-count-unknown.yaml);
     gpus_per_node: 0 says CPU on purpose: gloo, one process per node."""
     from azure.ai.ml import load_job
 
-    spec = tmp_path / "cpu.yaml"
-    spec.write_text(f"""version: 1
-name: cpu-job
-code: {SPECS.parent / 'examples' / 'mnist'}
-command: python train.py
-resources: {{nodes: 2, gpus_per_node: 0}}
-environment: {{image: pytorch:latest}}
-targets:
-  azureml: {{compute: cpu-cluster}}
-""")
+    spec = cluster_spec(tmp_path / "cpu.yaml", "cpu-job", "cpu-cluster", gpus_per_node=0)
     proc = subprocess.run([*trainspec_cmd(), "compile", str(spec), "-o", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stderr == "1 spec: 0 errors, 0 warnings\n", proc.stderr
@@ -139,15 +144,6 @@ def test_tensorflow_is_told_one_way(compiled):
 
 def test_plan_shows_a_clusters_gpus_without_a_sku(tmp_path):
     """`compute: gpu-cluster` + gpus_per_node: plan says the count, not "GPUs none" (issue 11, finding 1)."""
-    spec = tmp_path / "gpu.yaml"
-    spec.write_text(f"""version: 1
-name: gpu-job
-code: {SPECS.parent / 'examples' / 'mnist'}
-command: python train.py
-resources: {{nodes: 2, gpus_per_node: 8}}
-environment: {{image: pytorch:latest}}
-targets:
-  azureml: {{compute: gpu-cluster}}
-""")
+    spec = cluster_spec(tmp_path / "gpu.yaml", "gpu-job", "gpu-cluster", gpus_per_node=8)
     plan = subprocess.run([*trainspec_cmd(), "plan", str(spec)], capture_output=True, text=True, timeout=300)
     assert "  GPUs           8 per node (model unknown: no sku)\n" in plan.stdout, plan.stdout
