@@ -104,3 +104,16 @@ def test_schema_rejects_a_wrong_type_where_it_is():
     assert _where({**BASE, "targets": {"azureml": {"timeout": "two hours"}}})[0] == ["targets", "azureml", "timeout"]
     assert _where({**BASE, "env": {"A": True}}) == (["env", "A"], "True is not of type 'string', 'integer', 'number'")
     assert _where({**BASE, "targets": {"azureml": {"compute": 7}}})[0] == ["targets", "azureml", "compute"]
+
+
+def test_check_jsonschema_accepts_the_schema_and_every_spec():
+    """check-jsonschema checks the schema's own patterns as ECMAScript regexes, as editors compile
+    them (yaml-language-server): a Python-only escape (`\\"` in a character class) broke that."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    tool = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent))
+    specs = sorted(str(p) for p in [*SPECS.glob("*.yaml"), *(REPO / "tests" / "specs").glob("*.yaml")])
+    proc = subprocess.run([tool, "--schemafile", str(SCHEMA), *specs], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

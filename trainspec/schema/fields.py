@@ -10,6 +10,9 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 IO_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,254}$"  # Azure ML input/output names
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SHM_PATTERN = r"^[1-9][0-9]*[bkmg]$"
+# a character that needs no shell quoting (an interpreter name, a shared path): the quote characters
+# are written unescaped, so that editors' ECMAScript regex engines (unicode mode) compile it too
+SHELL_WORD = r"[^\s;&|<>()$`'" + '"' + r"\\*?]"
 
 # where data or code lives that is not a path on this machine (Azure ML assets, datastores, URLs)
 REMOTE_PREFIXES = ("azureml:", "http://", "https://", "wasb://", "wasbs://", "abfs://", "abfss://", "adl://")

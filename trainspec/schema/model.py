@@ -15,8 +15,8 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
 from typing_extensions import Annotated
 
 from ..runtime.shim import AZUREML_MASTER_PORT, HPCPACK_MASTER_PORT  # the contract with every job
-from .fields import (DURATION_PATTERN, NAME_PATTERN, SHM_PATTERN, exact_int, literal_input, parse_duration,
-                     scalar_to_str)
+from .fields import (DURATION_PATTERN, NAME_PATTERN, SHELL_WORD, SHM_PATTERN, exact_int, literal_input,
+                     parse_duration, scalar_to_str)
 
 Framework = Literal["pytorch", "lightning", "deepspeed", "huggingface", "tensorflow"]
 Launcher = Literal["per-process", "per-node", "mpi"]
@@ -156,7 +156,7 @@ class AzureMLTarget(Model):
     services: Dict[str, Service] = Field(default_factory=dict,
                                          description="Interactive services (TensorBoard, SSH, JupyterLab, VS Code).",
                                          examples=[{"tensorboard": {"type": "tensor_board", "log_dir": "outputs/tb"}}])
-    python: str = Field("python", pattern=r"^[^\s;&|<>()$`'\"\\*?]+$",
+    python: str = Field("python", pattern="^" + SHELL_WORD + "+$",
                         description="The image's interpreter that starts the shim (python3 where only that exists).",
                         examples=["python3"])
     parameter_server_count: int = Field(0, ge=0, le=1024,
@@ -166,7 +166,7 @@ class AzureMLTarget(Model):
 
 class HPCPackTarget(Model):
     shared_dir: str = Field(
-        ..., pattern=r"^/[^\s;&|<>()$`'\"\\*?]*$",
+        ..., pattern="^/" + SHELL_WORD + "*$",
         description="Absolute path of storage every node mounts: the code, the shim and the logs live there.",
         examples=["/app"])
     node_group: Optional[str] = Field(None, min_length=1, description="HPC Pack node group to run on.",
