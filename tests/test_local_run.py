@@ -203,7 +203,7 @@ def test_a_master_that_never_opens_ends_the_run_with_a_clear_message(tmp_path):
 def test_a_world_that_disagrees_with_the_spec_fails_fast(tmp_path):
     """The compiled job says 2 nodes; the platform starts 3 (say `az ml job create --set
     resources.instance_count=3`). Every process must exit at once naming both numbers."""
-    from trainspec.local import play
+    from trainspec.compiler.azureml import play_job
 
     out = tmp_path / "build"
     subprocess.run([*trainspec_cmd(), "compile", str(SPECS / "ddp-torchrun.yaml"), "-o", str(out)], check=True,
@@ -212,7 +212,7 @@ def test_a_world_that_disagrees_with_the_spec_fails_fast(tmp_path):
     job.write_text(job.read_text().replace("instance_count: 2", "instance_count: 3"))
     log = tmp_path / "log.txt"
     with open(log, "w") as fh:
-        code = play(job, REPO / "examples" / "ddp", tmp_path / "work", timeout=600, out=fh)
+        code = play_job(job, REPO / "examples" / "ddp", tmp_path / "work", timeout=600, out=fh)
     text = log.read_text()
     assert code == 3  # the shim's exit, not the run's timeout (124)
     assert "3" in text and "resources.nodes (2)" in text, text
@@ -280,7 +280,8 @@ def test_one_node_reporting_a_different_world_fails_at_once(tmp_path, capsys, to
 
     from ruamel.yaml import YAML
 
-    from trainspec.local import _base_env, _data_paths, _run_and_report, _substitute, simulate_azureml
+    from trainspec.compiler.azureml import _data_paths, _substitute, platform_processes
+    from trainspec.local import base_env, run_and_report
     from trainspec.netns import Loopback
     from trainspec.runtime.procs import KILL_AFTER
 
@@ -293,14 +294,14 @@ def test_one_node_reporting_a_different_world_fails_at_once(tmp_path, capsys, to
     job_file = out / "ddp-torchrun" / "azureml" / "job.yml"
     job = YAML(typ="safe", pure=True).load(job_file.read_text())
     command = _substitute(job["command"], _data_paths(job, job_file.parent, tmp_path / "work", {}))
-    procs = simulate_azureml(job, command, cwd=str(REPO / "examples" / "ddp"), base_env=_base_env(Loopback()))
+    procs = platform_processes(job, command, cwd=str(REPO / "examples" / "ddp"), base_env=base_env(Loopback()))
     assert [p.env["NODE_RANK"] for p in procs] == ["0", "0", "1", "1"]
     name, value = marker.split("=")
     procs = [replace(p, env={**p.env, name: value, **(told if p.env["NODE_RANK"] == "1" else {})}) for p in procs]
     log = tmp_path / "log.txt"
     try:
         with open(log, "w") as fh:
-            code = _run_and_report(procs, 600, fh)
+            code = run_and_report(procs, 600, fh)
     finally:
         kill_processes_with(marker)
     text, errors = log.read_text(), capsys.readouterr().err

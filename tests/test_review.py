@@ -340,7 +340,7 @@ def test_plan_shows_what_the_shim_exports(tmp_path, spec, last):
 
     from ruamel.yaml import YAML
 
-    from trainspec.local import simulate_azureml
+    from trainspec.compiler.azureml import platform_processes
     from trainspec.netns import Loopback
 
     plan = json.loads(ts("plan", f"specs/{spec}", "--format", "json", cwd=REPO).stdout)["jobs"][0]
@@ -348,7 +348,7 @@ def test_plan_shows_what_the_shim_exports(tmp_path, spec, last):
     ts("compile", f"specs/{spec}", "-o", str(tmp_path), cwd=REPO)
     folder = next(tmp_path.glob("*/azureml"))
     job = YAML(typ="safe").load((folder / "job.yml").read_text())
-    procs = simulate_azureml(job, "true", cwd=str(tmp_path), base_env={"PATH": "/usr/bin:/bin"}, hosts=Loopback())
+    procs = platform_processes(job, "true", cwd=str(tmp_path), base_env={"PATH": "/usr/bin:/bin"}, hosts=Loopback())
     env = procs[-1].env
     printed = subprocess.run([sys.executable, "-I", "-S", str(folder / "trainspec_shim.py"), "--print"],
                              env=env, capture_output=True, text=True, timeout=60, check=True).stdout

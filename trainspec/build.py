@@ -11,14 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, List, Optional, Sequence
 
-from .compiler import TARGETS, target
+from .compiler import DEFAULT_TARGET, TARGETS, target
 from .compiler.base import Artifact
 from .diagnostics import Diagnostic, SpecError
 from .schema.compose import compose
 from .schema.validate import ValidSpec, validate
 
 SPEC_SUFFIXES = (".yaml", ".yml")
-DEFAULT_TARGET = "azureml"
 
 
 @dataclass
@@ -108,7 +107,7 @@ def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lo
     if valid is not None:
         names = targets_for(valid, requested)
         for name in names:
-            found.extend(target(name).check(valid))
+            found.extend(target(name).cannot_express(valid))
         if lower and not any(d.is_error for d in found):
             for name in names:
                 # resolve(): where the files really land (through a symlinked -o), so that their

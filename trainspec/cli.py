@@ -24,7 +24,7 @@ else:
     CLI_STARTUP_ENV = ()
 
 from . import __version__  # noqa: E402
-from .compiler import TARGETS  # noqa: E402
+from .compiler import DEFAULT_TARGET, IMPORTER, TARGETS  # noqa: E402
 
 DESCRIPTION = ("Compile one training spec into the job files of Azure ML, HPC Pack and Ray, "
                "checked before anything runs.")
@@ -32,7 +32,7 @@ EPILOG = """\
 Examples:
   trainspec validate specs/                       check every spec, show every problem
   trainspec compile specs/ -o build/              write build/<name>/<target>/...
-  trainspec compile specs/mnist-lightning.yaml -t azureml --set resources.nodes=4
+  trainspec compile specs/mnist-lightning.yaml --set resources.nodes=4
   trainspec run specs/mnist-lightning.yaml --local --procs-per-node 2
   trainspec schema > trainspec.schema.json        JSON Schema for editors
 """
@@ -425,7 +425,10 @@ def import_(args: argparse.Namespace) -> int:
     hand-written MPI-env wrapper in the command is dropped (the shim does its work). The spec
     is printed, or written with -o (never over an existing file), then validated."""
     from .build import build
-    from .compiler.azureml_import import import_job, spec_text
+    import importlib
+
+    importer = importlib.import_module(IMPORTER)
+    import_job, spec_text = importer.import_job, importer.spec_text
 
     spec_file = args.out or str(Path(args.job).with_name(Path(args.job).stem + ".trainspec.yaml"))
     if args.out and Path(args.out).exists():
@@ -445,7 +448,7 @@ def import_(args: argparse.Namespace) -> int:
         target.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write {args.out}: {exc.strerror}") from None
-    outcome = build(args.out, Path("build"), ["azureml"], lower=False)
+    outcome = build(args.out, Path("build"), [importer.TARGET], lower=False)
     for d in outcome.diagnostics:
         print(d.render(), file=sys.stderr)
     verdict = "it validates" if outcome.ok else "it does not validate yet: fix what is listed above"
@@ -468,10 +471,11 @@ def run(args: argparse.Namespace) -> int:
     with exactly the environment the target platform would give it, on CPU with gloo."""
     from .local import LocalOptions, run_local
 
-    if args.target == "ray":  # before anything is read: a spec error here would mislead
-        raise UsageError("run --local plays Azure ML and HPC Pack jobs (-t azureml, -t hpcpack); a Ray job runs on "
-                         "a Ray cluster: start it with `bash OUT/<name>/ray/launch.sh` (README, Ray), or try the "
-                         "spec here with -t azureml")
+    from .compiler import target
+
+    refusal = getattr(target(args.target), "LOCAL_REFUSAL", None)
+    if refusal:  # before anything is read: a spec error here would mislead
+        raise UsageError(refusal)
     parsed = {}
     for item in args.inputs:
         name, sep, path = item.partition("=")
@@ -526,7 +530,7 @@ def parser() -> argparse.ArgumentParser:
     def targets(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("-t", "--target", dest="targets", action="append", default=[], choices=sorted(TARGETS),
                          help="target to compile for (repeatable); default: the targets the spec lists, "
-                              "else azureml")
+                              f"else {DEFAULT_TARGET}")
 
     def overrides(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
@@ -616,8 +620,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--local", action="store_true",
                      help="run on this machine, simulating the target's nodes with local processes (the only "
                           "mode today, so it may be left out)")
-    sub.add_argument("-t", "--target", default="azureml", choices=sorted(TARGETS),
-                     help="whose environment to simulate (default: azureml)")
+    sub.add_argument("-t", "--target", default=DEFAULT_TARGET, choices=sorted(TARGETS),
+                     help=f"whose environment to simulate (default: {DEFAULT_TARGET})")
     sub.add_argument("--procs-per-node", type=_int_range(1, 64), default=None,
                      help="processes per simulated node (default: the spec's; CPU only here)")
     sub.add_argument("--nodes", type=_int_range(1, 16), default=None, help="simulated nodes (default: the spec's)")

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from . import __version__
 from .build import Outcome, build, find_specs
+from . import compiler
 from .compiler import base
 from .compiler.write import target_dir
 from .diagnostics import Diagnostic
@@ -231,7 +232,7 @@ def plan(outcome: Outcome, out: str = "<out>") -> Dict[str, Any]:
     spec = valid.spec
     targets = []
     for artifact in outcome.artifacts:
-        launcher = base.launcher(valid, artifact.target)
+        launcher = compiler.launcher(valid, artifact.target)
         targets.append({
             "target": artifact.target,
             "world_size": valid.world_size,
@@ -240,7 +241,7 @@ def plan(outcome: Outcome, out: str = "<out>") -> Dict[str, Any]:
             "launcher": launcher,
             "files": [f.path for f in artifact.files],
             "submit": artifact.submit.format(dir=shlex.quote(f"{out}/{valid.name}/{artifact.target}")),
-            "settings": _target_settings(valid, artifact.target),
+            "settings": compiler.target(artifact.target).plan_settings(valid),
             "ranks": {"first": _rank_env(valid, artifact.target, 0),
                       "last": _rank_env(valid, artifact.target, _started(valid, launcher) - 1)},
         })
@@ -270,39 +271,14 @@ def _output_text(item) -> str:
     return f"{where} ({item.type}, {item.mode}{asset})"
 
 
-def _target_settings(valid: ValidSpec, target: str) -> Dict[str, str]:
-    """What a reviewer should see of a target's own settings beyond the world (Azure ML's
-    environment build, identity, services, interpreter, parameter servers)."""
-    from .compiler import azureml  # (issue 12 moves what a target shows into the target)
-
-    settings = getattr(valid.spec.targets, target, None)
-    if target != "azureml":
-        return {}
-    shown: Dict[str, str] = {"environment": azureml.environment_kind(valid)}
-    if settings is None:
-        return shown
-    if settings.identity is not None:
-        shown["identity"] = settings.identity.type + (f" ({settings.identity.client_id})"
-                                                      if settings.identity.client_id else "")
-    if settings.services:
-        shown["services"] = ", ".join(f"{name} ({s.type}{', all nodes' if s.nodes else ''})"
-                                      for name, s in settings.services.items())
-    if settings.python != "python":
-        shown["interpreter"] = settings.python
-    if settings.parameter_server_count:
-        shown["parameter servers"] = str(settings.parameter_server_count)
-    return shown
-
-
 def _rank_env(valid: ValidSpec, target: str, rank: int) -> Dict[str, str]:
     """What the process the platform starts as number ``rank`` gets (addresses symbolic, templates
     unrendered): with a per-node launcher, that is node ``rank``'s launcher, which starts the workers."""
-    settings = getattr(valid.spec.targets, target, None)
-    port = {"hpcpack": str(getattr(settings, "rdzv_port", "")), "ray": "<free port on node 0>"}.get(
-        target, str(valid.spec.distribution.master_port))
+    port = compiler.target(target).plan_port(valid)
     env = dict(valid.spec.env)
     env.update(base.lightning_defaults(valid))
-    if base.launcher(valid, target) == "tensorflow":  # the platform's TF_CONFIG, worker by worker
+    launcher = compiler.launcher(valid, target)
+    if launcher == "tensorflow":  # the platform's TF_CONFIG, worker by worker
         workers = ", ".join(f'"<address of node {n}>:<port>"' for n in range(valid.nodes))
         env["TF_CONFIG"] = ('{"cluster": {"worker": [%s]}, "task": {"type": "worker", "index": %d}}'
                             % (workers, rank))
@@ -310,7 +286,6 @@ def _rank_env(valid: ValidSpec, target: str, rank: int) -> Dict[str, str]:
     # what the shim exports to that process: its own answer (World.env), not a second one
     from .runtime.shim import World
 
-    launcher = base.launcher(valid, target)
     per_process = valid.procs_per_node if launcher != "per-node" else 1  # per node: the node's launcher
     node_rank, local_rank = divmod(rank, per_process)
     world = World(platform=target, master_addr="<address of node 0>", master_port=port,
@@ -405,7 +380,7 @@ def facts(outcome: Outcome) -> Dict[str, Any]:
         "targets": ", ".join(a.target for a in outcome.artifacts),
     }
     for artifact in outcome.artifacts:
-        found[f"launcher ({artifact.target})"] = base.launcher(valid, artifact.target)
+        found[f"launcher ({artifact.target})"] = compiler.launcher(valid, artifact.target)
     return found
 
 

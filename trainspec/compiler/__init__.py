@@ -1,8 +1,36 @@
-"""Targets, registered by name. Each is one module; none imports another.
+"""The targets, registered by name: one module each, and everything else asks it.
 
-A target module exposes ``NAME``,
-``check(valid) -> [Diagnostic]`` and ``lower(valid, out_dir) -> Artifact``. Modules are
-imported on first use, so compiling for one target never pays for the others.
+A target module (``trainspec/compiler/<name>.py``) is the one place that knows its platform on
+the compiler side. It never imports another target; shared machinery lives in base.py (the
+Artifact, the shim, who starts the processes) and emit.py (YAML, shell). It exposes:
+
+=========================================  ====================================================
+``NAME``                                   its name in ``-t`` and under ``targets:``
+``LAUNCHERS``                              framework -> distribution.launcher when the spec
+                                           gives none
+``SETTINGS_DESCRIPTION``,                  how ``targets.<name>`` is described and exemplified
+``SETTINGS_EXAMPLE``                       in the JSON Schema
+``settings_model()``                       the pydantic model of ``targets.<name>`` (built on
+                                           demand: the JSON Schema and the structure snapshot)
+``HINTS``, ``PATTERN_WORDS`` (optional)    help for a bad value below ``targets.<name>``
+``settings_errors(spec)``                  rules for its settings that the model cannot state;
+                                           run by validation whenever the spec configures it
+``cannot_express(valid)``                  what the platform cannot run as the spec says, as
+                                           diagnostics through ``base.unsupported()``
+``lower(valid, out_dir) -> Artifact``      the files, pure: no I/O, no clock, no randomness
+``plan_port(valid)``                       the rendezvous port as ``plan`` shows it
+``plan_settings(valid)``                   its own settings a reviewer should see in ``plan``
+``local_settings(settings, workdir)``      ``run --local``: the settings rewritten for this
+                                           machine (a mapping in, a mapping out)
+``play_local(job_dir, run)``               ``run --local``: play the compiled job the way the
+                                           platform would (trainspec/local.py's LocalRun gives
+                                           the machinery); or ``LOCAL_REFUSAL``, one line that
+                                           says why it cannot be played here
+=========================================  ====================================================
+
+Modules are imported on first use, so compiling for one target never pays for the others.
+Adding a target: its module, a line here, its detector in runtime/shim.py (the platform's
+variables), its tests. ``tests/test_layout.py`` holds the rest of the code to that.
 """
 
 from __future__ import annotations
@@ -16,7 +44,16 @@ TARGETS: Dict[str, str] = {
     "hpcpack": "trainspec.compiler.hpcpack",
     "ray": "trainspec.compiler.ray",
 }
+DEFAULT_TARGET = "azureml"  # what `compile` lowers to when neither -t nor the spec's targets say
+IMPORTER = "trainspec.compiler.azureml_import"  # `trainspec import`: a platform's job file -> a spec
 
 
 def target(name: str) -> ModuleType:
     return importlib.import_module(TARGETS[name])
+
+
+def launcher(valid, name: str) -> str:
+    """Who starts the processes of ``valid`` on target ``name``."""
+    from .base import launcher as resolve
+
+    return resolve(valid, target(name).LAUNCHERS)

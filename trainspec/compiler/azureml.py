@@ -21,10 +21,12 @@ touched.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
+import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Mapping, Optional
 
 from .. import __version__
 from ..diagnostics import Diagnostic, error, warning
@@ -33,6 +35,9 @@ from ..schema.validate import ValidSpec
 from . import base, emit
 
 NAME = "azureml"
+# Who starts the processes when the spec does not say (framework -> distribution.launcher).
+# DeepSpeed goes through MPI (Azure's guidance).
+LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process", "deepspeed": "mpi"}
 JOB_FILE = "job.yml"
 DOCKER_CONTEXT = "docker"  # image + pip: a Docker build context, FROM the image, pip into its Python
 # a Docker image reference: [host[:port]/]name[/name...][:tag][@sha256:digest]
@@ -47,11 +52,96 @@ _COMPUTE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,14}[A-Za-z0-9]$")
 _EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
 
 
+# --- settings: targets.azureml in a spec -------------------------------------------------------
+
+SETTINGS_DESCRIPTION = 'Azure ML v2 command job settings.'
+SETTINGS_EXAMPLE = {'compute': 'gpu-cluster'}
+# for a bad spec (schema/explain.py): a hint per field below targets.azureml, and what a pattern means
+HINTS = {("timeout",): "e.g. 2d, 12h, 1h30m or 3600"}
+
+
+@functools.lru_cache(maxsize=None)
+def settings_model():
+    """The pydantic model of this target's settings. Built on demand: only model.py (the JSON
+    Schema, the stored structure snapshot) and explain.py (hints for a bad spec) need it."""
+    from typing import Dict, Literal, Optional
+
+    from pydantic import Field
+
+    from ..schema.fields import SHELL_WORD
+    from ..schema.types import Duration, Model
+
+    class Identity(Model):
+        type: Literal["user_identity", "managed", "aml_token"] = Field(
+            ..., description="Whose identity the job uses to reach data: the submitter's, the compute's managed "
+            "identity, or the workspace's AML token.", examples=["user_identity"])
+        client_id: Optional[str] = Field(None, pattern=r"^[0-9a-fA-F-]{36}$",
+                                         description="A user-assigned managed identity (type managed).",
+                                         examples=["00000000-0000-0000-0000-000000000000"])
+
+    class Service(Model):
+        type: Literal["tensor_board", "ssh", "jupyter_lab", "vs_code"] = Field(
+            ..., description="An interactive service on the job's nodes.", examples=["tensor_board"])
+        nodes: Optional[Literal["all"]] = Field(None, description="all: on every node; default: the first node.",
+                                                examples=["all"])
+        log_dir: Optional[str] = Field(None, min_length=1, description="TensorBoard's log directory (tensor_board).",
+                                       examples=["outputs/tblogs"])
+        ssh_public_keys: Optional[str] = Field(None, min_length=1, description="The public key(s) for ssh.",
+                                               examples=["ssh-rsa AAAA... user@host"])
+
+    class AzureMLTarget(Model):
+        compute: Optional[str] = Field(
+            None, description="Compute cluster name. Omitted: serverless, with resources.sku as instance_type.",
+            examples=["gpu-cluster"])
+        experiment_name: Optional[str] = Field(None, description="Default: the spec's name.", examples=["mnist"])
+        job_tier: Optional[Literal["spot", "basic", "standard", "premium"]] = Field(
+            None, description="Default: spot when resources.spot, else the workspace default.", examples=["standard"])
+        priority: Optional[Literal["low", "medium", "high"]] = Field(None, description="Queue priority.",
+                                                                     examples=["medium"])
+        timeout: Optional[Duration] = Field(None, description="Job time limit: 2d, 12h, 90m or seconds.",
+                                            examples=["2d"])
+        tags: Dict[str, str] = Field(default_factory=dict, description="Extra job tags.", examples=[{"team": "vision"}])
+        identity: Optional[Identity] = Field(None, description="The identity the job uses to access data.",
+                                             examples=[{"type": "user_identity"}])
+        services: Dict[str, Service] = Field(default_factory=dict,
+                                             description="Interactive services (TensorBoard, SSH, JupyterLab, VS Code).",
+                                             examples=[{"tensorboard": {"type": "tensor_board", "log_dir": "outputs/tb"}}])
+        python: str = Field("python", pattern="^" + SHELL_WORD + "+$",
+                            description="The image's interpreter that starts the shim (python3 where only that exists).",
+                            examples=["python3"])
+        parameter_server_count: int = Field(0, ge=0, le=1024,
+                                            description="TensorFlow parameter servers (framework: tensorflow).",
+                                            examples=[1])
+
+    return AzureMLTarget
+
+
+def settings_errors(spec) -> List[Diagnostic]:
+    """What targets.azureml may not say, whatever is compiled (run by validation)."""
+    settings = spec.targets.azureml
+    out: List[Diagnostic] = []
+    if settings.parameter_server_count and spec.framework != "tensorflow":
+        out.append(error(("targets", "azureml", "parameter_server_count"),
+                         "parameter servers are TensorFlow's: this job's framework is " + spec.framework,
+                         "remove it, or set framework: tensorflow"))
+    if settings.identity is not None and settings.identity.client_id is not None \
+            and settings.identity.type != "managed":
+        out.append(error(("targets", "azureml", "identity", "client_id"),
+                         f"client_id names a managed identity; type is {settings.identity.type}",
+                         "set type: managed, or remove client_id"))
+    for name, service in settings.services.items():
+        for key, kind in (("log_dir", "tensor_board"), ("ssh_public_keys", "ssh")):
+            if getattr(service, key) is not None and service.type != kind:
+                out.append(error(("targets", "azureml", "services", name, key),
+                                 f"{key} belongs to a {kind} service; this one is {service.type}"))
+    return out
+
+
 def refs(kind: str, name: str) -> str:
     return "${{%s.%s}}" % (kind, name)
 
 
-def check(valid: ValidSpec) -> List[Diagnostic]:
+def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     """What Azure ML cannot run, or runs differently from what the spec says."""
     spec = valid.spec
     settings = spec.targets.azureml
@@ -91,7 +181,7 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
             out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist: Azure ML uploads "
                              "local inputs from this machine",
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
-    launcher = base.launcher(valid, NAME)
+    launcher = base.launcher(valid, LAUNCHERS)
     if launcher == "per-node" and spec.framework != "lightning":
         out += base.torchrun_errors(valid, refs, "per-node launch wraps the command in torchrun",
                                     "write `python train.py ...`, or use launcher: per-process")
@@ -108,7 +198,7 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
 def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     spec = valid.spec
     settings = spec.targets.azureml
-    launcher = base.launcher(valid, NAME)
+    launcher = base.launcher(valid, LAUNCHERS)
     compute = _compute_name(valid)
     files: List[base.OutFile] = []
 
@@ -312,3 +402,145 @@ def _queue_settings(valid: ValidSpec, compute) -> Dict[str, str]:
     if settings is not None and settings.priority is not None:
         queue["priority"] = settings.priority
     return queue
+
+
+# --- what plan and run --local need --------------------------------------------------------
+
+def plan_port(valid: ValidSpec) -> str:
+    return str(valid.spec.distribution.master_port)
+
+
+def plan_settings(valid: ValidSpec) -> Dict[str, str]:
+    """What a reviewer should see of targets.azureml beyond the world: the environment build,
+    identity, services, interpreter, parameter servers."""
+    settings = valid.spec.targets.azureml
+    shown: Dict[str, str] = {"environment": environment_kind(valid)}
+    if settings is None:
+        return shown
+    if settings.identity is not None:
+        shown["identity"] = settings.identity.type + (f" ({settings.identity.client_id})"
+                                                      if settings.identity.client_id else "")
+    if settings.services:
+        shown["services"] = ", ".join(f"{name} ({s.type}{', all nodes' if s.nodes else ''})"
+                                      for name, s in settings.services.items())
+    if settings.python != "python":
+        shown["interpreter"] = settings.python
+    if settings.parameter_server_count:
+        shown["parameter servers"] = str(settings.parameter_server_count)
+    return shown
+
+
+def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
+    settings.setdefault("compute", "local-sim")  # a serverless job would otherwise want a SKU
+    return settings
+
+
+def play_local(job_dir: Path, run) -> int:
+    o = run.options
+    return play_job(job_dir / JOB_FILE, run.copy_code(), run.workdir, inputs=o.inputs, timeout=o.timeout, out=run.out,
+                    name=run.valid.name, rendezvous_timeout=o.rendezvous_timeout, hosts=run.hosts)
+
+
+_BATCH_PORT = 6000  # the port in AZ_BATCH_MASTER_NODE belongs to Azure Batch: the shim must ignore it
+
+
+def play_job(job_file: Path, code: Path, workdir: Path, *, inputs: Mapping[str, str] = {}, timeout: float = 900,
+             out=None, name: str = "job", rendezvous_timeout: float = 600, hosts=None) -> int:
+    """Run a compiled Azure ML job file the way Azure ML would, with local processes."""
+    from ruamel.yaml import YAML
+
+    from ..local import Master, base_env, job_port, port_taken, run_and_report
+    from ..netns import Loopback
+
+    out = out or sys.stdout
+    job = YAML(typ="safe", pure=True).load(Path(job_file).read_text())
+    paths = _data_paths(job, Path(job_file).parent, workdir, inputs)
+    command = _substitute(job["command"], paths)
+    hosts = hosts or Loopback()
+    kind = (job.get("distribution") or {}).get("type", "pytorch").lower()
+    port = job_port(job.get("environment_variables") or {})
+    world = int(job["resources"]["instance_count"]) if kind == "tensorflow" else 1
+    taken = [p for p in range(port, port + world) if hosts.port_taken(p)]
+    if taken:
+        return port_taken(taken[0], hosts, "distribution.master_port")
+    procs = platform_processes(job, command, cwd=str(code), base_env=base_env(hosts), hosts=hosts, port=port)
+    print(f"trainspec: running {name} locally as Azure ML would: {len(procs)} process(es) "
+          f"on {job['resources']['instance_count']} simulated node(s); workdir {workdir}", file=sys.stderr)
+    master = None
+    if len(procs) > 1 and kind != "tensorflow":
+        master = Master(hosts.address(0), int(procs[0].env[base.contract.ENV_MASTER_PORT]), procs[0].label,
+                        rendezvous_timeout, hosts.netns(0))
+    return run_and_report(procs, timeout, out, master)
+
+
+def platform_processes(job: Mapping[str, Any], command: str, *, cwd: str, base_env: Mapping[str, str],
+                       hosts=None, port: Optional[int] = None) -> list:
+    """One Proc per process Azure ML would start, with the variables it would set: an emulation of
+    the platform, written from its documentation, independent of the shim that reads them."""
+    from ..local import Proc, job_port
+    from ..netns import Loopback
+
+    hosts = hosts or Loopback()
+    nodes = int(job["resources"]["instance_count"])
+    distribution = job.get("distribution") or {"type": "pytorch", "process_count_per_instance": 1}
+    kind = distribution["type"].lower()
+    per_node = int(distribution.get("process_count_per_instance", 1))
+    job_env = {str(k): str(v) for k, v in (job.get("environment_variables") or {}).items()}
+    port = port if port is not None else job_port(job_env)
+    world = nodes * per_node if kind != "tensorflow" else int(distribution.get("worker_count", nodes))
+    procs = []
+    for rank in range(world):
+        node_rank, local_rank = divmod(rank, per_node) if kind != "tensorflow" else (rank, 0)
+        env = dict(base_env)
+        env.update(job_env)
+        env["AZUREML_RUN_ID"] = "local-simulation"
+        env["AZ_BATCH_NODE_ID"] = f"tvmps_local_{node_rank}"
+        if kind == "pytorch":
+            env.update(MASTER_ADDR=hosts.address(0), MASTER_PORT=str(port), WORLD_SIZE=str(world),
+                       NODE_RANK=str(node_rank), RANK=str(rank), LOCAL_RANK=str(local_rank))
+        elif kind == "mpi":
+            env.update(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE=str(world),
+                       OMPI_COMM_WORLD_LOCAL_RANK=str(local_rank), OMPI_COMM_WORLD_LOCAL_SIZE=str(per_node),
+                       OMPI_COMM_WORLD_NODE_RANK=str(node_rank * 7 + 3))  # deliberately not a node index
+            if nodes > 1:
+                env["AZ_BATCH_MASTER_NODE"] = f"{hosts.address(0)}:{_BATCH_PORT}"
+            else:
+                env["AZ_BATCHAI_MPI_MASTER_NODE"] = hosts.address(0)
+        elif kind == "tensorflow":
+            import json
+            workers = [f"{hosts.address(i)}:{port + i}" for i in range(world)]
+            env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
+                                           "task": {"type": "worker", "index": rank}, "environment": "cloud"})
+        label = f"rank {rank}" if per_node > 1 or kind == "mpi" else f"node {node_rank}"
+        procs.append(Proc(label=label, argv=["bash", "-c", command], env=env, cwd=cwd, netns=hosts.netns(node_rank)))
+    return procs
+
+def _data_paths(job: Mapping[str, Any], job_dir: Path, workdir: Path,
+                given: Mapping[str, str]) -> Dict[str, str]:
+    """``inputs.x`` / ``outputs.x`` -> local paths, as Azure ML would mount them."""
+    paths: Dict[str, str] = {}
+    for name, item in (job.get("inputs") or {}).items():
+        ref = f"inputs.{name}"
+        if name in given:
+            paths[ref] = str(Path(given[name]).resolve())
+        elif not isinstance(item, Mapping):
+            paths[ref] = str(item)
+        elif is_remote(item["path"]):
+            empty = workdir / "inputs" / name
+            empty.mkdir(parents=True, exist_ok=True)
+            print(f"trainspec: warning: input {name} ({item['path']}) is not available locally; using the empty "
+                  f"directory {empty} (hint: --input {name}=PATH)", file=sys.stderr)
+            paths[ref] = str(empty)
+        else:
+            paths[ref] = str((job_dir / item["path"]).resolve())
+    for name in (job.get("outputs") or {}):
+        path = workdir / "outputs" / name
+        path.mkdir(parents=True, exist_ok=True)
+        paths[f"outputs.{name}"] = str(path)
+    return paths
+
+
+def _substitute(command: str, paths: Mapping[str, str]) -> str:
+    for ref, path in paths.items():
+        command = command.replace("${{%s}}" % ref, shlex.quote(path))
+    return command

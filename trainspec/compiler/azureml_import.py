@@ -40,6 +40,7 @@ from ..runtime import shim as contract
 from ..schema.fields import ENV_NAME_PATTERN, is_remote
 from ..schema.validate import RESERVED_ENV
 
+TARGET = "azureml"  # the target an imported job is validated for: the platform it came from
 _REF = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_]\w*)\s*\}\}")
 _OTHER_REF = re.compile(r"\$\{\{[^}]*\}\}")
 # a hand-written wrapper that exports torch's variables from Open MPI's (the shim does that now):

@@ -1,9 +1,7 @@
 """What every target shares: the Artifact it returns, how it reports what it cannot express,
-and the table of per-target launcher defaults.
+who starts the processes, the shim it ships and the variables the shim checks.
 
-A target module (azureml.py, ...) exposes ``NAME``, ``check(valid) -> [Diagnostic]`` and
-``lower(valid, out_dir) -> Artifact``. ``lower`` is pure: no I/O, no clock, no randomness;
-``out_dir`` is only used to write paths *relative* to where the files will land.
+The interface a target module implements is written once, in compiler/__init__.py.
 """
 
 from __future__ import annotations
@@ -11,25 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..diagnostics import Diagnostic, SpecPath, error, warning
 from ..runtime import shim as contract  # the TRAINSPEC_* names and default ports, written once
 from ..schema.validate import TENSORFLOW, ValidSpec
-
-# Who starts the processes when the spec does not say: (target, framework) -> launcher.
-# DeepSpeed on Azure ML goes through MPI (Azure's guidance). TensorFlow has a launcher of its own
-# on every target (launcher() below): the platform starts one worker per node and sets TF_CONFIG.
-LAUNCHER_DEFAULTS: Dict[str, Dict[str, str]] = {
-    "azureml": {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
-                "deepspeed": "mpi"},
-    # HPC Pack starts one task per node; torchrun fans out to the GPUs.
-    "hpcpack": {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node",
-                "deepspeed": "per-node"},
-    # Ray: the launcher starts one actor per process, like Azure ML's pytorch distribution.
-    "ray": {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
-            "deepspeed": "per-process"},
-}
 
 SHIM_FILE = "trainspec_shim.py"
 # The shim starts isolated: no site-packages, no PYTHON* variables, no user site. It needs only
@@ -64,8 +48,9 @@ def literal_text(value) -> str:
     return str(value)
 
 
-def azureml_only(target: str, valid: ValidSpec) -> List[Diagnostic]:
-    """Spec fields that only Azure ML acts on, reported by the other targets (never dropped)."""
+def data_asset_features(target: str, valid: ValidSpec) -> List[Diagnostic]:
+    """Spec fields only a platform with data assets acts on (an MLTable's eval modes, registering an
+    output), reported by the targets that have none (never dropped)."""
     out: List[Diagnostic] = []
     for name, item in valid.spec.inputs.items():
         if item.path is not None and item.mode in ("eval_mount", "eval_download"):
@@ -78,10 +63,13 @@ def azureml_only(target: str, valid: ValidSpec) -> List[Diagnostic]:
     return out
 
 
-def launcher(valid: ValidSpec, target: str) -> str:
+def launcher(valid: ValidSpec, defaults: Mapping[str, str]) -> str:
+    """Who starts the processes: the spec's distribution.launcher, else the target's default for
+    the framework (its LAUNCHERS). TensorFlow has a launcher of its own on every target: the
+    platform starts one worker per node and sets TF_CONFIG."""
     if valid.spec.framework == TENSORFLOW:
         return TENSORFLOW
-    return valid.spec.distribution.launcher or LAUNCHER_DEFAULTS[target][valid.spec.framework]
+    return valid.spec.distribution.launcher or defaults[valid.spec.framework]
 
 
 def unsupported(target: str, path: SpecPath, what: str, hint: Optional[str] = None, *,

@@ -26,11 +26,12 @@ Layout on the shared storage (``stage.sh`` makes it)::
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List, Mapping, Optional
 
 from ..diagnostics import Diagnostic, error
 from ..schema.fields import is_remote
@@ -39,6 +40,9 @@ from . import base, emit
 from .base import contract
 
 NAME = "hpcpack"
+# Who starts the processes when the spec does not say (framework -> distribution.launcher):
+# HPC Pack starts one task per node; torchrun fans out to the GPUs.
+LAUNCHERS = {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node", "deepspeed": "per-node"}
 JOB_FILE = "job.xml"
 STAGE_FILE = "stage.sh"
 NAMESPACE = "http://schemas.microsoft.com/HPCS2008R2/scheduler/"
@@ -49,6 +53,62 @@ SUBMIT = "job submit /jobfile:{dir}/" + JOB_FILE + "  (after: bash {dir}/" + STA
 # C1 controls and the Unicode line separators are turned into line ends by readers.
 _XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff\ud800-\udfff]")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+# --- settings: targets.hpcpack in a spec -------------------------------------------------------
+
+SETTINGS_DESCRIPTION = 'HPC Pack job settings.'
+SETTINGS_EXAMPLE = {'shared_dir': '/app', 'node_group': 'LinuxNodes'}
+# for a bad spec (schema/explain.py): a hint per field below targets.hpcpack, and what a pattern means
+HINTS = {("runtime",): "e.g. 2d, 12h, 1h30m or 3600",
+         ("shared_dir",): "an absolute path without spaces or shell characters, e.g. /app"}
+PATTERN_WORDS = {("shared_dir",): "is not an absolute path the node agent can use unquoted"}
+
+
+@functools.lru_cache(maxsize=None)
+def settings_model():
+    """The pydantic model of this target's settings. Built on demand: only model.py (the JSON
+    Schema, the stored structure snapshot) and explain.py (hints for a bad spec) need it."""
+    from typing import Literal, Optional
+
+    from pydantic import Field
+
+    from ..schema.fields import SHELL_WORD
+    from ..schema.types import Duration, Model
+
+    class HPCPackTarget(Model):
+        shared_dir: str = Field(
+            ..., pattern="^/" + SHELL_WORD + "*$",
+            description="Absolute path of storage every node mounts: the code, the shim and the logs live there.",
+            examples=["/app"])
+        node_group: Optional[str] = Field(None, min_length=1, description="HPC Pack node group to run on.",
+                                          examples=["LinuxNodes"])
+        nodes: Optional[list[str]] = Field(
+            None, description="Explicit node names, one per resources.nodes: the first is the rendezvous host.",
+            examples=[["GPUNODE-000", "GPUNODE-001"]])
+        python: str = Field("python3", min_length=1,
+                            description="Interpreter on the nodes (no conda or venv is active in a task).",
+                            examples=["/opt/conda/envs/torch/bin/python"])
+        setup: Optional[str] = Field(None, min_length=1,
+                                     description="Shell line run before training on every node, e.g. an activation.",
+                                     examples=["source /opt/conda/bin/activate torch"])
+        rdzv_port: int = Field(contract.HPCPACK_MASTER_PORT, ge=1024, le=65535,
+                               description="torchrun rendezvous port on the first node.", examples=[contract.HPCPACK_MASTER_PORT])
+        priority: Optional[Literal["Lowest", "BelowNormal", "Normal", "AboveNormal", "Highest"]] = Field(
+            None, description="Job priority.", examples=["Normal"])
+        runtime: Optional[Duration] = Field(None, description="Job run-time limit: 2d, 12h, 90m or seconds.",
+                                            examples=["12h"])
+        job_template: Optional[str] = Field(None, min_length=1, description="HPC Pack job template.",
+                                            examples=["GPUJobs"])
+        project: Optional[str] = Field(None, min_length=1, description="Project name, for accounting.",
+                                       examples=["ddp"])
+
+    return HPCPackTarget
+
+
+def settings_errors(spec) -> List[Diagnostic]:
+    """What targets.hpcpack may not say, whatever is compiled (run by validation): the model says it all."""
+    return []
 
 
 def _settings(valid: ValidSpec):
@@ -73,7 +133,7 @@ def refs_for(valid: ValidSpec):
     return refs
 
 
-def check(valid: ValidSpec) -> List[Diagnostic]:
+def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     """What HPC Pack cannot run, reported by field, the way sqlglot reports what a dialect lacks."""
     spec = valid.spec
     settings = _settings(valid)
@@ -82,7 +142,7 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
         out.append(error(("targets", "hpcpack"), "compiling for hpcpack needs targets.hpcpack.shared_dir",
                          "add targets: {hpcpack: {shared_dir: /app}} -- storage every node mounts"))
         return out
-    launcher = base.launcher(valid, NAME)
+    launcher = base.launcher(valid, LAUNCHERS)
     if spec.framework == "tensorflow":
         out.append(base.unsupported(NAME, ("framework",), "TensorFlow multi-worker jobs (nothing sets TF_CONFIG)",
                                     "run TensorFlow on Azure ML"))
@@ -111,7 +171,7 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
     if spec.resources.shm_size:
         out.append(base.unsupported(NAME, ("resources", "shm_size"), "a shared-memory size: tasks run on the host",
                                     fatal=False))
-    out += base.azureml_only(NAME, valid)
+    out += base.data_asset_features(NAME, valid)
     for name, item in spec.inputs.items():
         if item.path is None:
             continue
@@ -316,3 +376,87 @@ def _stage_script(valid: ValidSpec, layout: _Layout, out_dir: Path) -> str:
         'echo "staged in $shared"',
     ]
     return "\n".join(lines) + "\n"
+
+
+# --- what plan and run --local need --------------------------------------------------------
+
+def plan_port(valid: ValidSpec) -> str:
+    return str(_settings(valid).rdzv_port)
+
+
+def plan_settings(valid: ValidSpec) -> Dict[str, str]:
+    return {}
+
+
+def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
+    """The "shared storage" is a folder of the run; the nodes' python is this one."""
+    import sys
+
+    settings["shared_dir"] = str(workdir / "shared")
+    settings["python"] = shlex.quote(sys.executable)
+    settings.pop("setup", None)
+    return settings
+
+
+def play_local(job_dir: Path, run) -> int:
+    import subprocess
+    import sys
+
+    staged = subprocess.run(["bash", str(job_dir / STAGE_FILE)], capture_output=True, text=True)
+    if staged.returncode != 0:
+        print(f"trainspec: error: {STAGE_FILE} failed: {staged.stderr.strip()}", file=sys.stderr)
+        return 1
+    o = run.options
+    return play_job(job_dir / JOB_FILE, timeout=o.timeout, out=run.out, name=run.valid.name,
+                    start_delays=o.start_delays, rendezvous_timeout=o.rendezvous_timeout, hosts=run.hosts)
+
+
+def play_job(job_xml: Path, *, timeout: float = 900, out=None, name: str = "job",
+                 start_delays: Optional[Mapping[int, float]] = None, job_id: str = "4242",
+                 retry_count: str = "0", rendezvous_timeout: float = 600, hosts=None) -> int:
+    """Run a compiled HPC Pack job the way the Linux node agent would: every task's CommandLine
+    written to cmd.sh and run by bash in its WorkDirectory, with the task's environment plus the
+    CCP_* variables the scheduler sets; task i on the simulated host 127.0.0.(i+2).
+    ``start_delays`` starts some tasks late, as a busy scheduler would."""
+    import os
+    import sys
+
+    from ..local import Master, Proc, base_env, job_port, port_taken, run_and_report
+    from ..netns import Loopback
+
+    hosts = hosts or Loopback()
+    ns = {"j": NAMESPACE}
+    root = ET.parse(job_xml).getroot()
+    tasks = root.findall("j:Tasks/j:Task", ns)
+    port = job_port({v.findtext("j:Name", namespaces=ns): v.findtext("j:Value", namespaces=ns)
+                      for v in root.findall("j:Tasks/j:Task/j:EnvironmentVariables/j:Variable", ns)})
+    if hosts.port_taken(port):
+        return port_taken(port, hosts, "targets.hpcpack.rdzv_port")
+    cores = str(os.cpu_count() or 1)
+    procs: List[Proc] = []
+    folder = Path(job_xml).parent / "tasks"
+    for i, task in enumerate(tasks):
+        env = dict(base_env(hosts))
+        env.update({v.findtext("j:Name", namespaces=ns): v.findtext("j:Value", namespaces=ns) or ""
+                    for v in task.findall("j:EnvironmentVariables/j:Variable", ns)})
+        host = hosts.address(i)
+        env.update(CCP_JOBID=job_id, CCP_TASKID=str(i + 1), CCP_TASKINSTANCEID="0", CCP_RETRY_COUNT=retry_count,
+                   CCP_NODES=f"1 {host} {cores}", CCP_NUMCPUS=cores, CCP_JOBNAME=root.get("Name", ""),
+                   CCP_WORKDIR=task.get("WorkDirectory", ""), TRAINSPEC_MASTER_PORT=str(port))
+        if contract.ENV_MASTER_ADDR in env:  # explicit node names: node 0 is simulated at its address
+            env[contract.ENV_MASTER_ADDR] = hosts.address(0)
+        script = folder / task.get("Name", f"task-{i}") / "cmd.sh"
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(task.get("CommandLine", ""))
+        delay = (start_delays or {}).get(i)
+        run = f"cd {shlex.quote(task.get('WorkDirectory') or '.')} && exec /bin/bash {shlex.quote(str(script))}"
+        if delay:
+            run = f"sleep {delay:g} && {run}"  # the scheduler starts this task late
+        procs.append(Proc(label=f"node {i}", argv=["bash", "-c", run], env=env, cwd=str(script.parent),
+                          netns=hosts.netns(i)))
+    print(f"trainspec: running {name} locally as HPC Pack would: {len(procs)} task(s), one per simulated node",
+          file=sys.stderr)
+    # node 0's shim publishes its host as the master, and its torchrun opens the store there
+    master = (Master(hosts.address(0), port, procs[0].label, rendezvous_timeout, hosts.netns(0))
+              if len(procs) > 1 else None)
+    return run_and_report(procs, timeout, out, master)

@@ -25,6 +25,7 @@ bundle per node (STRICT_SPREAD) and runs the spec's unmodified command under the
 
 from __future__ import annotations
 
+import functools
 import difflib
 import re
 import shlex
@@ -34,9 +35,13 @@ from typing import Any, Dict, List, Optional
 from ..diagnostics import Diagnostic, error, warning
 from ..schema import skus
 from ..schema.validate import ValidSpec
-from . import base, emit
+from . import TARGETS, base, emit
 
 NAME = "ray"
+# Who starts the processes when the spec does not say (framework -> distribution.launcher):
+# the driver starts one actor per process, like Azure ML's pytorch distribution.
+LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
+             "deepspeed": "per-process"}
 CLUSTER_FILE = "cluster.yaml"
 LAUNCH_FILE = "launch.sh"
 LAUNCHER_FILE = "trainspec_ray_launch.py"
@@ -65,7 +70,61 @@ AZURE_REGIONS = (
 )
 
 
-def check(valid: ValidSpec) -> List[Diagnostic]:
+# --- settings: targets.ray in a spec ----------------------------------------------------------
+
+SETTINGS_DESCRIPTION = 'Ray cluster on Azure settings.'
+SETTINGS_EXAMPLE = {'location': 'eastus', 'resource_group': 'rg-training'}
+
+
+@functools.lru_cache(maxsize=None)
+def settings_model():
+    """The pydantic model of this target's settings. Built on demand: only model.py (the JSON
+    Schema, the stored structure snapshot) and explain.py (hints for a bad spec) need it."""
+    from typing import Literal, Optional
+
+    from pydantic import Field
+
+    from ..schema.fields import NAME_PATTERN
+    from ..schema.types import Model
+
+    class RayTarget(Model):
+        location: str = Field(..., pattern=r"^[a-z0-9]+$", description="Azure region of the cluster.",
+                              examples=["eastus"])
+        # `+` and max_length, not `{1,90}`: ninety copies of the Unicode class \w cost pydantic-core's
+        # regex compiler 25 ms at every start (README, "Speed")
+        resource_group: str = Field(..., pattern=r"^[-\w._()]+$", max_length=90,
+                                    description="Azure resource group (created if missing).", examples=["rg-training"])
+        subscription_id: Optional[str] = Field(
+            None, pattern=r"^[0-9a-fA-F-]{36}$", description="Default: the subscription of the `az` CLI profile.",
+            examples=["00000000-0000-0000-0000-000000000000"])
+        cluster_name: Optional[str] = Field(None, pattern=NAME_PATTERN, description="Default: the spec's name.",
+                                            examples=["mnist-ray"])
+        head: Literal["worker", "cpu"] = Field(
+            "worker", description="The head node: one of the training nodes (worker), or a small extra CPU VM (cpu).",
+            examples=["cpu"])
+        head_sku: str = Field("Standard_D8s_v3", description="VM size of a cpu head.", examples=["Standard_D8s_v3"])
+        ssh_user: str = Field("ubuntu", pattern=r"^[a-z_][a-z0-9_-]{0,31}$", description="SSH user on the nodes.",
+                              examples=["ubuntu"])
+        ssh_private_key: Optional[str] = Field(None, description="Both keys or neither: Ray generates a pair if unset.",
+                                               examples=["~/.ssh/id_rsa"])
+        ssh_public_key: Optional[str] = Field(None, description="The public half of ssh_private_key.",
+                                              examples=["~/.ssh/id_rsa.pub"])
+        python: str = Field("python", min_length=1, description="Interpreter on the nodes (or in the image).",
+                            examples=["python3"])
+        ray_version: str = Field("2.60.0", pattern=r"^\d+\.\d+\.\d+$", description="Ray installed on the nodes.",
+                                 examples=["2.60.0"])
+        idle_timeout_minutes: int = Field(10, ge=0, description="Minutes before idle workers are removed.",
+                                          examples=[10])
+
+    return RayTarget
+
+
+def settings_errors(spec) -> List[Diagnostic]:
+    """What targets.ray may not say, whatever is compiled (run by validation): the model says it all."""
+    return []
+
+
+def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     spec = valid.spec
     settings = spec.targets.ray
     out: List[Diagnostic] = []
@@ -87,7 +146,7 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
     if (settings.ssh_private_key is None) != (settings.ssh_public_key is None):
         which = "ssh_public_key" if settings.ssh_public_key is None else "ssh_private_key"
         out.append(error(("targets", "ray", which), "give both ssh keys or neither (Ray generates a pair)"))
-    launcher = base.launcher(valid, NAME)
+    launcher = base.launcher(valid, LAUNCHERS)
     if spec.framework == "tensorflow":
         out.append(base.unsupported(NAME, ("framework",), "TensorFlow jobs (the launcher sets torch's variables)",
                                     "run TensorFlow on Azure ML"))
@@ -111,7 +170,7 @@ def check(valid: ValidSpec) -> List[Diagnostic]:
         out.append(base.unsupported(NAME, ("resources", "shm_size"),
                                     "a shared-memory size without a container: it sizes the docker block",
                                     "set environment.image, or remove shm_size", fatal=False))
-    out += base.azureml_only(NAME, valid)
+    out += base.data_asset_features(NAME, valid)
     for name, item in spec.inputs.items():
         if item.path is not None and item.path.startswith("azureml:"):
             out.append(base.unsupported(NAME, ("inputs", name, "path"), f"the Azure ML data asset '{item.path}'",
@@ -249,7 +308,7 @@ def _command(valid: ValidSpec) -> str:
     spec = valid.spec
     python = shlex.split(spec.targets.ray.python)
     command = valid.render(("command",), spec.command, refs_for(valid)).strip()
-    if base.launcher(valid, NAME) == "per-node" and spec.framework != "lightning" and not base.own_launcher(command):
+    if base.launcher(valid, LAUNCHERS) == "per-node" and spec.framework != "lightning" and not base.own_launcher(command):
         # node rank, master address and port reach torchrun from the shim as PET_*
         command = (shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node",
                                str(valid.procs_per_node)]) + " " + base.torchrun_worker(command, shlex.join(python)))
@@ -260,7 +319,7 @@ def launcher_argv(valid: ValidSpec) -> List[str]:
     """The launcher's command line on the head (run by `ray exec` from the home directory)."""
     spec = valid.spec
     settings = spec.targets.ray
-    launcher = base.launcher(valid, NAME)
+    launcher = base.launcher(valid, LAUNCHERS)
     argv = [*shlex.split(settings.python), f"trainspec/{LAUNCHER_FILE}",
             "--nodes", str(valid.nodes), "--procs-per-node", str(valid.procs_per_node), "--launcher", launcher,
             "--gpus-per-node", str(valid.gpus_per_node), "--cpus-per-node", str(valid.procs_per_node),
@@ -319,3 +378,23 @@ def cluster_problems(config: Dict[str, Any]) -> List[str]:
             problems.append(f"available_node_types.{name}: resources.GPU is {resources.get('GPU', 0)} "
                             f"but {sku.name} has {sku.gpus} GPUs")
     return problems
+
+
+# --- what plan and run --local need --------------------------------------------------------
+
+def plan_port(valid: ValidSpec) -> str:
+    return "<free port on node 0>"  # the driver picks it when the job starts
+
+
+def plan_settings(valid: ValidSpec) -> Dict[str, str]:
+    return {}
+
+
+# run --local: a Ray job needs a Ray cluster, which this machine does not pretend to be
+LOCAL_REFUSAL = ("run --local plays the jobs of the other targets (-t " + "|".join(sorted(set(TARGETS) - {NAME}))
+                 + "); a Ray job runs on a Ray cluster: start it with `bash OUT/<name>/ray/launch.sh` (README, "
+                 "Ray), or try the spec here with another -t")
+
+
+def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
+    return settings

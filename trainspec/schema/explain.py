@@ -149,14 +149,22 @@ _HINTS = {
     ("resources", "procs_per_node"): "an integer >= 1",
     ("resources", "shm_size"): "an integer and a unit, e.g. 16g or 512m",
     ("distribution", "master_port"): "a port number between 1024 and 65535",
-    ("targets", "azureml", "timeout"): "e.g. 2d, 12h, 1h30m or 3600",
-    ("targets", "hpcpack", "runtime"): "e.g. 2d, 12h, 1h30m or 3600",
-    ("targets", "hpcpack", "shared_dir"): "an absolute path without spaces or shell characters, e.g. /app",
 }
 
 
+def _target_table(path: SpecPath, table: str) -> Tuple[Dict[Tuple[str, ...], str], SpecPath]:
+    """Under targets.<name>: that target's own HINTS or PATTERN_WORDS, and the path below it."""
+    from ..compiler import TARGETS, target
+
+    if len(path) > 2 and path[0] == "targets" and path[1] in TARGETS:
+        return getattr(target(str(path[1])), table, {}), path[2:]
+    return {}, path
+
+
 def _field_hint(path: SpecPath) -> Optional[str]:
-    return _HINTS.get(tuple(p for p in path if isinstance(p, str)))
+    keys = tuple(p for p in path if isinstance(p, str))
+    own, below = _target_table(keys, "HINTS")
+    return own.get(below) or _HINTS.get(keys)
 
 
 def _pattern_words(path: SpecPath) -> str:
@@ -166,6 +174,5 @@ def _pattern_words(path: SpecPath) -> str:
         return "is not a size like 16g"
     if path[-1:] == ("python",):
         return "expected a Python version like 3.11"
-    if path[-1:] == ("shared_dir",):
-        return "is not an absolute path the node agent can use unquoted"
-    return "has the wrong format"
+    own, below = _target_table(path, "PATTERN_WORDS")
+    return own.get(tuple(p for p in below if isinstance(p, str)), "has the wrong format")

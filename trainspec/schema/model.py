@@ -10,27 +10,17 @@ from __future__ import annotations
 
 from typing import Dict, Literal, Optional, Union
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
-                      WithJsonSchema)
+from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, create_model
 from typing_extensions import Annotated
 
-from ..runtime.shim import AZUREML_MASTER_PORT, HPCPACK_MASTER_PORT  # the contract with every job
-from .fields import (DURATION_PATTERN, NAME_PATTERN, SHELL_WORD, SHM_PATTERN, exact_int, literal_input,
-                     parse_duration, scalar_to_str)
+from ..compiler import DEFAULT_TARGET, TARGETS, target
+from ..runtime.shim import AZUREML_MASTER_PORT  # the contract with every job
+from .fields import NAME_PATTERN, SHM_PATTERN, exact_int, literal_input
+from .types import EnvValue, LiteralValue, Model
 
 Framework = Literal["pytorch", "lightning", "deepspeed", "huggingface", "tensorflow"]
 Launcher = Literal["per-process", "per-node", "mpi"]
 Backend = Literal["nccl", "gloo", "mpi"]
-
-# The JSON Schema (for editors) says what a file may hold, which is more than the validated type:
-# a duration is seconds or `2d`/`12h`/`1h30m`; an env value any scalar but a boolean.
-Duration = Annotated[int, BeforeValidator(parse_duration), WithJsonSchema(
-    {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": DURATION_PATTERN}]})]
-EnvValue = Annotated[str, BeforeValidator(scalar_to_str), WithJsonSchema({"type": ["string", "integer", "number"]})]
-
-
-class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 class Resources(Model):
@@ -88,9 +78,6 @@ class Environment(Model):
         examples=[{"path": "../docker"}])
 
 
-LiteralValue = Union[StrictStr, StrictInt, StrictFloat, StrictBool]
-
-
 class Input(Model):
     path: Optional[str] = Field(None, min_length=1,
                                 description="Data asset (azureml:name@latest), datastore or URL, or a local path.",
@@ -119,117 +106,12 @@ class Output(Model):
                                    description="Version of the registered asset (needs name).", examples=["1"])
 
 
-class Identity(Model):
-    type: Literal["user_identity", "managed", "aml_token"] = Field(
-        ..., description="Whose identity the job uses to reach data: the submitter's, the compute's managed "
-        "identity, or the workspace's AML token.", examples=["user_identity"])
-    client_id: Optional[str] = Field(None, pattern=r"^[0-9a-fA-F-]{36}$",
-                                     description="A user-assigned managed identity (type managed).",
-                                     examples=["00000000-0000-0000-0000-000000000000"])
-
-
-class Service(Model):
-    type: Literal["tensor_board", "ssh", "jupyter_lab", "vs_code"] = Field(
-        ..., description="An interactive service on the job's nodes.", examples=["tensor_board"])
-    nodes: Optional[Literal["all"]] = Field(None, description="all: on every node; default: the first node.",
-                                            examples=["all"])
-    log_dir: Optional[str] = Field(None, min_length=1, description="TensorBoard's log directory (tensor_board).",
-                                   examples=["outputs/tblogs"])
-    ssh_public_keys: Optional[str] = Field(None, min_length=1, description="The public key(s) for ssh.",
-                                           examples=["ssh-rsa AAAA... user@host"])
-
-
-class AzureMLTarget(Model):
-    compute: Optional[str] = Field(
-        None, description="Compute cluster name. Omitted: serverless, with resources.sku as instance_type.",
-        examples=["gpu-cluster"])
-    experiment_name: Optional[str] = Field(None, description="Default: the spec's name.", examples=["mnist"])
-    job_tier: Optional[Literal["spot", "basic", "standard", "premium"]] = Field(
-        None, description="Default: spot when resources.spot, else the workspace default.", examples=["standard"])
-    priority: Optional[Literal["low", "medium", "high"]] = Field(None, description="Queue priority.",
-                                                                 examples=["medium"])
-    timeout: Optional[Duration] = Field(None, description="Job time limit: 2d, 12h, 90m or seconds.",
-                                        examples=["2d"])
-    tags: Dict[str, str] = Field(default_factory=dict, description="Extra job tags.", examples=[{"team": "vision"}])
-    identity: Optional[Identity] = Field(None, description="The identity the job uses to access data.",
-                                         examples=[{"type": "user_identity"}])
-    services: Dict[str, Service] = Field(default_factory=dict,
-                                         description="Interactive services (TensorBoard, SSH, JupyterLab, VS Code).",
-                                         examples=[{"tensorboard": {"type": "tensor_board", "log_dir": "outputs/tb"}}])
-    python: str = Field("python", pattern="^" + SHELL_WORD + "+$",
-                        description="The image's interpreter that starts the shim (python3 where only that exists).",
-                        examples=["python3"])
-    parameter_server_count: int = Field(0, ge=0, le=1024,
-                                        description="TensorFlow parameter servers (framework: tensorflow).",
-                                        examples=[1])
-
-
-class HPCPackTarget(Model):
-    shared_dir: str = Field(
-        ..., pattern="^/" + SHELL_WORD + "*$",
-        description="Absolute path of storage every node mounts: the code, the shim and the logs live there.",
-        examples=["/app"])
-    node_group: Optional[str] = Field(None, min_length=1, description="HPC Pack node group to run on.",
-                                      examples=["LinuxNodes"])
-    nodes: Optional[list[str]] = Field(
-        None, description="Explicit node names, one per resources.nodes: the first is the rendezvous host.",
-        examples=[["GPUNODE-000", "GPUNODE-001"]])
-    python: str = Field("python3", min_length=1,
-                        description="Interpreter on the nodes (no conda or venv is active in a task).",
-                        examples=["/opt/conda/envs/torch/bin/python"])
-    setup: Optional[str] = Field(None, min_length=1,
-                                 description="Shell line run before training on every node, e.g. an activation.",
-                                 examples=["source /opt/conda/bin/activate torch"])
-    rdzv_port: int = Field(HPCPACK_MASTER_PORT, ge=1024, le=65535,
-                           description="torchrun rendezvous port on the first node.", examples=[HPCPACK_MASTER_PORT])
-    priority: Optional[Literal["Lowest", "BelowNormal", "Normal", "AboveNormal", "Highest"]] = Field(
-        None, description="Job priority.", examples=["Normal"])
-    runtime: Optional[Duration] = Field(None, description="Job run-time limit: 2d, 12h, 90m or seconds.",
-                                        examples=["12h"])
-    job_template: Optional[str] = Field(None, min_length=1, description="HPC Pack job template.",
-                                        examples=["GPUJobs"])
-    project: Optional[str] = Field(None, min_length=1, description="Project name, for accounting.",
-                                   examples=["ddp"])
-
-
-class RayTarget(Model):
-    location: str = Field(..., pattern=r"^[a-z0-9]+$", description="Azure region of the cluster.",
-                          examples=["eastus"])
-    # `+` and max_length, not `{1,90}`: ninety copies of the Unicode class \w cost pydantic-core's
-    # regex compiler 25 ms at every start (README, "Speed")
-    resource_group: str = Field(..., pattern=r"^[-\w._()]+$", max_length=90,
-                                description="Azure resource group (created if missing).", examples=["rg-training"])
-    subscription_id: Optional[str] = Field(
-        None, pattern=r"^[0-9a-fA-F-]{36}$", description="Default: the subscription of the `az` CLI profile.",
-        examples=["00000000-0000-0000-0000-000000000000"])
-    cluster_name: Optional[str] = Field(None, pattern=NAME_PATTERN, description="Default: the spec's name.",
-                                        examples=["mnist-ray"])
-    head: Literal["worker", "cpu"] = Field(
-        "worker", description="The head node: one of the training nodes (worker), or a small extra CPU VM (cpu).",
-        examples=["cpu"])
-    head_sku: str = Field("Standard_D8s_v3", description="VM size of a cpu head.", examples=["Standard_D8s_v3"])
-    ssh_user: str = Field("ubuntu", pattern=r"^[a-z_][a-z0-9_-]{0,31}$", description="SSH user on the nodes.",
-                          examples=["ubuntu"])
-    ssh_private_key: Optional[str] = Field(None, description="Both keys or neither: Ray generates a pair if unset.",
-                                           examples=["~/.ssh/id_rsa"])
-    ssh_public_key: Optional[str] = Field(None, description="The public half of ssh_private_key.",
-                                          examples=["~/.ssh/id_rsa.pub"])
-    python: str = Field("python", min_length=1, description="Interpreter on the nodes (or in the image).",
-                        examples=["python3"])
-    ray_version: str = Field("2.60.0", pattern=r"^\d+\.\d+\.\d+$", description="Ray installed on the nodes.",
-                             examples=["2.60.0"])
-    idle_timeout_minutes: int = Field(10, ge=0, description="Minutes before idle workers are removed.",
-                                      examples=[10])
-
-
-class Targets(Model):
-    azureml: Optional[AzureMLTarget] = Field(None, description="Azure ML v2 command job settings.",
-                                             examples=[{"compute": "gpu-cluster"}])
-    hpcpack: Optional[HPCPackTarget] = Field(None, description="HPC Pack job settings.",
-                                             examples=[{"shared_dir": "/app", "node_group": "LinuxNodes"}])
-    ray: Optional[RayTarget] = Field(None, description="Ray cluster on Azure settings.",
-                                     examples=[{"location": "eastus", "resource_group": "rg-training"}])
-
+# targets: one optional settings mapping per registered target, each defined by its own module
+Targets = create_model(
+    "Targets", __base__=Model,
+    **{name: (Optional[target(name).settings_model()],
+              Field(None, description=target(name).SETTINGS_DESCRIPTION, examples=[target(name).SETTINGS_EXAMPLE]))
+       for name in TARGETS})
 
 VarValue = Union[StrictStr, StrictInt, StrictFloat, StrictBool]
 
@@ -280,4 +162,4 @@ class Spec(Model):
                                        examples=[{"checkpoints": {"mode": "rw_mount"}}])
     targets: Targets = Field(default_factory=Targets,
                              description="Per-target settings; a target listed here is compiled by default.",
-                             examples=[{"azureml": {"compute": "gpu-cluster"}}])
+                             examples=[{DEFAULT_TARGET: target(DEFAULT_TARGET).SETTINGS_EXAMPLE}])

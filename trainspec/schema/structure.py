@@ -31,7 +31,7 @@ _FUNCTIONS = ("trainspec.schema.fields", "builtins")  # where a snapshot may nam
 
 
 class Record:
-    """A validated mapping of the spec (``spec.resources``, ``spec.targets.azureml``, ...)."""
+    """A validated mapping of the spec (``spec.resources``, ``spec.targets.<name>``, ...)."""
 
     # the slots pydantic-core fills when it builds a model instance
     __slots__ = ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")

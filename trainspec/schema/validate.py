@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
                           "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"})
 RESERVED_INPUTS = frozenset({"trainspec_runtime"})
+# the fields of environment: that say where the software comes from (azureml: a registered environment)
+ENVIRONMENT_SOURCES = ("image", "azureml", "conda_file", "pip")
 _AZUREML_ASSET = re.compile(r"^azureml:(?!//)([^:@/]+)(?:(:[^:@/]+)|(@[^:@/]+))?$")
 
 
@@ -114,6 +116,7 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     _check_paths(spec, doc, diagnostics)
     _check_data(spec, diagnostics)
     _check_io_fields(spec, diagnostics)
+    _check_target_settings(spec, diagnostics)
     source = Source(file=doc.file, path=doc.path, display=_display_path(doc.path), digest=digest(spec))
     if any(d.is_error for d in diagnostics):
         return None, diagnostics
@@ -264,7 +267,7 @@ def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None
     if e.image and e.azureml:
         out.append(error(("environment", "azureml"), "set either image or azureml, not both"))
     if e.build is not None:
-        for other in ("image", "azureml", "conda_file", "pip"):
+        for other in ENVIRONMENT_SOURCES:
             if getattr(e, other):
                 out.append(error(("environment", other), "does not go with environment.build: the build context's "
                                  "Dockerfile makes the whole environment", f"remove environment.{other}"))
@@ -341,21 +344,16 @@ def _check_io_fields(spec: Spec, out: List[Diagnostic]) -> None:
         if output.version is not None and output.name is None:
             out.append(error(("outputs", name, "version"), "a version needs the asset's name",
                              "set outputs.%s.name, the data asset Azure ML registers" % name))
-    settings = spec.targets.azureml
-    if settings is not None and settings.parameter_server_count and spec.framework != "tensorflow":
-        out.append(error(("targets", "azureml", "parameter_server_count"),
-                         "parameter servers are TensorFlow's: this job's framework is " + spec.framework,
-                         "remove it, or set framework: tensorflow"))
-    if settings is not None and settings.identity is not None and settings.identity.client_id is not None \
-            and settings.identity.type != "managed":
-        out.append(error(("targets", "azureml", "identity", "client_id"),
-                         f"client_id names a managed identity; type is {settings.identity.type}",
-                         "set type: managed, or remove client_id"))
-    for name, service in (settings.services.items() if settings is not None else ()):
-        for key, kind in (("log_dir", "tensor_board"), ("ssh_public_keys", "ssh")):
-            if getattr(service, key) is not None and service.type != kind:
-                out.append(error(("targets", "azureml", "services", name, key),
-                                 f"{key} belongs to a {kind} service; this one is {service.type}"))
+
+
+def _check_target_settings(spec: Spec, out: List[Diagnostic]) -> None:
+    """Each configured target's own rules for its settings (compiler/<target>.py, settings_errors),
+    checked whatever is compiled: a spec is correct or not, not correct for one target only."""
+    from ..compiler import TARGETS, target
+
+    for name in TARGETS:
+        if getattr(spec.targets, name, None) is not None:
+            out.extend(target(name).settings_errors(spec))
 
 
 # --- templates and the Lightning trap -------------------------------------------------------
