@@ -5,8 +5,8 @@ import re
 
 from conftest import REPO
 
-# the shim defines them; the Ray launcher ships beside it as a file of its own; TRAINSPEC_DEBUG is the CLI's
-ALLOWED = {"trainspec/runtime/shim.py", "trainspec/runtime/ray_launch.py"}
+# the shim defines them; the Ray driver ships beside it as a file of its own; TRAINSPEC_DEBUG is the CLI's
+ALLOWED = {"trainspec/runtime/shim.py", "trainspec/runtime/ray_driver.py"}
 
 
 def test_the_trainspec_variables_and_ports_are_spelled_only_in_the_shim():

@@ -16,7 +16,7 @@ GOLDEN = REPO / "tests" / "golden"
 SPEC_FILES = sorted(SPECS.glob("*.yaml"))
 REGENERATE = "trainspec compile specs/ -o tests/golden"
 # runtime files copied byte for byte next to the jobs: compared with their source below instead
-VERBATIM = {"trainspec_shim.py": "shim.py", "trainspec_ray_launch.py": "ray_launch.py"}
+VERBATIM = {"trainspec_shim.py": "shim.py", "trainspec_ray_driver.py": "ray_driver.py", "trainspec_procs.py": "procs.py"}
 
 
 @pytest.mark.parametrize("spec", SPEC_FILES, ids=lambda p: p.stem)

@@ -30,9 +30,7 @@ from trainspec.compiler import ray as ray_target
 CODE = REPO / "examples" / "ddp"
 NS = "{http://schemas.microsoft.com/HPCS2008R2/scheduler/}"
 XSD = REPO.parent / "shared" / "reference" / "hpcpack" / "xsd" / "job-v4.fixed.xsd"
-RAY_MISSING = "trainspec/runtime/ray_launch.py does not exist yet: the Ray target cannot compile"
-RAY = pytest.param("ray", marks=pytest.mark.skipif(not ray_target.LAUNCHER_SOURCE.exists(), reason=RAY_MISSING))
-TARGETS = ["azureml", "hpcpack", RAY]
+TARGETS = ["azureml", "hpcpack", "ray"]
 SETTINGS = {
     "azureml": "azureml: {compute: gpu-cluster}",
     "hpcpack": "hpcpack: {shared_dir: /shared/jobs, python: python3}",
@@ -182,8 +180,9 @@ def hpcpack_tasks(job: Path):
     return tasks
 
 
-def ray_launch(folder: Path, tmp: Path) -> Tuple[Dict[str, str], str]:
-    """Run launch.sh with a fake `ray`; returns the --env pairs and the command each actor runs."""
+def ray_request(folder: Path, tmp: Path) -> Tuple[Dict[str, str], str]:
+    """Run launch.sh with a fake `ray`; returns the env of the job request and the command each
+    actor runs (what the driver reads from the request `ray exec` names)."""
     fake = tmp / "fakebin"
     fake.mkdir(exist_ok=True)
     log = tmp / "ray-calls.jsonl"
@@ -196,9 +195,9 @@ def ray_launch(folder: Path, tmp: Path) -> Tuple[Dict[str, str], str]:
     calls = [json.loads(l) for l in log.read_text().splitlines()]
     exec_line = next(c for c in calls if c[0] == "exec")[2]
     argv = bash_argv(exec_line, ["python"], tmp)[0]
-    head = argv[:argv.index("--")]
-    env = dict(head[i + 1].split("=", 1) for i, word in enumerate(head) if word == "--env")
-    return env, argv[argv.index("--") + 1]
+    assert argv[:1] == [f"trainspec/{ray_target.DRIVER_FILE}"], argv
+    request = json.loads((folder / Path(argv[1]).name).read_text())
+    return request["env"], request["command"]
 
 
 # ---------------------------------------------------------------- strings: XML, YAML, shell, unicode, controls
@@ -271,7 +270,7 @@ def test_hostile_strings_in_command_env_and_description(tmp_path, target, catego
         import yaml
 
         yaml.safe_load((folder / "cluster.yaml").read_bytes())
-        pairs, actor = ray_launch(folder, tmp_path)
+        pairs, actor = ray_request(folder, tmp_path)
         for key, value in env.items():
             if pairs.get(key) != value:
                 wrong.append(f"env {key}={value!r} came back as {pairs.get(key)!r}")
@@ -316,7 +315,7 @@ def test_azureml_next_line_character_comes_back_as_a_space_or_newline(tmp_path):
                                      "python train.py\npython evaluate.py"])
 @pytest.mark.parametrize("target, launcher", [("azureml", "per-process"), ("azureml", "mpi"),
                                               ("azureml", "per-node"), ("hpcpack", None),
-                                              pytest.param("ray", "per-process", marks=RAY.marks)])
+                                              ("ray", "per-process")])
 def test_a_shell_line_runs_entirely_under_the_shim_or_is_an_error(tmp_path, command, target, launcher):
     """The shim execs its arguments; a command with shell operators is written after `shim --`, so bash
     gives the shim only the first simple command and runs the rest outside it.
@@ -347,7 +346,7 @@ def test_a_shell_line_runs_entirely_under_the_shim_or_is_an_error(tmp_path, comm
         line = line.get("CommandLine")
         shim_calls, names, env = ["/shared/jobs/hostile/trainspec_shim.py"], ["python3", "python"], {"CCP_JOBID": "7"}
     else:
-        line = ray_launch(folder, tmp_path)[1]
+        line = ray_request(folder, tmp_path)[1]
         shim_calls, names, env = ["/home/u/trainspec/trainspec_shim.py"], ["python"], {}
     (tmp_path / "work" / "src").mkdir(parents=True)
     calls = bash_argv(f"cd {shlex.quote(str(tmp_path / 'work'))} && {line}", names, tmp_path, env)
@@ -438,7 +437,7 @@ def test_a_100_kb_env_value(tmp_path, target):
     elif target == "hpcpack":
         assert all(values["BIG"] == big for _, values in hpcpack_tasks(folder / "job.xml"))
     else:
-        assert ray_launch(folder, tmp_path)[0]["BIG"] == big
+        assert ray_request(folder, tmp_path)[0]["BIG"] == big
 
 
 BOMBS = {
@@ -721,6 +720,6 @@ def test_a_newline_in_an_env_value_is_carried_exactly(tmp_path, target):
     elif target == "hpcpack":
         got = [{k: values[k] for k in NEWLINES} for _, values in hpcpack_tasks(folder / "job.xml")]
     else:
-        pairs, _ = ray_launch(folder, tmp_path)
+        pairs, _ = ray_request(folder, tmp_path)
         got = [{k: pairs[k] for k in NEWLINES}]
     assert got and all(values == NEWLINES for values in got), got

@@ -50,14 +50,6 @@ CODE = REPO / "examples" / "ddp"
 CONDA = CODE / "environment.yml"
 JOB_ID = "4242"
 
-RAY_MISSING = ("trainspec/runtime/ray_launch.py does not exist yet (the Ray target is being finished): "
-               "compiling for ray copies it, so Ray-target properties wait for it")
-
-
-def ray_ready() -> bool:
-    return ray_target.LAUNCHER_SOURCE.exists()
-
-
 def examples(n: int) -> int:
     return max(1, int(n * float(os.environ.get("TRAINSPEC_HYPOTHESIS_SCALE", "1"))))
 
@@ -509,7 +501,6 @@ def test_valid_hpcpack_specs_compile_cleanly_and_deterministically(workdir, gen)
     check_compiles_cleanly(gen, workdir)
 
 
-@pytest.mark.skipif(not ray_ready(), reason=RAY_MISSING)
 @example(gen=minimal_gen("ray", [("lit", "&&")], launcher="per-node"))
 @settings(max_examples=examples(100), **COMMON)
 @given(gen=valid_specs("ray"))
@@ -643,7 +634,6 @@ def ray_validate(config: Dict[str, Any]) -> None:
     validate_config(prepare_config(copy.deepcopy(config)))
 
 
-@pytest.mark.skipif(not ray_ready(), reason=RAY_MISSING)
 @settings(max_examples=examples(30), **COMMON)
 @given(gen=valid_specs("ray"))
 def test_ray_cluster_passes_rays_validation_and_the_launch_line_round_trips(workdir, gen):
@@ -715,7 +705,7 @@ env: {env}
 
 
 @pytest.mark.parametrize("target", [
-    "azureml", "hpcpack", pytest.param("ray", marks=pytest.mark.skipif(not ray_ready(), reason=RAY_MISSING))])
+    "azureml", "hpcpack", "ray"])
 def test_a_quoted_shell_operator_is_an_argument_not_an_operator(tmp_path, target):
     """Bug: `python train.py --sep ';'` (per-node) is rejected with "contains shell operators".
 
@@ -738,7 +728,7 @@ PLATFORMS = ["azureml-pytorch", "azureml-pytorch-per-node", "azureml-mpi", "torc
              "ray", "ray-per-node"]
 # the platform starts one process per node (which launches the workers, or is the worker: TensorFlow)
 PER_NODE = {"azureml-pytorch-per-node", "hpcpack", "tensorflow", "ray-per-node"}
-RAY_PORT = 41234  # a port trainspec's Ray launcher found free on rank 0's node
+RAY_PORT = 41234  # a port trainspec's Ray driver found free on rank 0's node
 
 
 def platform_envs(platform: str, nodes: int, procs: int, spec_nodes: int, spec_procs: int,
@@ -747,7 +737,7 @@ def platform_envs(platform: str, nodes: int, procs: int, spec_nodes: int, spec_p
     launcher = {"azureml-pytorch": "per-process", "azureml-mpi": "mpi", "tensorflow": "per-node",
                 "ray": "per-process"}.get(platform, "per-node")
     expect = {"TRAINSPEC_NODES": str(spec_nodes), "TRAINSPEC_PROCS_PER_NODE": str(spec_procs),
-              "TRAINSPEC_LAUNCHER": launcher, "TRAINSPEC_SPEC": "specs/x.yaml", "TRAINSPEC_BACKEND": "nccl"}
+              "TRAINSPEC_LAUNCHER": launcher, "TRAINSPEC_SPEC": "specs/x.yaml"}
     if port is not None:
         expect["TRAINSPEC_MASTER_PORT"] = str(port)
     launched = 1 if platform in PER_NODE else procs
@@ -776,7 +766,7 @@ def platform_envs(platform: str, nodes: int, procs: int, spec_nodes: int, spec_p
                    "CCP_NODES": f"1 GPUNODE-{rank:03d} 24", "TRAINSPEC_NODE_RANK": str(rank),
                    "TRAINSPEC_MASTER_ADDR": master}
         elif platform in ("ray", "ray-per-node"):
-            # trainspec_ray_launch.py: per node, the node's launcher process (rank = node rank)
+            # trainspec_ray_driver.py: per node, the node's launcher process (rank = node rank)
             env = {"TRAINSPEC_RAY": "1", "MASTER_ADDR": master, "MASTER_PORT": str(port or RAY_PORT),
                    "WORLD_SIZE": str(nodes * launched), "RANK": str(rank), "LOCAL_RANK": str(local),
                    "LOCAL_WORLD_SIZE": str(launched), "NODE_RANK": str(node)}
@@ -953,7 +943,7 @@ def spread(options: List[Any], salt: Any):
 @st.composite
 def broken_specs(draw):
     """(target, data with one field broken, the broken path, whether the error points at the key)."""
-    target = draw(st.sampled_from(["azureml", "hpcpack"] + (["ray"] if ray_ready() else [])))
+    target = draw(st.sampled_from(["azureml", "hpcpack", "ray"]))
     gen = draw(valid_specs(target))
     data = copy.deepcopy(gen.data)
     kinds = ([("value", path, values) for path, values in BREAKS if path[0] is not None]
@@ -1075,8 +1065,7 @@ def test_version_must_be_the_integer_1(tmp_path, cli_env, value):
     assert proc.returncode == 1 and "spec.yaml:1:10: error: version: " in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("target", ["hpcpack", pytest.param("ray", marks=pytest.mark.skipif(
-    not ray_ready(), reason=RAY_MISSING))])
+@pytest.mark.parametrize("target", ["hpcpack", "ray"])
 def test_an_input_on_the_clusters_storage_need_not_exist_on_this_machine(tmp_path, target):
     """Bug (found writing the valid-spec strategy, which had to use paths of this machine):
     an HPC Pack input must be an absolute path on the nodes (hpcpack.check: "on HPC Pack an input

@@ -67,7 +67,8 @@ def test_example_spec_passes_rays_validation(tmp_path):
     assert config["docker"]["image"] == "rayproject/ray:2.60.0-py311-gpu"
     assert "--shm-size=32g" in config["docker"]["run_options"]
     assert set(config["file_mounts"]) == {"~/trainspec/code", "~/trainspec/trainspec_shim.py",
-                                          "~/trainspec/trainspec_ray_launch.py"}
+                                          "~/trainspec/trainspec_ray_driver.py", "~/trainspec/trainspec_procs.py",
+                                          "~/trainspec/trainspec_ray_job.json"}
     assert (folder / config["file_mounts"]["~/trainspec/code"]).resolve() == REPO / "examples" / "mnist"
     assert any("lightning==2.6.6" in c for c in config["setup_commands"])
     assert "azure-mgmt-compute" in config["head_setup_commands"][0]  # the autoscaler drives Azure
@@ -97,11 +98,16 @@ def test_launch_script_runs_the_unmodified_command_under_the_shim(tmp_path):
     words = shlex.split(exec_line)
     assert words[:3] == ["ray", "exec", "cluster.yaml"]
     argv = shlex.split(words[3])
-    assert argv[:2] == ["python", "trainspec/trainspec_ray_launch.py"]
-    options = dict(zip(argv[2:argv.index("--")][::2], argv[2:argv.index("--")][1::2]))
-    assert options["--nodes"] == "2" and options["--procs-per-node"] == "8" and options["--placement"] == "STRICT_SPREAD"
-    assert "TRAINSPEC_NODES=2" in argv and "TRAINSPEC_LAUNCHER=per-process" in argv
-    command = argv[argv.index("--") + 1]
+    assert argv == ["python", "trainspec/trainspec_ray_driver.py", "trainspec/trainspec_ray_job.json"]
+    # the request the driver reads, typed: what the driver's own reader accepts
+    from trainspec.runtime.ray_driver import read_request
+
+    request = read_request(str(folder / "trainspec_ray_job.json"))
+    assert (request.nodes, request.procs_per_node, request.launcher, request.placement) == (
+        2, 8, "per-process", "STRICT_SPREAD")
+    assert request.env["TRAINSPEC_NODES"] == "2" and request.env["TRAINSPEC_LAUNCHER"] == "per-process"
+    assert request.workdir == str(folder / "code") and request.master_port is None
+    command = request.command
     assert command == ("python -I -S $HOME/trainspec/trainspec_shim.py -- python train.py --num_nodes 2 --devices 8 "
                        "--max_epochs 5")
     assert any("ray down -y" in l and l.startswith("trap ") for l in lines)  # said even when training fails

@@ -226,3 +226,27 @@ def test_the_report_names_the_signal():
 
     assert [_signal_name(c) for c in (0, 1, 3, 128, 137, 143, 130, 200)] == [
         "", "", "", "", " (SIGKILL)", " (SIGTERM)", " (SIGINT)", ""]
+
+
+def test_the_verdict_both_runners_follow():
+    """procs.Verdict, shared by run --local and the Ray driver: the first non-zero exit decides
+    the code (a signal as 128+n), the others get the grace, a deadline gives 124."""
+    import time
+
+    verdict = procs.Verdict(3, grace=60.0, deadline=None)
+    assert verdict.budget() is None and not verdict.over
+    verdict.ended(1, 0)
+    verdict.ended(2, -9)  # killed by SIGKILL: the first failure
+    verdict.ended(0, 3)  # a later failure does not change the story
+    assert (verdict.over, verdict.failed, verdict.exit_code, verdict.timed_out) == (True, 2, 137, False)
+
+    verdict = procs.Verdict(2, grace=60.0, deadline=None)
+    verdict.ended(0, 7)
+    assert not verdict.over and 59.0 < verdict.budget() <= 60.0  # the other one gets the grace
+    assert (verdict.failed, verdict.exit_code) == (0, 7)
+
+    verdict = procs.Verdict(2, grace=60.0, deadline=time.monotonic())  # the deadline has passed
+    assert verdict.over and verdict.timed_out and verdict.exit_code == 124 and verdict.budget() == 0.0
+    verdict = procs.Verdict(1, grace=1.0, deadline=None)
+    verdict.ended(0, 0)
+    assert verdict.over and verdict.exit_code == 0 and not verdict.timed_out

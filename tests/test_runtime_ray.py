@@ -1,9 +1,9 @@
-"""The Ray side of the runtime, without a Ray cluster: the shim's Ray detector (launcher
+"""The Ray side of the runtime, without a Ray cluster: the shim's Ray detector (driver
 variables in, World and exports out), its idempotency (shim inside shim; Ray Train's already
-initialized process group), and the launcher's pure parts (options, ranks, environment) --
-including that what the launcher exports is exactly what the detector reads.
+initialized process group), and the driver's pure parts (the job request, ranks, environment) --
+including that what the driver exports is exactly what the detector reads.
 
-The launcher against a real local Ray cluster: tests/test_ray_launch.py.
+The driver against a real local Ray cluster: tests/test_ray_driver.py.
 """
 
 import json
@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 
 from trainspec.runtime import DETECTORS, SHIM_PATH, ShimError, World, detect, normalize
-from trainspec.runtime import ray_launch
-from trainspec.runtime.ray_launch import Slot, assign, parse_args, process_env, share
+from trainspec.runtime import procs as procs_module
+from trainspec.runtime import ray_driver
+from trainspec.runtime.ray_driver import DriverError, Slot, assign, parse_args, process_env, read_request, share
 
-LAUNCHER_PATH = Path(ray_launch.__file__)
+DRIVER_PATH = Path(ray_driver.__file__)
 
 
 def ray_env(rank, nodes=2, procs=4, launcher="per-process", expect=True, **extra):
-    """What trainspec_ray_launch.py gives process `rank` (per-node: node `rank`'s launcher process)."""
+    """What trainspec_ray_driver.py gives process `rank` (per-node: node `rank`'s launcher process)."""
     per_node = launcher == "per-node"
     env = {
         "TRAINSPEC_RAY": "1",
@@ -36,9 +37,9 @@ def ray_env(rank, nodes=2, procs=4, launcher="per-process", expect=True, **extra
         "LOCAL_WORLD_SIZE": "1" if per_node else str(procs),
         "NODE_RANK": str(rank if per_node else rank // procs),
     }
-    if expect:  # what the compiler passes through --env
+    if expect:  # what the compiler writes into the request's env
         env.update({"TRAINSPEC_NODES": str(nodes), "TRAINSPEC_PROCS_PER_NODE": str(procs),
-                    "TRAINSPEC_LAUNCHER": launcher, "TRAINSPEC_BACKEND": "nccl", "TRAINSPEC_SPEC": "specs/ray.yaml"})
+                    "TRAINSPEC_LAUNCHER": launcher, "TRAINSPEC_SPEC": "specs/ray.yaml"})
     return {**env, **extra}
 
 
@@ -258,76 +259,103 @@ def test_the_shim_never_imports_torch(tmp_path):
     assert done.stdout.strip() == "False", done.stderr
 
 
-# ---------------------------------------------------------------- the launcher's pure parts
+# ---------------------------------------------------------------- the driver's pure parts
+
+REQUEST = {"nodes": 2, "procs_per_node": 2, "launcher": "per-process", "gpus_per_node": 0, "cpus_per_node": 1,
+           "placement": "STRICT_SPREAD", "workdir": "code", "env": {}, "command": "python shim.py -- python train.py",
+           "master_port": None}
 
 
-def options(*extra, launcher="per-process", nodes=2, procs=2):
-    return parse_args(["--nodes", str(nodes), "--procs-per-node", str(procs), "--launcher", launcher, *extra,
-                       "--", "python shim.py -- python train.py"])
+def request_file(folder, **fields):
+    path = Path(folder) / "trainspec_ray_job.json"
+    path.write_text(json.dumps({**REQUEST, **fields}))
+    return str(path)
 
 
-def test_cli_defaults_and_values(tmp_path):
-    opts = options()
+def options(tmp_path, *flags, **fields):
+    return parse_args([request_file(tmp_path, **fields), *flags])
+
+
+def test_the_request_and_the_run_flags(tmp_path):
+    opts = options(tmp_path)
     assert (opts.gpus_per_node, opts.cpus_per_node, opts.placement, opts.address, opts.timeout, opts.grace) == (
         0, 1.0, "STRICT_SPREAD", "auto", 0.0, 10.0)
-    assert opts.workdir == os.getcwd() and opts.env == {} and opts.command == "python shim.py -- python train.py"
-    opts = parse_args(["--nodes", "3", "--procs-per-node", "4", "--launcher", "per-node", "--gpus-per-node", "4",
-                       "--cpus-per-node", "24", "--placement", "PACK", "--workdir", str(tmp_path), "--env", "A=1",
-                       "--env", "B=x=y", "--env", "C=", "--address", "10.0.0.4:6379", "--timeout", "60",
-                       "--grace", "3", "--", "python", "train.py", "--lr", "0.1"])
+    assert opts.workdir == str(tmp_path / "code")  # relative to the request, wherever the driver runs
+    assert opts.env == {} and opts.command == "python shim.py -- python train.py" and opts.master_port is None
+    opts = options(tmp_path, "--address", "10.0.0.4:6379", "--timeout", "60", "--grace", "3",
+                   nodes=3, procs_per_node=4, launcher="per-node", gpus_per_node=4, cpus_per_node=24,
+                   placement="PACK", env={"A": "1", "B": "x=y", "C": ""}, master_port=29400)
     assert (opts.nodes, opts.procs_per_node, opts.launcher, opts.gpus_per_node, opts.cpus_per_node) == (
         3, 4, "per-node", 4, 24.0)
-    assert opts.env == {"A": "1", "B": "x=y", "C": ""}
-    assert opts.command == "python train.py --lr 0.1"  # several words: joined, as ssh does
-    assert (opts.workdir, opts.address, opts.timeout, opts.grace, opts.actors) == (
-        str(tmp_path), "10.0.0.4:6379", 60.0, 3.0, 3)
+    assert opts.env == {"A": "1", "B": "x=y", "C": ""} and opts.master_port == 29400
+    assert (opts.address, opts.timeout, opts.grace, opts.actors) == ("10.0.0.4:6379", 60.0, 3.0, 3)
     assert opts.bundle() == {"CPU": 24.0, "GPU": 4.0} and opts.actor_resources() == (24.0, 4.0)
-    assert options("--workdir", "code").workdir == os.path.join(os.getcwd(), "code")
 
 
-@pytest.mark.parametrize("argv", [
-    ["--nodes", "2", "--procs-per-node", "2", "--launcher", "per-process"],  # no command
-    ["--nodes", "2", "--procs-per-node", "2", "--launcher", "per-process", "--"],  # empty command
-    ["--nodes", "0", "--procs-per-node", "2", "--launcher", "per-process", "--", "true"],
-    ["--nodes", "2", "--procs-per-node", "2", "--launcher", "mpi", "--", "true"],
-    ["--nodes", "2", "--procs-per-node", "2", "--launcher", "per-node", "--env", "NOVALUE", "--", "true"],
-    ["--nodes", "2", "--procs-per-node", "2", "--launcher", "per-node", "--cpus-per-node", "0", "--", "true"],
-    ["--nodes", "2", "--procs-per-node", "2", "--launcher", "per-node", "--placement", "STRICT_PACK", "--", "true"],
-], ids=["no-command", "empty-command", "zero-nodes", "mpi", "env-pair", "zero-cpus", "placement"])
-def test_usage_errors_exit_2(argv, capsys):
-    with pytest.raises(SystemExit) as caught:
-        parse_args(argv)
-    assert caught.value.code == 2
+@pytest.mark.parametrize("fields, message", [
+    ({"command": "  "}, "command: expected a non-empty shell command"),
+    ({"nodes": 0}, "nodes: expected an integer >= 1, got 0"),
+    ({"nodes": True}, "nodes: expected an integer >= 1, got true"),
+    ({"launcher": "mpi"}, 'launcher: expected per-process or per-node, got "mpi"'),
+    ({"env": {"NO VALUE": "1"}}, "env: expected a mapping of variable names to strings"),
+    ({"env": {"A": 1}}, "env: expected a mapping of variable names to strings"),
+    ({"cpus_per_node": 0}, "cpus_per_node: expected a number > 0, got 0"),
+    ({"placement": "STRICT_PACK"}, "placement: expected STRICT_SPREAD or SPREAD or PACK"),
+    ({"master_port": 70000}, "master_port: expected null or a TCP port (1-65535), got 70000"),
+    ({"extra": 1}, "unknown field(s) extra"),
+], ids=["empty-command", "zero-nodes", "bool-nodes", "mpi", "env-name", "env-value", "zero-cpus", "placement",
+        "port", "unknown"])
+def test_a_bad_request_names_the_file_and_the_field(tmp_path, fields, message):
+    with pytest.raises(DriverError) as caught:
+        options(tmp_path, **fields)
+    assert str(caught.value).startswith(str(tmp_path / "trainspec_ray_job.json") + ": ")
+    assert message in str(caught.value)
 
 
-def test_resource_shares_fit_in_the_bundle():
+def test_a_missing_field_or_file_is_named(tmp_path):
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({k: v for k, v in REQUEST.items() if k != "command"}))
+    with pytest.raises(DriverError, match="missing field\\(s\\) command"):
+        read_request(str(path))
+    with pytest.raises(DriverError, match="cannot read the job request"):
+        read_request(str(tmp_path / "absent.json"))
+
+
+def test_usage_errors_exit_2(tmp_path):
+    for argv in ([], [request_file(tmp_path), "--timeout", "-1"], [request_file(tmp_path), "--nodes", "2"]):
+        with pytest.raises(SystemExit) as caught:
+            parse_args(argv)
+        assert caught.value.code == 2
+
+
+def test_resource_shares_fit_in_the_bundle(tmp_path):
     assert share(1, 2) == 0.5 and share(1, 3) == 0.3333 and share(24, 5) == 4.0 and share(0, 4) == 0
-    assert options("--cpus-per-node", "1").actor_resources() == (0.5, 0.0)
-    assert options("--cpus-per-node", "8", "--gpus-per-node", "2", procs=2).actor_resources() == (4.0, 1.0)
-    assert options().bundle() == {"CPU": 1.0}  # no GPU key when there are none
+    assert options(tmp_path, cpus_per_node=1).actor_resources() == (0.5, 0.0)
+    assert options(tmp_path, cpus_per_node=8, gpus_per_node=2).actor_resources() == (4.0, 1.0)
+    assert options(tmp_path).bundle() == {"CPU": 1.0}  # no GPU key when there are none
 
 
-def test_ranks_without_gpus():
-    slots = assign(options(), [[], [], [], []])
+def test_ranks_without_gpus(tmp_path):
+    slots = assign(options(tmp_path), [[], [], [], []])
     assert [(s.actor, s.rank, s.node_rank, s.local_rank, s.cuda_visible_devices) for s in slots] == [
         (0, 0, 0, 0, None), (1, 1, 0, 1, None), (2, 2, 1, 0, None), (3, 3, 1, 1, None)]
 
 
-def test_local_ranks_follow_the_gpu_ids_and_share_the_node_gpus():
+def test_local_ranks_follow_the_gpu_ids_and_share_the_node_gpus(tmp_path):
     # Ray gave actor 0 GPU 3 and actor 1 GPU 1 on node 0; GPUs 0 and 2 to node 1's actors
-    slots = assign(options("--gpus-per-node", "2"), [["3"], ["1"], ["0"], ["2"]])
+    slots = assign(options(tmp_path, gpus_per_node=2), [["3"], ["1"], ["0"], ["2"]])
     assert [(s.actor, s.rank, s.local_rank, s.cuda_visible_devices) for s in slots] == [
         (1, 0, 0, "1,3"), (0, 1, 1, "1,3"), (2, 2, 0, "0,2"), (3, 3, 1, "0,2")]
 
 
-def test_per_node_slots():
-    slots = assign(options(launcher="per-node", nodes=3), [["0", "1"]] * 3)
+def test_per_node_slots(tmp_path):
+    slots = assign(options(tmp_path, launcher="per-node", nodes=3), [["0", "1"]] * 3)
     assert [(s.actor, s.rank, s.node_rank, s.local_rank, s.cuda_visible_devices) for s in slots] == [
         (0, 0, 0, 0, None), (1, 1, 1, 0, None), (2, 2, 2, 0, None)]
 
 
-def test_env_pairs_apply_but_the_world_wins():
-    opts = options("--env", "RANK=99", "--env", "NCCL_DEBUG=INFO", "--env", "PYTHONUNBUFFERED=0")
+def test_the_requests_env_applies_but_the_world_wins(tmp_path):
+    opts = options(tmp_path, env={"RANK": "99", "NCCL_DEBUG": "INFO", "PYTHONUNBUFFERED": "0"})
     env = process_env(opts, Slot(actor=3, rank=3, node_rank=1, local_rank=1, cuda_visible_devices="0,1"),
                       "10.0.0.7", 41234)
     assert env == {"PYTHONUNBUFFERED": "0", "NCCL_DEBUG": "INFO", "TRAINSPEC_RAY": "1", "MASTER_ADDR": "10.0.0.7",
@@ -335,18 +363,11 @@ def test_env_pairs_apply_but_the_world_wins():
                    "NODE_RANK": "1", "CUDA_VISIBLE_DEVICES": "0,1"}
 
 
-def test_pinned_port():
-    assert ray_launch.pinned_port(options()) is None
-    assert ray_launch.pinned_port(options("--env", "TRAINSPEC_MASTER_PORT=29400")) == 29400
-    with pytest.raises(ray_launch.LaunchError, match="TRAINSPEC_MASTER_PORT=70000"):
-        ray_launch.pinned_port(options("--env", "TRAINSPEC_MASTER_PORT=70000"))
-
-
 @pytest.mark.parametrize("launcher, procs", [("per-process", 2), ("per-process", 3), ("per-node", 4)])
-def test_what_the_launcher_exports_is_what_the_shim_reads(launcher, procs):
+def test_what_the_driver_exports_is_what_the_shim_reads(tmp_path, launcher, procs):
     """The two halves of the contract: every slot's environment is a valid world of the right shape."""
-    expectations = ["TRAINSPEC_NODES=2", "TRAINSPEC_PROCS_PER_NODE=%d" % procs, "TRAINSPEC_LAUNCHER=" + launcher]
-    opts = options(*[arg for pair in expectations for arg in ("--env", pair)], launcher=launcher, procs=procs)
+    expectations = {"TRAINSPEC_NODES": "2", "TRAINSPEC_PROCS_PER_NODE": str(procs), "TRAINSPEC_LAUNCHER": launcher}
+    opts = options(tmp_path, env=expectations, launcher=launcher, procs_per_node=procs)
     slots = assign(opts, [[] for _ in range(opts.actors)])
     worlds = [normalize(process_env(opts, slot, "10.0.0.7", 41234)) for slot in slots]
     assert {w.platform for w in worlds} == {"ray"}
@@ -356,27 +377,38 @@ def test_what_the_launcher_exports_is_what_the_shim_reads(launcher, procs):
 
 
 def test_exit_codes_of_signals():
-    assert ray_launch.exit_code(7) == 7 and ray_launch.exit_code(-15) == 143 and ray_launch.exit_code(0) == 0
+    exit_code = procs_module.exit_code  # the one conversion both runners use
+    assert exit_code(7) == 7 and exit_code(-15) == 143 and exit_code(0) == 0
 
 
-def test_launcher_is_self_contained_and_imports_ray_late(tmp_path):
-    source = LAUNCHER_PATH.read_text()
-    assert not re.search(r"^\s*(from|import)\s+(trainspec|\.)", source, re.M)
-    copy = tmp_path / "trainspec_ray_launch.py"
-    shutil.copyfile(LAUNCHER_PATH, copy)
-    code = ("import sys; sys.path.insert(0, %r); import trainspec_ray_launch; "
-            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith(('ray.', 'trainspec.'))))"
+def test_the_shipped_driver_runs_from_its_folder_and_imports_ray_late(tmp_path):
+    """As the Ray target ships it: trainspec_ray_driver.py and trainspec_procs.py in one folder,
+    nothing of trainspec installed; ray only imported when a run starts."""
+    source = DRIVER_PATH.read_text()
+    imports = re.findall(r"^\s*(?:from|import)\s+(trainspec\w*|\.)", source, re.M)
+    assert sorted(set(imports)) == [".", "trainspec_procs"], imports  # the package's procs, or the shipped copy
+    shutil.copyfile(DRIVER_PATH, tmp_path / "trainspec_ray_driver.py")
+    shutil.copyfile(Path(procs_module.__file__), tmp_path / "trainspec_procs.py")
+    code = ("import sys; sys.path.insert(0, %r); import trainspec_ray_driver; "
+            "print(trainspec_ray_driver.procs.__name__, "
+            "sorted(m for m in sys.modules if m == 'ray' or m.startswith(('ray.', 'trainspec.'))))"
             % str(tmp_path))
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
-    done = subprocess.run([sys.executable, "-I", str(copy), "--help"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "--procs-per-node" in done.stdout
+    assert done.returncode == 0 and done.stdout.strip() == "trainspec_procs []", done.stdout + done.stderr
+    done = subprocess.run([sys.executable, "-I", str(tmp_path / "trainspec_ray_driver.py"), "--help"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "JOB.json" in done.stdout
+    bad = request_file(tmp_path, nodes=0)
+    done = subprocess.run([sys.executable, "-I", str(tmp_path / "trainspec_ray_driver.py"), bad],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "nodes: expected an integer >= 1, got 0" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_each_rank_gets_the_interface_that_holds_its_nodes_ip(monkeypatch):
     """gloo picks its interface from the host name, which Debian images map to 127.0.1.1; the launcher
     knows the node's IP and names the interface holding it (issue 12), unless the user set one."""
-    from trainspec.runtime.ray_launch import interface_of, with_interface
+    from trainspec.runtime.ray_driver import interface_of, with_interface
 
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
     assert interface_of("127.0.0.1") == "lo"

@@ -216,6 +216,7 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
         "trainspec_version": __version__,
         "framework": spec.framework,
         "launcher": launcher,
+        "backend": valid.backend,  # for people reading the job in the studio; nothing reads it at run time
         **(settings.tags if settings else {}),
     }
     job["code"] = base.relative(valid.resolve(spec.code), out_dir)

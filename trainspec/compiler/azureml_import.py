@@ -310,7 +310,7 @@ def _azureml_settings(job, azureml, note) -> None:
     if job.get("experiment_name"):
         azureml["experiment_name"] = str(job["experiment_name"])
     tags = {str(k): str(v) for k, v in (job.get("tags") or {}).items() if not str(k).startswith("trainspec_")
-            and k not in ("framework", "launcher")}
+            and k not in ("framework", "launcher", "backend")}
     if tags:
         azureml["tags"] = tags
     if job.get("identity"):

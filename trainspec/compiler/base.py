@@ -87,7 +87,6 @@ def expectations(valid: ValidSpec, launcher_name: str, master_port: Optional[int
         contract.ENV_NODES: str(valid.nodes),
         contract.ENV_PROCS_PER_NODE: str(valid.procs_per_node),
         contract.ENV_LAUNCHER: launcher_name,
-        contract.ENV_BACKEND: valid.backend,
     }
     if master_port is not None:
         env[contract.ENV_MASTER_PORT] = str(master_port)

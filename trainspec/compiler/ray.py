@@ -17,16 +17,18 @@ The cluster (../shared/reference/ray.md):
   ``setup_commands`` install Ray and the spec's environment (pip, or a conda file); an image
   becomes the ``docker`` block; ``auth`` is left to Ray's defaults unless keys are given.
 
-The training: ``launch.sh`` runs ``ray up``, then ``ray exec`` of the launcher
-(``trainspec/runtime/ray_launch.py``, copied as ``trainspec_ray_launch.py``) which places one
-bundle per node (STRICT_SPREAD) and runs the spec's unmodified command under the shim on
-``nodes x procs_per_node`` processes, then says how to tear the cluster down.
+The training: ``launch.sh`` runs ``ray up``, then ``ray exec`` of the driver
+(``trainspec/runtime/ray_driver.py``, copied as ``trainspec_ray_driver.py``) on the job request
+``trainspec_ray_job.json`` written here; it places one bundle per node (STRICT_SPREAD) and runs
+the spec's unmodified command under the shim on ``nodes x procs_per_node`` processes, then
+launch.sh says how to tear the cluster down.
 """
 
 from __future__ import annotations
 
 import functools
 import difflib
+import json
 import re
 import shlex
 from pathlib import Path
@@ -44,7 +46,9 @@ LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface"
              "deepspeed": "per-process"}
 CLUSTER_FILE = "cluster.yaml"
 LAUNCH_FILE = "launch.sh"
-LAUNCHER_FILE = "trainspec_ray_launch.py"
+DRIVER_FILE = "trainspec_ray_driver.py"  # runtime/ray_driver.py, copied
+PROCS_FILE = "trainspec_procs.py"  # runtime/procs.py, copied: the driver's process handling
+REQUEST_FILE = "trainspec_ray_job.json"  # what the driver runs: the job's shape
 SUBMIT = "bash {dir}/" + LAUNCH_FILE
 REMOTE = "~/trainspec"  # where file_mounts put things on every node
 HEAD_TYPE = "ray.head.default"
@@ -55,7 +59,7 @@ IMAGE = {"imagePublisher": "microsoft-dsvm", "imageOffer": "ubuntu-hpc", "imageS
 # what `ray up` (here) and the head's autoscaler need to drive Azure (ray.md §4)
 AZURE_SDK = ("azure-cli-core", "azure-core", "azure-identity", "azure-mgmt-compute", "azure-mgmt-network",
              "azure-mgmt-resource", "azure-common", "msrest", "msrestazure")
-LAUNCHER_SOURCE = Path(__file__).resolve().parents[1] / "runtime" / "ray_launch.py"
+RUNTIME = Path(__file__).resolve().parents[1] / "runtime"
 _REMOTE_DATA = re.compile(r"^(https?://|wasbs?://|abfss?://|s3://|gs://)")
 
 # Azure regions that offer GPU VM sizes (az account list-locations, 2026): a misspelt
@@ -202,7 +206,9 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
         base.OutFile(CLUSTER_FILE, emit.yaml_bytes(cluster_config(valid, out_dir), header)),
         base.OutFile(LAUNCH_FILE, _launch_script(valid).encode("utf-8"), executable=True),
         base.shim_file(),
-        base.OutFile(LAUNCHER_FILE, LAUNCHER_SOURCE.read_bytes()),
+        base.OutFile(REQUEST_FILE, (json.dumps(job_request(valid), indent=2, sort_keys=True) + "\n").encode()),
+        base.OutFile(DRIVER_FILE, (RUNTIME / "ray_driver.py").read_bytes()),
+        base.OutFile(PROCS_FILE, (RUNTIME / "procs.py").read_bytes()),
     )
     return base.Artifact(target=NAME, name=spec.name, files=files, submit=SUBMIT)
 
@@ -281,7 +287,7 @@ def _file_mounts(valid: ValidSpec, out_dir: Path) -> Dict[str, str]:
     mounts = {
         f"{REMOTE}/code": base.relative(valid.resolve(spec.code), out_dir),
         f"{REMOTE}/{base.SHIM_FILE}": f"./{base.SHIM_FILE}",
-        f"{REMOTE}/{LAUNCHER_FILE}": f"./{LAUNCHER_FILE}",
+        **{f"{REMOTE}/{name}": f"./{name}" for name in (REQUEST_FILE, DRIVER_FILE, PROCS_FILE)},
     }
     if spec.environment.conda_file:
         mounts[f"{REMOTE}/environment.yml"] = base.relative(valid.resolve(spec.environment.conda_file), out_dir)
@@ -315,21 +321,22 @@ def _command(valid: ValidSpec) -> str:
     return base.under_shim(f"{shlex.join([*python, *base.SHIM_FLAGS])} $HOME/trainspec/{base.SHIM_FILE}", command)
 
 
-def launcher_argv(valid: ValidSpec) -> List[str]:
-    """The launcher's command line on the head (run by `ray exec` from the home directory)."""
+def job_request(valid: ValidSpec) -> Dict[str, Any]:
+    """What the driver runs (runtime/ray_driver.py, Request): the job's shape, typed JSON."""
     spec = valid.spec
-    settings = spec.targets.ray
     launcher = base.launcher(valid, LAUNCHERS)
-    argv = [*shlex.split(settings.python), f"trainspec/{LAUNCHER_FILE}",
-            "--nodes", str(valid.nodes), "--procs-per-node", str(valid.procs_per_node), "--launcher", launcher,
-            "--gpus-per-node", str(valid.gpus_per_node), "--cpus-per-node", str(valid.procs_per_node),
-            "--placement", "STRICT_SPREAD", "--workdir", "trainspec/code"]
     env = {key: valid.render(("env", key), value, refs_for(valid)) for key, value in spec.env.items()}
     env.update(base.lightning_defaults(valid))
-    env.update(base.expectations(valid, launcher))  # the launcher picks a free master port on rank 0's node
-    for key, value in env.items():
-        argv += ["--env", f"{key}={value}"]
-    return [*argv, "--", _command(valid)]
+    env.update(base.expectations(valid, launcher))
+    return {"nodes": valid.nodes, "procs_per_node": valid.procs_per_node, "launcher": launcher,
+            "gpus_per_node": valid.gpus_per_node, "cpus_per_node": valid.procs_per_node,
+            "placement": "STRICT_SPREAD", "workdir": "code", "env": env, "command": _command(valid),
+            "master_port": None}  # None: the driver finds a free port on rank 0's node
+
+
+def driver_argv(valid: ValidSpec) -> List[str]:
+    """The driver's command line on the head (run by `ray exec` from the home directory)."""
+    return [*shlex.split(valid.spec.targets.ray.python), f"trainspec/{DRIVER_FILE}", f"trainspec/{REQUEST_FILE}"]
 
 
 def _launch_script(valid: ValidSpec) -> str:
@@ -343,7 +350,7 @@ def _launch_script(valid: ValidSpec) -> str:
         'cd "$(dirname "$0")"',
         f"trap 'echo \"trainspec: when done, tear the cluster down: ray down -y $PWD/{CLUSTER_FILE}\"' EXIT",
         f"ray up -y {CLUSTER_FILE}",
-        f"ray exec {CLUSTER_FILE} {shlex.quote(shlex.join(launcher_argv(valid)))}",
+        f"ray exec {CLUSTER_FILE} {shlex.quote(shlex.join(driver_argv(valid)))}",
     ]
     return "\n".join(lines) + "\n"
 

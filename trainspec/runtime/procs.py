@@ -1,10 +1,15 @@
-"""Run a handful of processes as one job, the way a cluster would: `trainspec run --local`.
+"""Run a handful of processes as one job, the way a cluster would: `trainspec run --local`,
+and (shipped next to it as trainspec_procs.py) the Ray target's driver.
 
 Each process gets its own process group, so whatever it spawns (Lightning's
 workers, torchrun's agents) dies with it.  Output is interleaved line by line
 with a ``[label] `` prefix.  The first failure stops the job after a grace
 period, like a scheduler tearing down a failed distributed job, and nothing is
 left running when ``run_all`` returns, whatever happened.
+
+What both runners share, whoever holds the processes (this one, or Ray actors on other
+nodes): ``start_group``/``pump_lines``/``stop_group`` for one process group, ``exit_code``
+for its status, and ``Verdict``, the rule that ends a job.  Standard library only, Python >= 3.8.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import IO, Deque, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Callable, Deque, List, Mapping, Optional, Sequence, Tuple
 
 TAIL_LINES = 30
 PROBE_EVERY = 0.25  # seconds between connection attempts to the master address
@@ -88,9 +93,76 @@ def loopback_host(node_rank: int) -> str:
     return "127.0.0.%d" % (node_rank + 2)
 
 
-def _exit_code(returncode: int) -> int:
+# ---------------------------------------------------------------- what both runners share
+
+def exit_code(returncode: int) -> int:
     """Popen's -N for "killed by signal N" becomes the shell's 128+N."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def start_group(argv: Sequence[str], env: Mapping[str, str], cwd: str,
+                preexec_fn: Optional[Callable[[], None]] = None) -> "subprocess.Popen[bytes]":
+    """argv in a session (so a process group) of its own: stdout and stderr in one pipe, no stdin."""
+    return subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec_fn)
+
+
+def pump_lines(pipe: IO[bytes], on_line: Callable[[str], None]) -> None:
+    """Every line of ``pipe`` until it closes, decoded, without its line end."""
+    for raw in iter(pipe.readline, b""):
+        on_line(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+
+
+def signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)  # start_new_session: the group id is the leader's pid
+    except (ProcessLookupError, PermissionError):
+        pass  # the whole group has exited
+
+
+def stop_group(pid: int, grace: float, ended: Callable[[float], object]) -> None:
+    """SIGTERM the group, wait up to ``grace`` s (``ended(seconds)`` waits for the leader's exit),
+    then SIGKILL it: also when the leader is gone, whatever it left in its group goes too."""
+    signal_group(pid, signal.SIGTERM)
+    ended(grace)
+    signal_group(pid, signal.SIGKILL)
+
+
+class Verdict:
+    """How a job of several processes ends, as they end one by one: when all exited 0, code 0;
+    the first non-zero exit decides the code, and the others get ``grace`` seconds to end by
+    themselves (they usually fail too, once a peer is gone) before the runner stops them; past
+    ``deadline`` (a time.monotonic() value, or None), code 124 as coreutils' timeout."""
+
+    def __init__(self, count: int, grace: float, deadline: Optional[float]) -> None:
+        self.running = count
+        self.grace = grace
+        self.until = deadline
+        self.failed: Optional[int] = None  # the index of the first failing process
+        self.code = 0
+
+    def ended(self, index: int, returncode: int) -> None:
+        self.running -= 1
+        if returncode != 0 and self.failed is None:
+            self.failed, self.code = index, exit_code(returncode)
+            grace_ends = time.monotonic() + self.grace
+            self.until = grace_ends if self.until is None else min(self.until, grace_ends)
+
+    def budget(self) -> Optional[float]:
+        """Seconds until the job must be stopped (None: no limit yet)."""
+        return None if self.until is None else max(0.0, self.until - time.monotonic())
+
+    @property
+    def over(self) -> bool:
+        return self.running == 0 or (self.until is not None and time.monotonic() >= self.until)
+
+    @property
+    def timed_out(self) -> bool:
+        return self.failed is None and self.running > 0 and self.over
+
+    @property
+    def exit_code(self) -> int:
+        return self.code if self.failed is not None else 124 if self.timed_out else 0
 
 
 class _Job:
@@ -115,15 +187,7 @@ class _Job:
     def start(self, proc: Proc) -> None:
         index = len(self.popens)
         argv = list(proc.argv) if proc.netns is None else ["ip", "netns", "exec", proc.netns, *proc.argv]
-        popen = subprocess.Popen(
-            argv,
-            env=dict(proc.env),
-            cwd=proc.cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        popen = start_group(argv, proc.env, proc.cwd)
         self.labels.append(proc.label)
         self.popens.append(popen)
         self.tails.append(deque(maxlen=TAIL_LINES))
@@ -137,12 +201,14 @@ class _Job:
     def _read(self, index: int) -> None:
         prefix, tail, pipe = "[%s] " % self.labels[index], self.tails[index], self.popens[index].stdout
         assert pipe is not None
-        for raw in iter(pipe.readline, b""):
-            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+
+        def show(line: str) -> None:
             tail.append(line)
             with self.lock:
                 self.out.write(prefix + line + "\n")
                 self.out.flush()
+
+        pump_lines(pipe, show)
 
     def _wait(self, index: int) -> None:
         returncode = self.popens[index].wait()
@@ -182,28 +248,18 @@ class _Job:
 
         Returns (exit code, index of the first failing process, timed out).
         """
-        deadline = time.monotonic() + timeout
-        until = deadline
-        running = len(self.popens)
-        first: Optional[Tuple[int, int]] = None
-        while running:
+        verdict = Verdict(len(self.popens), grace, time.monotonic() + timeout)
+        while not verdict.over:
             try:
-                index, returncode = self.exits.get(timeout=max(0.0, until - time.monotonic()))
+                index, returncode = self.exits.get(timeout=verdict.budget())
             except queue.Empty:
-                break
+                continue
             if index == MASTER_SILENT:
-                if first is None:
+                if verdict.failed is None:
                     return returncode, MASTER_SILENT, False
                 continue  # a process failed first: that is the story
-            running -= 1
-            if returncode != 0 and first is None:
-                first = (index, _exit_code(returncode))
-                until = min(deadline, time.monotonic() + grace)
-        if first is not None:
-            return first[1], first[0], False
-        if running:
-            return 124, None, True
-        return 0, None, False
+            verdict.ended(index, returncode)
+        return verdict.exit_code, verdict.failed, verdict.timed_out
 
     def stop(self) -> None:
         """SIGTERM every process group, SIGKILL after KILL_AFTER; reap the processes and drain their output."""
@@ -229,16 +285,13 @@ class _Job:
 
     def endings(self, skip: Optional[int]) -> List[Ending]:
         """How every process but ``skip`` ended (after stop())."""
-        return [Ending(label, _exit_code(ended[1]), ended[2], ended[0])
+        return [Ending(label, exit_code(ended[1]), ended[2], ended[0])
                 for index, (label, ended) in enumerate(zip(self.labels, self.ended))
                 if index != skip and ended is not None]
 
     def _signal_groups(self, signum: int) -> None:
         for popen in self.popens:
-            try:
-                os.killpg(popen.pid, signum)  # start_new_session: the group id is the pid
-            except (ProcessLookupError, PermissionError):
-                pass  # the whole group has exited
+            signal_group(popen.pid, signum)
 
 
 def run_all(procs: Sequence[Proc], *, timeout: float, grace: float = 10.0, out: IO[str] = sys.stdout,

@@ -33,13 +33,12 @@ ENV_SPEC = "TRAINSPEC_SPEC"  # the spec's path, for messages
 ENV_NODES = "TRAINSPEC_NODES"
 ENV_PROCS_PER_NODE = "TRAINSPEC_PROCS_PER_NODE"
 ENV_LAUNCHER = "TRAINSPEC_LAUNCHER"
-ENV_BACKEND = "TRAINSPEC_BACKEND"  # for people reading a job's environment; the shim does not need it
 ENV_MASTER_PORT = "TRAINSPEC_MASTER_PORT"
 ENV_MASTER_ADDR = "TRAINSPEC_MASTER_ADDR"  # HPC Pack with listed nodes: the first one's name
 ENV_NODE_RANK = "TRAINSPEC_NODE_RANK"  # HPC Pack: baked into each task
 ENV_RDZV_DIR = "TRAINSPEC_RDZV_DIR"  # HPC Pack: the shared directory of the master election
 ENV_RDZV_TIMEOUT = "TRAINSPEC_RDZV_TIMEOUT"
-ENV_RAY = "TRAINSPEC_RAY"  # set by trainspec's Ray launcher in every actor
+ENV_RAY = "TRAINSPEC_RAY"  # set by trainspec's Ray driver in every actor
 
 LAUNCHERS = ("per-process", "per-node", "mpi", "tensorflow")  # tensorflow: one worker per node, TF_CONFIG
 AZUREML_MASTER_PORT = 6105  # what Azure ML's pytorch distribution uses
@@ -622,7 +621,7 @@ def _remove_stale_attempts(rdzv_dir: str, attempt: str) -> None:
 
 
 class Ray(Detector):
-    """Ray actors started by trainspec's launcher (``trainspec_ray_launch.py``), marked TRAINSPEC_RAY=1.
+    """Ray actors started by trainspec's driver (``trainspec_ray_driver.py``), marked TRAINSPEC_RAY=1.
 
     The launcher places one bundle per node, starts one actor per process (per-process)
     or per node (per-node), and gives each command torch's variables itself: MASTER_ADDR

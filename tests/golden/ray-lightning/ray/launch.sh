@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")"
 trap 'echo "trainspec: when done, tear the cluster down: ray down -y $PWD/cluster.yaml"' EXIT
 ray up -y cluster.yaml
-ray exec cluster.yaml 'python trainspec/trainspec_ray_launch.py --nodes 2 --procs-per-node 8 --launcher per-process --gpus-per-node 8 --cpus-per-node 8 --placement STRICT_SPREAD --workdir trainspec/code --env NCCL_DEBUG=WARN --env PL_TRAINER_NUM_NODES=2 --env PL_TRAINER_DEVICES=8 --env TRAINSPEC_SPEC=specs/ray-lightning.yaml --env TRAINSPEC_NODES=2 --env TRAINSPEC_PROCS_PER_NODE=8 --env TRAINSPEC_LAUNCHER=per-process --env TRAINSPEC_BACKEND=nccl -- '"'"'python -I -S $HOME/trainspec/trainspec_shim.py -- python train.py --num_nodes 2 --devices 8 --max_epochs 5'"'"''
+ray exec cluster.yaml 'python trainspec/trainspec_ray_driver.py trainspec/trainspec_ray_job.json'

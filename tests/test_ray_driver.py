@@ -1,4 +1,4 @@
-"""trainspec_ray_launch.py against a real Ray cluster on this machine: 2 simulated nodes (two
+"""trainspec_ray_driver.py against a real Ray cluster on this machine: 2 simulated nodes (two
 placement-group bundles on the one local node), the unmodified example scripts under the shim,
 gloo over loopback.
 
@@ -25,14 +25,15 @@ import pytest
 
 from conftest import REPO
 
-pytest.importorskip("ray", reason="ray is a test extra (pip install 'ray>=2.50'); the launcher needs it")
+pytest.importorskip("ray", reason="ray is a test extra (pip install 'ray>=2.50'); the driver needs it")
 pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
 pytest.importorskip("lightning", reason="lightning is a test extra")
 
 pytestmark = pytest.mark.realproc
 
 SHIM = REPO / "trainspec" / "runtime" / "shim.py"
-LAUNCHER = REPO / "trainspec" / "runtime" / "ray_launch.py"
+DRIVER = REPO / "trainspec" / "runtime" / "ray_driver.py"
+PROCS = REPO / "trainspec" / "runtime" / "procs.py"
 BIN = Path(sys.executable).parent
 RESULT = re.compile(r"^\[(rank|node) (\d+)\] TRAINSPEC_RESULT (\{.*\})$", re.M)
 CAN_NETNS = os.geteuid() == 0 and all(shutil.which(tool) for tool in ("unshare", "nsenter", "ip"))
@@ -166,16 +167,22 @@ class Finished:
         return found[0]
 
 
-def launch(cluster, tmp_path, *args, command, timeout=700):
-    """Run the launcher copied as a compiled job has it, next to the shim; returns it finished,
-    with the arrival time of every line, so a test can time what follows an event it saw rather
-    than the whole run (whose start-up a busy machine stretches)."""
+def launch(cluster, tmp_path, *flags, command, timeout=700, **fields):
+    """Run the driver copied as a compiled job has it (with trainspec_procs.py, next to the shim) on
+    a job request of ``fields``; returns it finished, with the arrival time of every line, so a test
+    can time what follows an event it saw rather than the whole run (whose start-up a busy machine
+    stretches)."""
+    import json
     import threading
 
-    for source, name in ((SHIM, "trainspec_shim.py"), (LAUNCHER, "trainspec_ray_launch.py")):
+    for source, name in ((SHIM, "trainspec_shim.py"), (DRIVER, "trainspec_ray_driver.py"),
+                         (PROCS, "trainspec_procs.py")):
         shutil.copyfile(source, tmp_path / name)
-    argv = [sys.executable, tmp_path / "trainspec_ray_launch.py", "--address", cluster.address,
-            "--workdir", tmp_path, "--timeout", "600", *args, "--", command]
+    request = {"gpus_per_node": 0, "cpus_per_node": 1, "placement": "PACK", "workdir": ".", "env": {},
+               "master_port": None, "command": command, **fields}
+    (tmp_path / "trainspec_ray_job.json").write_text(json.dumps(request))
+    argv = [sys.executable, tmp_path / "trainspec_ray_driver.py", tmp_path / "trainspec_ray_job.json",
+            "--address", cluster.address, "--timeout", "600", *flags]
     started = time.monotonic()
     popen = subprocess.Popen(cluster.ns.argv(argv), env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, cwd=tmp_path)
@@ -203,10 +210,8 @@ def launch(cluster, tmp_path, *args, command, timeout=700):
 
 
 def expectations(launcher, nodes=2, procs=2):
-    pairs = {"TRAINSPEC_NODES": nodes, "TRAINSPEC_PROCS_PER_NODE": procs, "TRAINSPEC_LAUNCHER": launcher,
-             "TRAINSPEC_BACKEND": "gloo", "TRAINSPEC_SPEC": "tests/ray.yaml", "GLOO_SOCKET_IFNAME": "lo",
-             "OMP_NUM_THREADS": "1"}
-    return [arg for key, value in pairs.items() for arg in ("--env", f"{key}={value}")]
+    return {"TRAINSPEC_NODES": str(nodes), "TRAINSPEC_PROCS_PER_NODE": str(procs), "TRAINSPEC_LAUNCHER": launcher,
+            "TRAINSPEC_SPEC": "tests/ray.yaml", "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
 
 
 PROBE = r"""
@@ -263,8 +268,8 @@ def assert_world(proc, script, launcher):
 
 def test_ddp_per_process(cluster, tmp_path):
     command = f"python {tmp_path}/trainspec_shim.py -- python {REPO}/examples/ddp/train.py --steps 3"
-    proc = launch(cluster, tmp_path, "--nodes", "2", "--procs-per-node", "2", "--launcher", "per-process",
-                  "--cpus-per-node", "1", "--placement", "PACK", *expectations("per-process"), command=command)
+    proc = launch(cluster, tmp_path, nodes=2, procs_per_node=2, launcher="per-process",
+                  env=expectations("per-process"), command=command)
     assert_world(proc, "ddp", "per-process")
     assert "trainspec: ray: all 4 ranks exited 0" in proc.stderr
     assert_nothing_left(cluster, "examples/ddp")
@@ -273,22 +278,22 @@ def test_ddp_per_process(cluster, tmp_path):
 def test_lightning_per_node_spawns_its_workers(cluster, tmp_path):
     command = (f"python {tmp_path}/trainspec_shim.py -- python {REPO}/examples/mnist/train.py --num_nodes 2 "
                f"--devices 2 --output {tmp_path}/outputs")
-    proc = launch(cluster, tmp_path, "--nodes", "2", "--procs-per-node", "2", "--launcher", "per-node",
-                  "--cpus-per-node", "1", "--placement", "SPREAD", *expectations("per-node"), command=command)
+    proc = launch(cluster, tmp_path, nodes=2, procs_per_node=2, launcher="per-node", placement="SPREAD",
+                  env=expectations("per-node"), command=command)
     assert_world(proc, "mnist", "per-node")
     assert "trainspec: ray: all 2 nodes exited 0" in proc.stderr
     assert_nothing_left(cluster, "examples/mnist")
 
 
-# seconds from the failing rank's last line to the launcher's exit: the others get --grace (10 s),
+# seconds from the failing rank's last line to the driver's exit: the others get --grace (10 s),
 # then SIGKILL and KILL_WAIT; output is drained and the actors and group removed. Measured ~3 s.
 FAIL_WITHIN = 10 + 5 + 10 + 30
 
 
 def test_a_failing_rank_stops_the_run(cluster, tmp_path):
     command = f"python {tmp_path}/trainspec_shim.py -- python {REPO}/examples/ddp/train.py --steps 3 --fail-rank 1"
-    proc = launch(cluster, tmp_path, "--nodes", "2", "--procs-per-node", "2", "--launcher", "per-process",
-                  "--cpus-per-node", "1", "--placement", "PACK", *expectations("per-process"), command=command)
+    proc = launch(cluster, tmp_path, nodes=2, procs_per_node=2, launcher="per-process",
+                  env=expectations("per-process"), command=command)
     assert proc.returncode == 7, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.ended - proc.seen("rank 1 failing on purpose") < FAIL_WITHIN
     assert "[rank 1] rank 1 failing on purpose" in proc.stdout
@@ -299,27 +304,26 @@ def test_a_failing_rank_stops_the_run(cluster, tmp_path):
     assert_nothing_left(cluster, "examples/ddp")
 
 
-RUN_TIMEOUT = 40  # --timeout counts from the launcher's start: far above the actors' start (~3 s quiet, ~6 s loaded)
+RUN_TIMEOUT = 40  # --timeout counts from the driver's start: far above the actors' start (~3 s quiet, ~6 s loaded)
 
 
 def test_timeout_stops_every_process_group(cluster, tmp_path):
     # the command's background child is in the process group too, and must go with it
-    proc = launch(cluster, tmp_path, "--nodes", "2", "--procs-per-node", "2", "--launcher", "per-node",
-                  "--timeout", str(RUN_TIMEOUT), "--grace", "2", "--placement", "PACK",
-                  command="echo started on node $NODE_RANK; sleep 313 & sleep 313; echo not reached")
+    proc = launch(cluster, tmp_path, "--timeout", str(RUN_TIMEOUT), "--grace", "2",
+                  nodes=2, procs_per_node=2, launcher="per-node", command="echo started on node $NODE_RANK; sleep 313 & sleep 313; echo not reached")
     assert proc.returncode == 124, proc.stdout + proc.stderr
     assert "[node 0] started on node 0" in proc.stdout and "[node 1] started on node 1" in proc.stdout
     assert "not reached" not in proc.stdout
     assert f"did not finish within {RUN_TIMEOUT} s (--timeout); every process was stopped" in proc.stderr
     # stopped at the timeout, not when `sleep 313` ends: --grace 2, KILL_WAIT 5, the drain (10 s at
-    # most) and the clean-up after it; the launcher's own start (importing ray) is in the slack
+    # most) and the clean-up after it; the driver's own start (importing ray) is in the slack
     assert proc.ended - proc.started < RUN_TIMEOUT + 2 + 5 + 10 + 60
     assert_nothing_left(cluster, "sleep 313")
 
 
 def test_a_cluster_too_small_is_named(cluster, tmp_path):
-    proc = launch(cluster, tmp_path, "--nodes", "2", "--procs-per-node", "1", "--launcher", "per-process",
-                  "--gpus-per-node", "1", "--placement", "PACK", "--placement-timeout", "2", command="true")
+    proc = launch(cluster, tmp_path, "--placement-timeout", "2", nodes=2, procs_per_node=1, launcher="per-process",
+                  gpus_per_node=1, command="true")
     assert proc.returncode == 1, proc.stderr
     assert ("could not place 2 bundle(s) of {CPU: 1, GPU: 1} with PACK within 2 s (--placement-timeout); the "
             "cluster has {CPU: 2} on 1 alive node(s): 127.0.0.1 {CPU: 2}") in proc.stderr
@@ -328,8 +332,8 @@ def test_a_cluster_too_small_is_named(cluster, tmp_path):
 
 
 def test_a_missing_workdir_is_named(cluster, tmp_path):
-    proc = launch(cluster, tmp_path, "--nodes", "1", "--procs-per-node", "1", "--launcher", "per-node",
-                  "--placement", "PACK", "--workdir", tmp_path / "missing", command="true")
+    proc = launch(cluster, tmp_path, nodes=1, procs_per_node=1, launcher="per-node", workdir="missing",
+                  command="true")
     assert proc.returncode == 127, proc.stdout + proc.stderr
     assert f"[node 0] trainspec: error: cannot start bash -c in {tmp_path}/missing" in proc.stdout
     assert "does not exist on this node" in proc.stdout

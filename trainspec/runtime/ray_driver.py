@@ -1,51 +1,56 @@
-"""trainspec's Ray launcher: run one command as every process (or every node) of a training job.
+"""trainspec's Ray driver: run one job request as every process (or every node) of a training job.
 
-The Ray target copies this file, byte for byte, next to ``cluster.yaml`` as
-``trainspec_ray_launch.py``; the cluster's file_mounts put it on the head, and
-``ray exec cluster.yaml`` runs it there:
+The Ray target writes the request (``trainspec_ray_job.json``: nodes, processes, launcher,
+resources, env, command, port) and copies this file as ``trainspec_ray_driver.py`` and
+runtime/procs.py as ``trainspec_procs.py`` next to ``cluster.yaml``; the cluster's file_mounts
+put them on the head, and ``ray exec cluster.yaml`` runs it there:
 
-    python trainspec_ray_launch.py --nodes 2 --procs-per-node 4 --launcher per-process \\
-        --gpus-per-node 4 --cpus-per-node 4 --workdir trainspec/code --env TRAINSPEC_NODES=2 ... \\
-        -- 'python $HOME/trainspec/trainspec_shim.py -- python train.py'
+    python trainspec/trainspec_ray_driver.py trainspec/trainspec_ray_job.json
 
 1. One placement-group bundle per node, ``{"CPU": C, "GPU": G}``; STRICT_SPREAD puts each
    on its own node.  Cluster-launcher workers may still be booting when ``ray up`` returns,
-   so the launcher waits for the group (``--placement-timeout``), then names what it asked
+   so the driver waits for the group (``--placement-timeout``), then names what it asked
    for and what the cluster has.
 2. One actor per process (per-process: N x P, bundle rank // P) or per node (per-node: N;
    the command starts the workers itself, through torchrun or Lightning), each holding its
    share of the bundle.
 3. MASTER_ADDR is the IP of the node holding rank 0's bundle -- never blindly the head
-   (ray.md 5.10) -- and MASTER_PORT a port found free there by rank 0's actor, unless the
-   spec pins one (``--env TRAINSPEC_MASTER_PORT=...``).
-4. Every actor runs ``bash -c COMMAND`` in ``--workdir``, in its own session, with its own
-   environment + the ``--env`` pairs + torch's variables and TRAINSPEC_RAY=1 (read by the
-   shim's Ray detector).  Lines come back to this driver in batches (a ``read`` call that
-   blocks in the actor until there are lines or an exit) and are printed as
-   ``[rank R] ...`` (per-process) or ``[node N] ...`` (per-node).
-5. The first process to exit non-zero stops the others (SIGTERM to each process group,
-   SIGKILL ``--grace`` seconds later) and its exit code becomes the launcher's; ``--timeout``
-   stops everything with 124.  Whatever happens, the processes are stopped, the actors
-   killed and the placement group removed before the launcher exits.
+   (ray.md 5.10) -- and MASTER_PORT the request's, or a port found free there by rank 0's actor.
+4. Every actor runs ``bash -c COMMAND`` in the request's workdir, in its own session, with its
+   own environment + the request's env + torch's variables and TRAINSPEC_RAY=1 (read by the
+   shim's Ray detector) + GLOO_SOCKET_IFNAME for the interface holding its node's IP.  Lines
+   come back to this driver in batches (a ``read`` call that blocks in the actor until there
+   are lines or an exit) and are printed as ``[rank R] ...`` or ``[node N] ...``.
+5. The job ends as ``procs.Verdict`` says, the rule ``trainspec run --local`` follows too: the
+   first process to exit non-zero decides the exit code, the others get ``--grace`` seconds to
+   end by themselves, then every process group still running gets SIGTERM, and SIGKILL
+   ``--grace`` seconds later; ``--timeout`` stops everything with 124.  Whatever happens, the
+   processes are stopped, the actors killed and the placement group removed before it exits.
 
-Self-contained: the standard library and ``ray`` (imported only when the run starts), Python
->= 3.8, nothing from trainspec.
+Self-contained: the standard library, trainspec_procs.py and ``ray`` (imported only when the
+run starts), Python >= 3.8.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+
+try:  # inside the trainspec package (tests, a checkout)
+    from . import procs
+except ImportError:  # shipped by the Ray target: trainspec_procs.py lies next to this file
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under python -I
+    import trainspec_procs as procs  # type: ignore[no-redef]
 
 LAUNCHERS = ("per-process", "per-node")
 PLACEMENTS = ("STRICT_SPREAD", "SPREAD", "PACK")
@@ -62,7 +67,7 @@ CANNOT_START = 127  # the exit code of a command that could not be started (miss
 ACTOR_DIED = 1  # the exit code reported for a process whose actor died (node lost, OOM killer)
 
 
-class LaunchError(Exception):
+class DriverError(Exception):
     """A problem the user can fix; the message is shown as is, without a traceback."""
 
 
@@ -74,24 +79,88 @@ class _Interrupted(Exception):
         self.signum = signum
 
 
-# ---------------------------------------------------------------- command line
+# ---------------------------------------------------------------- the request
+
+
+@dataclass(frozen=True)
+class Request:
+    """The job, as the Ray target wrote it into trainspec_ray_job.json: its shape, not how to run it."""
+
+    nodes: int
+    procs_per_node: int  # per-node: the workers the command starts on each node
+    launcher: str  # per-process: one actor per process; per-node: one per node, the command spawns
+    gpus_per_node: int
+    cpus_per_node: float
+    placement: str
+    workdir: str  # relative to the request file's folder
+    env: Dict[str, str]  # set in every process
+    command: str  # one shell string, run by bash -c
+    master_port: Optional[int]  # None: a port found free on rank 0's node
+
+
+def _is_int(value: object, low: int, high: int = 1 << 31) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _is_env(value: object) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and k and (k[0].isalpha() or k[0] == "_") and all(c.isalnum() or c == "_" for c in k)
+        and isinstance(v, str) for k, v in value.items())
+
+
+# field -> (is it valid?, what it should be)
+_FIELDS = {
+    "nodes": (lambda v: _is_int(v, 1), "an integer >= 1"),
+    "procs_per_node": (lambda v: _is_int(v, 1), "an integer >= 1"),
+    "launcher": (lambda v: v in LAUNCHERS, " or ".join(LAUNCHERS)),
+    "gpus_per_node": (lambda v: _is_int(v, 0), "an integer >= 0"),
+    "cpus_per_node": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf,
+                      "a number > 0"),
+    "placement": (lambda v: v in PLACEMENTS, " or ".join(PLACEMENTS)),
+    "workdir": (lambda v: isinstance(v, str) and v != "", "a folder, relative to the request"),
+    "env": (_is_env, "a mapping of variable names to strings"),
+    "command": (lambda v: isinstance(v, str) and v.strip() != "", "a non-empty shell command"),
+    "master_port": (lambda v: v is None or _is_int(v, 1, 65535), "null or a TCP port (1-65535)"),
+}
+
+
+def read_request(path: str) -> Request:
+    """The request in ``path``, every field checked (DriverError names the file and the field)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise DriverError("cannot read the job request %s: %s" % (path, error)) from None
+    if not isinstance(data, dict):
+        raise DriverError("%s: a job request is a JSON object" % path)
+    unknown = sorted(set(data) - set(_FIELDS))
+    missing = sorted(set(_FIELDS) - set(data))
+    if unknown or missing:
+        raise DriverError("%s: %s" % (path, "; ".join(
+            (["unknown field(s) %s" % ", ".join(unknown)] if unknown else [])
+            + (["missing field(s) %s" % ", ".join(missing)] if missing else []))))
+    for name, (valid, expected) in _FIELDS.items():
+        if not valid(data[name]):
+            raise DriverError("%s: %s: expected %s, got %s" % (path, name, expected, json.dumps(data[name])))
+    data["workdir"] = os.path.join(os.path.dirname(os.path.abspath(path)), data["workdir"])
+    data["cpus_per_node"] = float(data["cpus_per_node"])
+    return Request(**data)
 
 
 @dataclass(frozen=True)
 class Options:
-    nodes: int
-    procs_per_node: int
-    launcher: str
-    gpus_per_node: int
-    cpus_per_node: float
-    placement: str
-    workdir: str  # absolute: relative paths are resolved against the driver's directory
-    env: Dict[str, str]
+    """A request and how this run goes (the operator's choices on the command line)."""
+
+    request: Request
     address: str
     timeout: float  # 0 = none
     grace: float
     placement_timeout: float
-    command: str
+
+    def __getattr__(self, name: str):  # options.nodes: the request's
+        if name == "request":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.request, name)
 
     @property
     def per_node(self) -> bool:
@@ -124,20 +193,6 @@ def share(total: float, parts: int) -> float:
     return math.floor(each * 10000) / 10000
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1, not %d" % value)
-    return value
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more, not %d" % value)
-    return value
-
-
 def _seconds(text: str) -> float:
     value = float(text)
     if not value >= 0 or math.isinf(value):
@@ -145,50 +200,22 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _cpus(text: str) -> float:
-    value = float(text)
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError("must be more than 0, not %s" % text)
-    return value
-
-
-def _pair(text: str) -> Tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key or not (key[0].isalpha() or key[0] == "_") or \
-            not all(c.isalnum() or c == "_" for c in key):
-        raise argparse.ArgumentTypeError("%r is not KEY=VALUE with KEY a variable name" % text)
-    return key, value
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="trainspec_ray_launch.py",
-        usage="%(prog)s --nodes N --procs-per-node P --launcher per-process|per-node [options] -- COMMAND",
-        description="Run COMMAND (one shell string, run by bash -c) as every process of a training job on "
-                    "the Ray cluster this runs in: one placement-group bundle per node, one actor per process "
-                    "(per-process) or per node (per-node), torch's variables set, output prefixed, and the "
-                    "first failure stopping all.",
+        prog="trainspec_ray_driver.py",
+        description="Run the job a request describes (trainspec_ray_job.json, written by `trainspec compile -t "
+                    "ray`) on the Ray cluster this runs in: one placement-group bundle per node, one actor per "
+                    "process (per-process) or per node (per-node), torch's variables set, output prefixed, and "
+                    "the first failure stopping all.",
     )
-    parser.add_argument("--nodes", type=_positive_int, required=True, help="nodes (placement-group bundles)")
-    parser.add_argument("--procs-per-node", type=_positive_int, required=True,
-                        help="training processes per node (per-node: the workers the command starts)")
-    parser.add_argument("--launcher", choices=LAUNCHERS, required=True,
-                        help="per-process: one actor per process; per-node: one per node, the command spawns")
-    parser.add_argument("--gpus-per-node", type=_count, default=0, help="GPUs in each bundle (default 0)")
-    parser.add_argument("--cpus-per-node", type=_cpus, default=1.0, help="CPUs in each bundle (default 1)")
-    parser.add_argument("--placement", choices=PLACEMENTS, default="STRICT_SPREAD",
-                        help="placement-group strategy (default STRICT_SPREAD: one bundle per distinct node)")
-    parser.add_argument("--workdir", default=".",
-                        help="directory the command runs in on every node; relative to this launcher's "
-                             "directory (default: that directory)")
-    parser.add_argument("--env", type=_pair, action="append", default=[], metavar="KEY=VALUE",
-                        help="set in every process (repeatable); TRAINSPEC_MASTER_PORT also pins MASTER_PORT")
+    parser.add_argument("request", metavar="JOB.json", help="the job request the compiler wrote")
     parser.add_argument("--address", default="auto", help="Ray cluster address for ray.init (default auto)")
     parser.add_argument("--timeout", type=_seconds, default=0.0,
                         help="seconds for the whole run, waiting for the cluster included; 0 = none (default); "
                              "exceeded: everything is stopped, exit 124")
     parser.add_argument("--grace", type=_seconds, default=10.0,
-                        help="seconds between SIGTERM and SIGKILL when processes are stopped (default 10)")
+                        help="seconds the others get to end by themselves after the first failure, and between "
+                             "SIGTERM and SIGKILL when processes are stopped (default 10)")
     parser.add_argument("--placement-timeout", type=_seconds, default=1200.0,
                         help="seconds to wait for the cluster to place the bundles; workers may still be "
                              "booting after `ray up` (default 1200)")
@@ -196,33 +223,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str]) -> Options:
-    """The options; argparse exits 2 on a usage error.  COMMAND words after -- are joined as ssh does."""
-    argv = list(argv)
-    parser = _parser()
-    if "--" not in argv:
-        if any(arg in ("-h", "--help") for arg in argv):
-            parser.parse_args(argv)  # prints the help and exits
-        parser.error("no command: put it after --, as one shell string")
-    split = argv.index("--")
-    args = parser.parse_args(argv[:split])
-    command = " ".join(argv[split + 1:]).strip()
-    if not command:
-        parser.error("the command after -- is empty")
-    return Options(
-        nodes=args.nodes,
-        procs_per_node=args.procs_per_node,
-        launcher=args.launcher,
-        gpus_per_node=args.gpus_per_node,
-        cpus_per_node=args.cpus_per_node,
-        placement=args.placement,
-        workdir=os.path.abspath(args.workdir),
-        env=dict(args.env),
-        address=args.address,
-        timeout=args.timeout,
-        grace=args.grace,
-        placement_timeout=args.placement_timeout,
-        command=command,
-    )
+    """The options; argparse exits 2 on a usage error, DriverError says what is wrong in the request."""
+    args = _parser().parse_args(list(argv))
+    return Options(request=read_request(args.request), address=args.address, timeout=args.timeout,
+                   grace=args.grace, placement_timeout=args.placement_timeout)
 
 
 # ---------------------------------------------------------------- who is who (pure)
@@ -271,13 +275,13 @@ def assign(options: Options, gpus: Sequence[Sequence[str]]) -> List[Slot]:
 
 
 def process_env(options: Options, slot: Slot, master_addr: str, master_port: int) -> Dict[str, str]:
-    """What the launcher adds to an actor's environment: --env pairs, then torch's variables.
+    """What the driver adds to an actor's environment: the request's env, then torch's variables.
 
     Per-node, the variables describe the node's launcher process (rank = node rank, world =
     nodes, one per node), as Azure ML's per-node launch does; the shim then unsets them
     for torchrun or Lightning, which start the workers.
     """
-    env = {"PYTHONUNBUFFERED": "1"}  # lines as they are printed, not at exit; --env may say otherwise
+    env = {"PYTHONUNBUFFERED": "1"}  # lines as they are printed, not at exit; the request may say otherwise
     env.update(options.env)
     world_size, local_world_size = (options.nodes, 1) if options.per_node else (
         options.nodes * options.procs_per_node, options.procs_per_node)
@@ -294,21 +298,6 @@ def process_env(options: Options, slot: Slot, master_addr: str, master_port: int
     if slot.cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible_devices
     return env
-
-
-def pinned_port(options: Options) -> Optional[int]:
-    """TRAINSPEC_MASTER_PORT from --env, when the spec pins the port."""
-    text = options.env.get("TRAINSPEC_MASTER_PORT", "").strip()
-    if not text:
-        return None
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise LaunchError("--env TRAINSPEC_MASTER_PORT=%s is not a TCP port (1-65535)" % text)
-    return int(text)
-
-
-def exit_code(returncode: int) -> int:
-    """Popen's -N for "killed by signal N" becomes the shell's 128+N."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 # ---------------------------------------------------------------- the actor
@@ -399,9 +388,7 @@ class Runner:
 
     def _own(self, command: str, env: Dict[str, str], cwd: str, started: threading.Event) -> None:
         try:
-            popen = subprocess.Popen(
-                ["bash", "-c", command], env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent())
+            popen = procs.start_group(["bash", "-c", command], env, cwd, preexec_fn=_die_with_parent())
         except OSError as error:
             problem = "the directory %s does not exist on this node" % cwd if not os.path.isdir(cwd) else error
             self._finish(["trainspec: error: cannot start bash -c in %s on %s: %s"
@@ -411,18 +398,17 @@ class Runner:
         with self._cond:
             self._pid = popen.pid
         started.set()
-        reader = threading.Thread(target=self._read_pipe, args=(popen.stdout,), name="trainspec read", daemon=True)
+        reader = threading.Thread(target=procs.pump_lines, args=(popen.stdout, self._keep), name="trainspec read",
+                                  daemon=True)
         reader.start()
         returncode = popen.wait()
         reader.join(READER_JOIN)  # a child that keeps the pipe open must not hold the exit back
-        self._finish([], exit_code(returncode))
+        self._finish([], procs.exit_code(returncode))
 
-    def _read_pipe(self, pipe) -> None:
-        for raw in iter(pipe.readline, b""):
-            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            with self._cond:
-                self._lines.append(line)
-                self._cond.notify_all()
+    def _keep(self, line: str) -> None:
+        with self._cond:
+            self._lines.append(line)
+            self._cond.notify_all()
 
     def _finish(self, lines: List[str], code: int) -> None:
         with self._cond:
@@ -447,19 +433,9 @@ class Runner:
         with self._cond:
             pid = self._pid
         if pid is not None:
-            self._signal(pid, signal.SIGTERM)
-            self._done.wait(grace)
-            # Also when the leader is gone: whatever it left in its group goes too.
-            self._signal(pid, signal.SIGKILL)
+            procs.stop_group(pid, grace, self._done.wait)
             self._done.wait(KILL_WAIT)
         return self._code
-
-    @staticmethod
-    def _signal(pid: int, signum: int) -> None:
-        try:
-            os.killpg(pid, signum)  # start_new_session: the group id is the pid
-        except (ProcessLookupError, PermissionError):
-            pass  # the whole group has exited
 
 
 # ---------------------------------------------------------------- the driver
@@ -481,7 +457,7 @@ def _fmt(resources: Mapping[str, float]) -> str:
     return "{%s}" % ", ".join(shown)
 
 
-class Launch:
+class Driver:
     """One run: ``execute`` does the work, ``cleanup`` (always called) leaves nothing behind."""
 
     def __init__(self, options: Options) -> None:
@@ -513,7 +489,7 @@ class Launch:
         try:
             ray.init(address=options.address, log_to_driver=False, logging_level="WARNING")
         except (ConnectionError, RuntimeError, ValueError) as error:
-            raise LaunchError("cannot connect to the Ray cluster at --address %s: %s; is Ray running here "
+            raise DriverError("cannot connect to the Ray cluster at --address %s: %s; is Ray running here "
                               "(`ray status`)?" % (options.address, error)) from None
         _on_signals()  # after ray.init, which installs its own SIGTERM handler
         if not self._place():
@@ -548,7 +524,7 @@ class Launch:
             if self._timed_out():
                 return False
             if time.monotonic() >= waited_until:
-                raise LaunchError(
+                raise DriverError(
                     "the cluster could not place %d bundle(s) of %s with %s%s within %g s (--placement-timeout); "
                     "%s" % (options.nodes, _fmt(bundle), options.placement,
                             " (each on its own node)" if options.placement == "STRICT_SPREAD" else "",
@@ -585,16 +561,16 @@ class Launch:
         if len(done) < len(refs):
             if self._timed_out():
                 return None, None
-            raise LaunchError("%d of %d actors did not start within %g s although the placement group is ready"
+            raise DriverError("%d of %d actors did not start within %g s although the placement group is ready"
                               % (len(refs) - len(done), len(refs), ACTOR_START_TIMEOUT))
         try:
             places = self.ray.get(refs)
         except self.ray.exceptions.RayError as error:
-            raise LaunchError("an actor could not start: %s" % _first_line(error)) from None
+            raise DriverError("an actor could not start: %s" % _first_line(error)) from None
         slots = assign(options, [gpus for _, gpus in places])
         rank0 = self.actors[slots[0].actor]
         master_addr = places[slots[0].actor][0]  # the node holding rank 0's bundle
-        port = pinned_port(options)
+        port = options.master_port
         if port is None:
             found, _ = self.ray.wait([rank0.free_port.remote()], timeout=self.remaining(60.0))
             if not found:
@@ -603,27 +579,27 @@ class Launch:
         return slots, (master_addr, port)
 
     def _follow(self, slots: List[Slot]) -> int:
-        """Print every process's lines until all ended; stop all at the first failure or at --timeout."""
+        """Print every process's lines until all ended; the job ends as procs.Verdict says (the first
+        failure, after the others' grace; or --timeout), and then every process still running is stopped."""
         options = self.options
         ray = self.ray
         labels = {slot.actor: options.label(slot.rank) for slot in slots}
         tails: Dict[int, Deque[str]] = {slot.actor: deque(maxlen=TAIL_LINES) for slot in slots}
         pending = {self.actors[slot.actor].read.remote(READ_WAIT): slot.actor for slot in slots}
-        first: Optional[Tuple[int, int]] = None  # (actor, exit code) of the first failure
-        timed_out = False
+        verdict = procs.Verdict(len(slots), options.grace, self.deadline)
         drain_until = None  # once stopping: when to give up collecting the last lines
         while pending:
+            if drain_until is None and verdict.over:
+                drain_until = self._stop_all()
             if drain_until is not None:
                 budget: Optional[float] = max(0.0, drain_until - time.monotonic())
             else:
-                budget = self.remaining(READ_WAIT * 3)
+                left = verdict.budget()
+                budget = READ_WAIT * 3 if left is None else min(READ_WAIT * 3, left)
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=budget)
             if not ready:
                 if drain_until is not None and time.monotonic() >= drain_until:
                     break  # the cleanup kills what is left
-                if drain_until is None and self._timed_out():
-                    timed_out = True
-                    drain_until = self._stop_all()
                 continue
             actor = pending.pop(ready[0])
             try:
@@ -638,19 +614,18 @@ class Launch:
                 tails[actor].extend(lines)
             if code is None:
                 pending[self.actors[actor].read.remote(READ_WAIT)] = actor
-            elif code != 0 and first is None and not timed_out:
-                first = (actor, code)
-                drain_until = self._stop_all()
+            elif drain_until is None:
+                verdict.ended(actor, code)
         elapsed = time.monotonic() - self.started
-        if first is not None:
-            actor, code = first
+        if verdict.failed is not None:
+            actor = verdict.failed
             _say("error: %s exited with code %d after %.1f s; the run was stopped. Its last lines:"
-                 % (labels[actor], code, elapsed))
+                 % (labels[actor], verdict.exit_code, elapsed))
             for line in tails[actor]:
                 sys.stderr.write("  | %s\n" % line)
             sys.stderr.flush()
-            return code
-        if timed_out:
+            return verdict.exit_code
+        if verdict.timed_out:
             return self._report_timeout()
         _say("ray: all %d %s exited 0 in %.1f s" % (len(slots), "nodes" if options.per_node else "ranks", elapsed))
         return 0
@@ -721,15 +696,14 @@ def _on_signals() -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    options = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        pinned_port(options)
+        options = parse_args(sys.argv[1:] if argv is None else argv)
         import ray  # noqa: F401  (only to fail early and clearly)
-    except LaunchError as error:
+    except DriverError as error:
         _say("error: %s" % error)
         return 2
     except ImportError as error:
-        _say("error: cannot import ray (%s); install it where this launcher runs: pip install ray" % error)
+        _say("error: cannot import ray (%s); install it where this driver runs: pip install ray" % error)
         return 2
     if __name__ != "__main__":
         # Imported (not run as a script): send the actor class by value, so that the Ray
@@ -737,10 +711,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         import ray.cloudpickle
 
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    launch = Launch(options)
+        ray.cloudpickle.register_pickle_by_value(procs)
+    driver = Driver(options)
     try:
-        return launch.execute()
-    except LaunchError as error:
+        return driver.execute()
+    except DriverError as error:
         _say("error: %s" % error)
         return 1
     except KeyboardInterrupt:
@@ -750,7 +725,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _say("got signal %d; stopping every process" % interrupted.signum)
         return 128 + interrupted.signum
     finally:
-        launch.cleanup()
+        driver.cleanup()
 
 
 if __name__ == "__main__":
