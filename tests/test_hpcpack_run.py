@@ -47,8 +47,10 @@ def test_ddp_all_reduce_with_a_late_task(tmp_path):
     proc = simulate(SPECS / "hpcpack-ddp.yaml", tmp_path, start_delays={1: 3})
     check_world(proc, "ddp")
     assert "hpcpack" in proc.stderr + proc.stdout
-    # the election happened through the shared folder, keyed by job id and retry count
-    assert (tmp_path / "shared" / ".trainspec" / "4242.0" / "master").read_text().split()[0] == "127.0.0.2"
+    # the election happened through the shared folder, keyed by the job id: node 1 acknowledged node 0
+    folder = tmp_path / "shared" / ".trainspec" / "4242"
+    assert (folder / "master").read_text().split()[0] == "127.0.0.2"
+    assert (folder / "ack-1").read_text().split()[0] == (folder / "go").read_text().split()[0]
 
 
 def test_lightning_fit_when_node_zero_starts_last(tmp_path):

@@ -43,6 +43,7 @@ from trainspec.diagnostics import dotted  # noqa: E402
 from trainspec.runtime import shim  # noqa: E402
 from trainspec.schema.skus import all_skus  # noqa: E402
 from trainspec.schema.validate import RESERVED_ENV  # noqa: E402
+from trainspec.runtime.ray_driver import read_request  # noqa: E402
 
 XSD = REPO.parent / "shared" / "reference" / "hpcpack" / "xsd" / "job-v4.fixed.xsd"
 NS = "{http://schemas.microsoft.com/HPCS2008R2/scheduler/}"
@@ -664,13 +665,14 @@ def test_ray_cluster_passes_rays_validation_and_the_launch_line_round_trips(work
         assert exec_call[1] == "cluster.yaml"
         python = shlex.split(settings_.get("python", "python"))
         argv = run_bash(exec_call[2], {"HOME": "/home/raytest"}, {python[0]: ""}, printer)
-        head = argv[:argv.index("--")]
-        pairs = [head[i + 1] for i, word in enumerate(head) if word == "--env"]
-        env = dict(pair.split("=", 1) for pair in pairs)
+        assert argv == [*python[1:], f"trainspec/{ray_target.DRIVER_FILE}", f"trainspec/{ray_target.REQUEST_FILE}"]
+        # the request, as the driver's own reader takes it
+        request = read_request(str(folder / ray_target.REQUEST_FILE))
+        env = request.env
         for key, value in gen.env.items():
             assert env[key] == value, key
         assert env["TRAINSPEC_NODES"] == str(gen.nodes)
-        actor = run_bash(argv[argv.index("--") + 1], {"HOME": "/home/raytest"}, {python[0]: ""}, printer)
+        actor = run_bash(request.command, {"HOME": "/home/raytest"}, {python[0]: ""}, printer)
         user = ["train.py", *expected_args(gen, "ray", settings_=settings_, spec_dir=spec.parent)]
         if gen.launcher == "per-node" and gen.framework != "lightning":
             wrapped = ["torchrun", "--nnodes", str(gen.nodes), "--nproc_per_node", str(gen.procs), "--no-python",

@@ -208,7 +208,7 @@ def test_a_mismatch_exits_3():
 
 RAY_TRAIN_SCRIPT = r"""
 import json, os, sys
-from trainspec.runtime.shim import ShimError, normalize
+from trainspec.runtime import ShimError, normalize
 
 # Ray Train's worker environment (train/torch/config.py), and a per-node spec, whose exports
 # (unset RANK, LOCAL_RANK, ...) would be wrong here if the shim applied them.

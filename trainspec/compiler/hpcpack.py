@@ -11,8 +11,8 @@ the shape of the job:
   ``setup`` say what to use);
 - rendezvous: each task carries its node rank (``TRAINSPEC_NODE_RANK``). With explicit
   ``nodes`` the first node's name is baked in as the master; otherwise the shim elects node
-  0's host through ``<shared_dir>/.trainspec/<job id>.<retry>`` on the shared storage (see
-  the shim's HPCPack detector) and hands torchrun the rank and master through ``PET_*``;
+  0's host through ``<shared_dir>/.trainspec/<job id>/`` on the shared storage
+  (docs/runtime.md) and hands torchrun the rank and master through ``PET_*``;
 - ``WorkDirectory``, ``StdOutFilePath`` and ``StdErrFilePath`` on the shared storage: without
   them a multi-node task cannot ``cd`` and the output is deleted on success.
 

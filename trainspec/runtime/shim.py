@@ -1,22 +1,14 @@
 """trainspec runtime shim: turn a platform's distributed variables into torch's.
 
-Every compiled job runs each training process as
+Every compiled job runs each training process as ``python trainspec_shim.py [--print] -- CMD...``.
+The shim finds out which platform started this process (one detector each, in ``DETECTORS``),
+checks the world it sees against what the compiler expected (``TRAINSPEC_*``), exports
+MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK, NODE_RANK, ... as PyTorch and Lightning read them,
+and execs CMD: a world that disagrees with the spec fails here, at once, not in a 30-minute hang.
 
-    python trainspec_shim.py [--print] -- CMD...
-
-The shim finds out which launcher started this process (torchrun, HPC Pack, trainspec's
-Ray launcher, Azure ML MPI or PyTorch distribution, TensorFlow, a plain ``env://``
-launcher, or nothing), checks the world it sees against what the compiler expected
-(``TRAINSPEC_*`` variables), exports MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK,
-NODE_RANK, ... the way PyTorch and Lightning read them, and execs CMD.  A world that
-disagrees with the spec fails here, at once, instead of hanging for 30 minutes in the
-rendezvous.
-
-This file is copied verbatim next to every compiled job, so it is one file,
-standard library only, Python >= 3.8.  All logic works on a plain mapping;
-only ``main`` touches ``os.environ`` and execs, and only ``Detector.rendezvous``
-(HPC Pack's shared-directory election, ``elect_master``) touches files.  To support
-a new platform, add one small detector class and one entry in ``DETECTORS``.
+One file, standard library only, Python >= 3.8: it is copied next to every job. The logic works
+on a plain mapping; only ``main`` touches os.environ and execs, and only HPC Pack's election
+touches files. How each platform is read, and the election's protocol: docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -44,7 +36,7 @@ LAUNCHERS = ("per-process", "per-node", "mpi", "tensorflow")  # tensorflow: one 
 AZUREML_MASTER_PORT = 6105  # what Azure ML's pytorch distribution uses
 HPCPACK_MASTER_PORT = 29400  # trainspec's rendezvous port on HPC Pack unless the spec sets one
 RDZV_TIMEOUT = 900.0  # seconds a node waits for node 0 in the shared directory (TRAINSPEC_RDZV_TIMEOUT)
-RDZV_STALE_AFTER = 86400.0  # an attempt directory idle this long is left over: never read, may be removed
+RDZV_STALE_AFTER = 86400.0  # a job folder idle this long is left over: node 0 removes it
 
 
 class ShimError(Exception):
@@ -59,26 +51,13 @@ _WorldFields = namedtuple(
 
 
 class World(_WorldFields):
-    """The processes as the platform started them, seen from this process.
-
-    Fields: platform, master_addr, master_port, world_size, rank, local_rank,
-    local_world_size, node_rank, nodes.
-    """
+    """The processes as the platform started them, seen from this process."""
 
     __slots__ = ()
 
     def env(self, launcher: str | None, procs_per_node: int | None = None) -> dict[str, str | None]:
-        """The variables to export; None means unset.
-
-        per-node: this process launches the workers itself (torchrun, Lightning
-        spawn), so it must not carry a LOCAL_RANK, or Lightning will not spawn.
-        It also gets torchrun's PET_<FLAG> variables, which torchrun reads for
-        every flag missing from its command line (torch/distributed/argparse_util.py,
-        class ``env``): a bare ``torchrun train.py`` then makes a static rendezvous
-        on this world's master with this node's rank, and explicit flags still win.
-        ``procs_per_node`` (TRAINSPEC_PROCS_PER_NODE) is the workers torchrun starts.
-        torchrun's --max-restarts already defaults to 0, so PET_MAX_RESTARTS is not set.
-        """
+        """The variables to export (None: unset). per-node: this process launches the workers
+        (torchrun, Lightning), so no LOCAL_RANK, and torchrun's PET_* defaults (docs/runtime.md)."""
         common: dict[str, str | None] = {
             "MASTER_ADDR": self.master_addr,
             "MASTER_PORT": str(self.master_port),
@@ -112,11 +91,8 @@ _ExpectationFields = namedtuple("_ExpectationFields", "nodes procs_per_node laun
 
 
 class Expectation(_ExpectationFields):
-    """What the compiler expected, from TRAINSPEC_* variables; None = not checked.
-
-    Fields: nodes, procs_per_node (training processes per node in the final world),
-    launcher, master_port (overrides the platform's port), spec (file, for messages).
-    """
+    """What the compiler expected, from TRAINSPEC_* variables; None = not checked. procs_per_node:
+    in the final world; master_port overrides the platform's; spec: the file, for messages."""
 
     __slots__ = ()
 
@@ -129,10 +105,8 @@ class Expectation(_ExpectationFields):
     def from_env(env: Mapping[str, str]) -> Expectation:
         launcher = env.get(ENV_LAUNCHER) or None
         if launcher is not None and launcher not in LAUNCHERS:
-            raise ShimError(
-                "TRAINSPEC_LAUNCHER=%r (distribution.launcher) is not one of %s"
-                % (launcher, ", ".join(LAUNCHERS))
-            )
+            raise ShimError("TRAINSPEC_LAUNCHER=%r (distribution.launcher) is not one of %s"
+                            % (launcher, ", ".join(LAUNCHERS)))
         port = _int(env, ENV_MASTER_PORT, minimum=1)
         if port is not None and port > 65535:
             raise ShimError("TRAINSPEC_MASTER_PORT=%d is not a TCP port (1-65535)" % port)
@@ -200,8 +174,7 @@ def _torch_style(name: str, env: Mapping[str, str], expect: Expectation, default
     world_size = _int(env, "WORLD_SIZE", minimum=1, required=SET_BY_LAUNCHER)
     rank = _int(env, "RANK", required=SET_BY_LAUNCHER)
     local_world_size = (
-        _int(env, "LOCAL_WORLD_SIZE", minimum=1) or expect.procs_per_node_launched or world_size
-    )
+        _int(env, "LOCAL_WORLD_SIZE", minimum=1) or expect.procs_per_node_launched or world_size)
     node_rank = _int(env, "NODE_RANK")
     if node_rank is None:
         node_rank = _int(env, "GROUP_RANK")
@@ -248,15 +221,10 @@ def _check_shape(world_size: int, rank: int, local_rank: int, node_rank: int, ex
 
 
 class Detector:
-    """One launcher: ``detect`` says whether it started this process, ``world`` reads its variables.
-
-    ``sources`` names, per World field, where the value came from (for messages).
-    ``inside_launcher`` is True when an agent already exported torch's variables and
-    owns the rendezvous (torchrun): the shim then keeps its port and its per-process
-    world whatever the spec's launcher, so running the shim twice changes nothing.
-    ``world`` is pure; ``rendezvous``, called once the world passed ``check``, may do
-    I/O to learn what only the other processes know (HPC Pack's master).
-    """
+    """One platform: ``detect`` says whether it started this process, ``world`` reads its variables
+    (pure), ``rendezvous`` (after ``check``) may do I/O to learn what only the others know.
+    ``sources``: where each World field came from, for messages. ``inside_launcher``: an agent
+    (torchrun) already exported the final world and owns the port; the shim keeps both."""
 
     name = "?"
     sources: Mapping[str, str] = {}
@@ -309,29 +277,14 @@ class TorchElastic(Detector):
         master_addr = env.get("MASTER_ADDR", "").strip()
         if not master_addr:
             raise ShimError("MASTER_ADDR is not set, but torchrun sets it for every worker")
-        return World(
-            platform=TorchElastic.name,
-            master_addr=master_addr,
-            master_port=_int(env, "MASTER_PORT", minimum=1, required=SET_BY_LAUNCHER),
-            world_size=world_size,
-            rank=rank,
-            local_rank=_int(env, "LOCAL_RANK", required=SET_BY_LAUNCHER),
-            local_world_size=local_world_size,
-            node_rank=rank // local_world_size if node_rank is None else node_rank,
-            nodes=nodes,
-        )
+        return World(TorchElastic.name, master_addr, _int(env, "MASTER_PORT", 1, SET_BY_LAUNCHER), world_size, rank,
+                     _int(env, "LOCAL_RANK", 0, SET_BY_LAUNCHER), local_world_size,
+                     rank // local_world_size if node_rank is None else node_rank, nodes)
 
 
 class HPCPack(Detector):
-    """HPC Pack (Linux node agent), as trainspec compiles it: one Basic task per node.
-
-    Each task's command line runs one shim + launcher (torchrun) on its node, so the
-    world is one process per node.  HPC Pack tells a task nothing about the job's other
-    tasks (CCP_NODES lists only this task's node), so the compiler bakes the node rank
-    and node count into every task, and the master's name when the spec lists the
-    nodes; otherwise the nodes elect node 0's host through a shared directory
-    (``rendezvous`` -> ``elect_master``).
-    """
+    """HPC Pack (Linux node agent), one task per node as trainspec compiles it: node rank and count
+    baked into each task; the master's name too, or elected in a shared directory (``elect_master``)."""
 
     name = "hpcpack"
     sources = {
@@ -355,8 +308,7 @@ class HPCPack(Detector):
         if node_rank >= nodes:
             raise ShimError(
                 "TRAINSPEC_NODE_RANK=%d is not below TRAINSPEC_NODES=%d: the HPC Pack job has more tasks than "
-                "nodes, or was edited; node ranks run from 0 to %d" % (node_rank, nodes, nodes - 1)
-            )
+                "nodes, or was edited; node ranks run from 0 to %d" % (node_rank, nodes, nodes - 1))
         master_addr = env.get(ENV_MASTER_ADDR, "").strip()
         if not master_addr:
             if nodes == 1:
@@ -365,19 +317,9 @@ class HPCPack(Detector):
                 raise ShimError(
                     "neither TRAINSPEC_MASTER_ADDR nor TRAINSPEC_RDZV_DIR is set in an HPC Pack job of %d nodes, "
                     "so the nodes cannot agree on a master; the job was not compiled by trainspec or was edited "
-                    "(targets.hpcpack: list the node names, or set shared_dir)" % nodes
-                )
-        return World(
-            platform=HPCPack.name,
-            master_addr=master_addr,
-            master_port=expect.master_port or HPCPACK_MASTER_PORT,
-            world_size=nodes,
-            rank=node_rank,
-            local_rank=0,
-            local_world_size=1,
-            node_rank=node_rank,
-            nodes=nodes,
-        )
+                    "(targets.hpcpack: list the node names, or set shared_dir)" % nodes)
+        return World(HPCPack.name, master_addr, expect.master_port or HPCPACK_MASTER_PORT, nodes, node_rank, 0, 1,
+                     node_rank, nodes)
 
     @staticmethod
     def rendezvous(env: Mapping[str, str], world: World) -> World:
@@ -385,18 +327,14 @@ class HPCPack(Detector):
         if world.master_addr:
             return world
         job = env.get("CCP_JOBID", "").strip()
-        retry = env.get("CCP_RETRY_COUNT", "").strip() or "0"
-        if not _safe_name(job) or not retry.isdigit():
-            raise ShimError(
-                "CCP_JOBID=%r and CCP_RETRY_COUNT=%r must be a job id and a number: they name the attempt "
-                "directory in TRAINSPEC_RDZV_DIR" % (env.get("CCP_JOBID"), env.get("CCP_RETRY_COUNT"))
-            )
+        if not _safe_name(job):
+            raise ShimError("CCP_JOBID=%r is not a job id: it names the job's folder in TRAINSPEC_RDZV_DIR"
+                            % env.get("CCP_JOBID"))
         timeout = _opt_float(env, ENV_RDZV_TIMEOUT)
-        identity = "job=%s retry=%d nodes=%d port=%d spec=%s" % (
-            job, int(retry), world.nodes, world.master_port, " ".join(env.get(ENV_SPEC, "").split()))
-        master = elect_master(
-            env[ENV_RDZV_DIR].strip(), "%s.%d" % (job, int(retry)), world.node_rank,
-            _hpcpack_host(env), RDZV_TIMEOUT if timeout is None else timeout, identity)
+        identity = "job=%s nodes=%d port=%d spec=%s" % (
+            job, world.nodes, world.master_port, " ".join(env.get(ENV_SPEC, "").split()))
+        master = elect_master(env[ENV_RDZV_DIR].strip(), job, world.node_rank, world.nodes, _hpcpack_host(env),
+                              RDZV_TIMEOUT if timeout is None else timeout, identity)
         return world._replace(master_addr=master)
 
 
@@ -432,81 +370,134 @@ def _hpcpack_host(env: Mapping[str, str]) -> str:
 
 
 # ---------------------------------------------------------------- shared-directory election
+# The protocol, and why it is safe without CCP_RETRY_COUNT: docs/runtime.md, "HPC Pack".
 
-RDZV_POLL_FIRST = 0.1  # seconds between the first looks for node 0's master file ...
+RDZV_POLL_FIRST = 0.1  # seconds between the first looks at the directory ...
 RDZV_POLL_MAX = 1.0  # ... backing off to this
 RDZV_WAIT_NOTICE = 30.0  # a waiting node says so once, after this many seconds
 
 
-def elect_master(rdzv_dir: str, attempt: str, node_rank: int, host: str, timeout: float,
+def elect_master(rdzv_dir: str, job: str, node_rank: int, nodes: int, host: str, timeout: float,
                  identity: str = "") -> str:
-    """Agree on node 0's host through a directory that every node mounts (NFS, SMB, Lustre...).
-
-    Protocol (HPC Pack tasks cannot talk to each other before torch starts):
-
-    1. Attempt directory D = <rdzv_dir>/<attempt>, attempt = "<CCP_JOBID>.<CCP_RETRY_COUNT>".
-       Another job, or a requeue/retry of this one, uses another D, so a file left by an
-       earlier run is never read.  Any node may be first: each creates D (0o755) if missing.
-    2. Every node writes D/node-<rank> = its host (for diagnostics: who did register).
-    3. Node 0 writes D/master = "<host>\\n<identity>\\n" atomically (temp file in D, fsync,
-       os.replace) and returns its host at once: it never waits for the others.
-    4. Node r != 0 polls D/master (0.1 s backing off to 1 s: shared filesystems give no change
-       notification, and NFS may show a new file up to ~60 s late) for ``timeout`` seconds,
-       then fails naming the missing file, D, the wait and the nodes that did register.
-    5. Node 0 tidies up, best effort: it removes D's siblings of the same job with a lower
-       retry count and any attempt directory idle for RDZV_STALE_AFTER (a day).
-
-    Beyond the directory name, a follower accepts D/master only when its identity line
-    (job, retry, nodes, port, spec) equals its own and it is younger than RDZV_STALE_AFTER:
-    a job id reused (a reinstalled cluster, two clusters on one share) with a left-over D
-    then still waits for the new node 0, which overwrites the file.  Late starters are
-    fine either way: node 0 may come minutes after the others (they wait) or before
-    them (the file is already there).  Failing: a task whose CCP_RETRY_COUNT differs from
-    node 0's waits in another D; the timeout message then names the other attempts.
-    """
+    """Node 0's host, agreed through a directory every node mounts; ShimError on a timeout or when
+    two nodes claim node rank 0. Node 0 returns once every other node acknowledged its claim; a
+    node returns node 0's host once node 0 confirmed this node's acknowledgement."""
     import time  # only here: keeps the shim's start-up cheap elsewhere
 
-    directory = os.path.join(rdzv_dir, attempt)
+    directory = os.path.join(rdzv_dir, job)
+    nonce = os.urandom(8).hex()  # this process's: no file of another run can carry it
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         _write_atomic(os.path.join(directory, "node-%d" % node_rank), "%s\n" % host, host)
+        if node_rank == 0:
+            previous = _read_lines(os.path.join(directory, "master"), 3)
+            if previous and previous[0] != host:
+                print("trainspec: warning: replacing %s, written by %s (%s)"
+                      % (os.path.join(directory, "master"), previous[0], previous[1]), file=sys.stderr)
+            _write_atomic(os.path.join(directory, "master"), "%s\n%s\n%s\n" % (host, identity, nonce), host)
     except OSError as error:
         raise ShimError("cannot register node %d in the rendezvous directory %s (TRAINSPEC_RDZV_DIR): %s"
                         % (node_rank, directory, error)) from None
-    master_path = os.path.join(directory, "master")
-    if node_rank == 0:
-        previous = _read_master(master_path)
-        if previous is not None and previous[0] != host:
-            print("trainspec: warning: replacing %s, written by %s (%s)" % (master_path, previous[0], previous[1]),
-                  file=sys.stderr)
-        try:
-            _write_atomic(master_path, "%s\n%s\n" % (host, identity), host)
-        except OSError as error:
-            raise ShimError("cannot write %s (TRAINSPEC_RDZV_DIR): %s" % (master_path, error)) from None
-        _remove_stale_attempts(rdzv_dir, attempt)
-        return host
-
+    state = _Election(directory, node_rank, nodes, host, nonce, identity)
     start = time.monotonic()
-    pause, noticed, rejected = RDZV_POLL_FIRST, False, None
+    pause, noticed = RDZV_POLL_FIRST, False
     while True:
-        found = _read_master(master_path)
-        if found is not None:
-            master, written, age = found
-            if written == identity and age < RDZV_STALE_AFTER:
-                return master
-            rejected = "%s names %s but is %s" % (
-                master_path, master,
-                "%d s old" % age if written == identity else "from another run (%s)" % written)
+        master = state.step()
+        if master is not None:
+            if node_rank == 0:
+                _remove_idle_jobs(rdzv_dir)
+            return master
         waited = time.monotonic() - start
         if waited >= timeout:
-            raise ShimError(_no_master_message(rdzv_dir, attempt, timeout, rejected))
+            raise ShimError(state.timed_out(timeout))
         if not noticed and waited >= RDZV_WAIT_NOTICE:
             noticed = True
-            print("trainspec: node %d waiting for node 0 to write %s (up to %g s, TRAINSPEC_RDZV_TIMEOUT)"
-                  % (node_rank, master_path, timeout), file=sys.stderr)
+            print("trainspec: node %d waiting in %s (up to %g s, TRAINSPEC_RDZV_TIMEOUT): %s"
+                  % (node_rank, directory, timeout, state.waiting_for()), file=sys.stderr)
             sys.stderr.flush()
         time.sleep(min(pause, max(timeout - waited, 0.0)))
         pause = min(pause * 1.5, RDZV_POLL_MAX)
+
+
+class _Election:
+    """One node's view of the attempt directory; ``step()`` looks once and says the master when agreed."""
+
+    def __init__(self, directory: str, node_rank: int, nodes: int, host: str, nonce: str, identity: str) -> None:
+        self.directory, self.node_rank, self.nodes, self.host = directory, node_rank, nodes, host
+        self.nonce, self.identity = nonce, identity
+        self.acked: tuple[str, str] | None = None  # a follower's: (node 0's host, its nonce) it acknowledged
+        self.rejected: str | None = None  # a master file ignored: why
+        self.missing: list[int] = []  # node 0's: who has not acknowledged yet
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    def step(self) -> str | None:
+        return self._lead() if self.node_rank == 0 else self._follow()
+
+    def _conflict(self) -> None:
+        """Two claims of node rank 0 in one run: both claimers fail at once (and with them the job,
+        FailOnTaskFailure); a conflict file names fresh nonces, so one left by another run never counts."""
+        found = _read_lines(self.path("conflict"), 4)
+        if found and self.nonce in (found[1], found[3]):
+            raise ShimError("two nodes claim node rank 0 of this job: %s and %s (their TRAINSPEC_NODE_RANK is "
+                            "0 in both; %s) -- was the job edited, or is a task duplicated?"
+                            % (found[0], found[2], self.path("conflict")))
+
+    def _lead(self) -> str | None:
+        self._conflict()
+        master = _read_lines(self.path("master"), 3)
+        if master and master[2] != self.nonce:  # replaced while this node waits: another claim of rank 0
+            _write_atomic(self.path("conflict"), "%s\n%s\n%s\n%s\n" % (self.host, self.nonce, master[0], master[2]),
+                          self.host)
+            self._conflict()
+        acks = {}
+        for rank in range(1, self.nodes):
+            ack = _read_lines(self.path("ack-%d" % rank), 2)
+            if ack and ack[0] == self.nonce:
+                acks[rank] = ack[1]
+        self.missing = [rank for rank in range(1, self.nodes) if rank not in acks]
+        if self.missing:
+            return None
+        confirmed = "".join("%d %s\n" % (rank, acks[rank]) for rank in sorted(acks))
+        _write_atomic(self.path("go"), "%s\n%s" % (self.nonce, confirmed), self.host)
+        return self.host
+
+    def _follow(self) -> str | None:
+        master = _read_lines(self.path("master"), 3)
+        if master and master[1] != self.identity:
+            self.rejected = "%s names %s but is from another run (%s)" % (self.path("master"), master[0], master[1])
+        elif master and (self.acked is None or self.acked[1] != master[2]):
+            self.acked = (master[0], master[2])  # (re-)acknowledge the claim now in the file
+            _write_atomic(self.path("ack-%d" % self.node_rank), "%s\n%s\n" % (master[2], self.nonce), self.host)
+        if self.acked is None:
+            return None
+        go = _read_lines(self.path("go"), 1)
+        if go and go[0] == self.acked[1] and "%d %s" % (self.node_rank, self.nonce) in go[1:]:
+            return self.acked[0]
+        return None
+
+    def waiting_for(self) -> str:
+        if self.node_rank == 0:
+            return "node(s) %s have not acknowledged node 0" % ", ".join(map(str, self.missing))
+        return "node 0 has not %s" % ("confirmed this node" if self.acked else "written its master file")
+
+    def timed_out(self, timeout: float) -> str:
+        registered = _registered(self.directory)
+        if self.node_rank == 0:
+            return ("node(s) %s did not acknowledge node 0 (%s) within %g s (TRAINSPEC_RDZV_TIMEOUT); registered: "
+                    "%s -- are their tasks queued or failed?" % (", ".join(map(str, self.missing)), self.host,
+                                                              timeout, ", ".join(registered)))
+        if self.acked:
+            what = ("node 0 (%s) never confirmed this node in %s: that claim is not of this run (left by an "
+                    "earlier run or retry of the job?) and no node 0 of this run came" % (self.acked[0], self.directory))
+        elif "node-0" in registered:
+            what = "node 0 registered but never wrote %s" % self.path("master")
+        else:
+            what = "node 0 never registered in %s" % self.directory
+        text = "%s within %g s (TRAINSPEC_RDZV_TIMEOUT); registered: %s -- is task 0 queued or failed?" % (
+            what, timeout, ", ".join(registered) or "none")
+        return text + ("; ignored %s" % self.rejected if self.rejected else "")
 
 
 def _write_atomic(path: str, text: str, host: str) -> None:
@@ -530,19 +521,17 @@ def _write_atomic(path: str, text: str, host: str) -> None:
         raise
 
 
-def _read_master(path: str) -> tuple[str, str, float] | None:
-    """(host, identity line, age in seconds) of a complete master file, or None."""
-    import time
-
+def _read_lines(path: str, count: int) -> list[str] | None:
+    """The lines of a complete protocol file (at least ``count`` non-empty ones, as _write_atomic
+    wrote them), or None."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().split("\n")
-            age = time.time() - os.fstat(handle.fileno()).st_mtime
+            lines = [line.strip() for line in handle.read().split("\n")[:-1]]
     except OSError:
         return None
-    if len(lines) < 3 or not lines[0].strip():
-        return None  # not written by elect_master
-    return lines[0].strip(), lines[1], age
+    if len(lines) < count or not all(lines[:count]):
+        return None
+    return lines
 
 
 def _registered(directory: str) -> list[str]:
@@ -555,93 +544,33 @@ def _registered(directory: str) -> list[str]:
     return ["node-%d" % rank for rank in ranks]
 
 
-def _attempts(rdzv_dir: str) -> list[tuple[str, str, int]]:
-    """(name, job, retry) of every attempt directory in rdzv_dir."""
-    try:
-        names = os.listdir(rdzv_dir)
-    except OSError:
-        return []
-    found = []
-    for name in names:
-        job, dot, retry = name.rpartition(".")
-        if dot and _safe_name(job) and retry.isdigit():
-            found.append((name, job, int(retry)))
-    return sorted(found)
-
-
-def _no_master_message(rdzv_dir: str, attempt: str, timeout: float, rejected: str | None) -> str:
-    directory = os.path.join(rdzv_dir, attempt)
-    registered = _registered(directory)
-    if "node-0" in registered:
-        what = "node 0 registered but never wrote %s" % os.path.join(directory, "master")
-    else:
-        what = "node 0 never registered in %s" % directory
-    text = "%s within %g s (TRAINSPEC_RDZV_TIMEOUT); registered: %s -- is task 0 queued or failed?" % (
-        what, timeout, ", ".join(registered) or "none")
-    if rejected:
-        text += "; ignored %s" % rejected
-    job = attempt.rpartition(".")[0]
-    others = ["%s (%s)" % (name, ", ".join(_registered(os.path.join(rdzv_dir, name))) or "empty")
-              for name, other_job, _ in _attempts(rdzv_dir) if other_job == job and name != attempt]
-    if others:
-        text += ("; other attempts of job %s: %s -- tasks of one run disagree on CCP_RETRY_COUNT"
-                 % (job, "; ".join(others)))
-    return text
-
-
 def _protocol_file(name: str) -> bool:
-    """A file elect_master writes: master, node-<rank>, or one of their temporary files."""
-    return name == "master" or (name.startswith("node-") and name[5:].isdigit()) or (
-        name.startswith((".master.", ".node-")) and name.endswith(".tmp"))
+    """A file elect_master writes (master, go, conflict, node-<rank>, ack-<rank>) or its temporary file."""
+    name = name[1:name.index(".", 1)] if name.startswith(".") and name.endswith(".tmp") and "." in name[1:] else name
+    base, dash, rank = name.partition("-")
+    return name in ("master", "go", "conflict") or (base in ("node", "ack") and dash and rank.isdigit())
 
 
-def _remove_stale_attempts(rdzv_dir: str, attempt: str) -> None:
-    """Best effort: earlier retries of this job, and attempt directories idle for RDZV_STALE_AFTER.
-
-    A directory holding anything this protocol did not write is left alone.
-    """
+def _remove_idle_jobs(rdzv_dir: str) -> None:
+    """Best effort: the folders of jobs idle for RDZV_STALE_AFTER, if they hold only protocol files."""
     import time
 
-    job, _, retry = attempt.rpartition(".")
     now = time.time()
-    for name, other_job, other_retry in _attempts(rdzv_dir):
-        path = os.path.join(rdzv_dir, name)
+    for job in (os.listdir(rdzv_dir) if os.path.isdir(rdzv_dir) else ()):
+        path = os.path.join(rdzv_dir, job)
         try:
-            idle = now - os.stat(path).st_mtime
-            if not ((other_job == job and other_retry < int(retry)) or (name != attempt and idle > RDZV_STALE_AFTER)):
-                continue
             entries = os.listdir(path)
-            if not all(_protocol_file(entry) for entry in entries):
-                continue  # someone else's files: not ours to remove
-            for entry in entries:
-                os.unlink(os.path.join(path, entry))
-            os.rmdir(path)
+            if now - os.stat(path).st_mtime > RDZV_STALE_AFTER and all(map(_protocol_file, entries)):
+                for entry in entries:
+                    os.unlink(os.path.join(path, entry))
+                os.rmdir(path)
         except OSError:
             continue
 
 
 class Ray(Detector):
-    """Ray actors started by trainspec's driver (``trainspec_ray_driver.py``), marked TRAINSPEC_RAY=1.
-
-    The launcher places one bundle per node, starts one actor per process (per-process)
-    or per node (per-node), and gives each command torch's variables itself: MASTER_ADDR
-    is the IP of the node holding rank 0's bundle (not the head), MASTER_PORT a port that
-    was free there, and WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK the
-    process's own values -- in per-node mode those of the node's launcher process (rank =
-    node rank, world = nodes, one per node), as Azure ML's per-node launch, so that
-    ``World.env`` unsets the worker variables and exports PET_* for torchrun.
-
-    Idempotent: a shim inside the shim finds the variables the first one exported.  In
-    per-node mode the first one unset RANK and WORLD_SIZE; the node's world is then read
-    from NODE_RANK and PET_NNODES, which it exported.
-
-    Ray Train (TorchTrainer) is not this detector: it sets no TRAINSPEC_RAY, exports the
-    same torch variables for every worker (the ``env`` detector reads them unchanged) and
-    initializes the process group before the user's function runs.  Called in-process
-    there, ``normalize()`` sees ``torch.distributed`` imported and initialized (it looks in
-    ``sys.modules``; the shim never imports torch) and returns that process group's world
-    without touching the environment: an initialized group no longer reads it.
-    """
+    """Actors started by trainspec's Ray driver (TRAINSPEC_RAY=1), which sets torch's variables
+    itself; per-node, those of the node's launcher process. Ray Train is not this: docs/runtime.md."""
 
     name = "ray"
     sources = _TORCH_SOURCES
@@ -663,18 +592,10 @@ class Ray(Detector):
             return World(Ray.name, master_addr, master_port, nodes, node_rank, 0, 1, node_rank, nodes)
         world_size = _int(env, "WORLD_SIZE", minimum=1, required=SET_BY_RAY_LAUNCHER)
         local_world_size = _int(env, "LOCAL_WORLD_SIZE", minimum=1, required=SET_BY_RAY_LAUNCHER)
-        return World(
-            platform=Ray.name,
-            master_addr=master_addr,
-            master_port=master_port,
-            world_size=world_size,
-            rank=_int(env, "RANK", required=SET_BY_RAY_LAUNCHER),
-            local_rank=_int(env, "LOCAL_RANK", required=SET_BY_RAY_LAUNCHER),
-            local_world_size=local_world_size,
-            node_rank=_int(env, "NODE_RANK", required=SET_BY_RAY_LAUNCHER),
-            nodes=_nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size, expect),
-        )
-
+        return World(Ray.name, master_addr, master_port, world_size, _int(env, "RANK", 0, SET_BY_RAY_LAUNCHER),
+                     _int(env, "LOCAL_RANK", 0, SET_BY_RAY_LAUNCHER), local_world_size,
+                     _int(env, "NODE_RANK", 0, SET_BY_RAY_LAUNCHER),
+                     _nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size, expect))
 
 
 class AzureMLMPI(Detector):
@@ -707,8 +628,7 @@ class AzureMLMPI(Detector):
                 "OMPI_COMM_WORLD_LOCAL_RANK=%d but OMPI_COMM_WORLD_RANK=%d %% OMPI_COMM_WORLD_LOCAL_SIZE=%d is %d: "
                 "mpirun placed the ranks round-robin, not by slot, so node ranks cannot be derived; "
                 "run mpirun with --map-by slot (the default) instead of --map-by node"
-                % (local_rank, rank, local_size, rank % local_size)
-            )
+                % (local_rank, rank, local_size, rank % local_size))
         nodes = _nodes(world_size, local_size, "OMPI_COMM_WORLD_SIZE=%d" % world_size, expect)
         # AZ_BATCH_MASTER_NODE's port belongs to Azure Batch: take only its host.
         if env.get("AZ_BATCH_MASTER_NODE", "").strip():
@@ -720,21 +640,10 @@ class AzureMLMPI(Detector):
         elif local_size == world_size:
             master_addr = "127.0.0.1"
         else:
-            raise ShimError(
-                "no master address: none of AZ_BATCH_MASTER_NODE, AZ_BATCHAI_MPI_MASTER_NODE, MASTER_ADDR "
-                "is set in an MPI world of %d processes on %d nodes" % (world_size, nodes)
-            )
-        return World(
-            platform=AzureMLMPI.name,
-            master_addr=master_addr,
-            master_port=_int(env, "MASTER_PORT", minimum=1) or AZUREML_MASTER_PORT,
-            world_size=world_size,
-            rank=rank,
-            local_rank=local_rank,
-            local_world_size=local_size,
-            node_rank=rank // local_size,
-            nodes=nodes,
-        )
+            raise ShimError("no master address: none of AZ_BATCH_MASTER_NODE, AZ_BATCHAI_MPI_MASTER_NODE, MASTER_ADDR "
+                            "is set in an MPI world of %d processes on %d nodes" % (world_size, nodes))
+        return World(AzureMLMPI.name, master_addr, _int(env, "MASTER_PORT", 1) or AZUREML_MASTER_PORT, world_size,
+                     rank, local_rank, local_size, rank // local_size, nodes)
 
 
 class AzureMLPyTorch(Detector):
@@ -779,8 +688,7 @@ class TensorFlow(Detector):
         except (ValueError, KeyError, TypeError) as error:
             raise ShimError(
                 "TF_CONFIG=%r is not {\"cluster\": {\"worker\": [...]}, \"task\": {\"type\", \"index\"}} (%s)"
-                % (env["TF_CONFIG"], error)
-            ) from None
+                % (env["TF_CONFIG"], error)) from None
         if task_type != "worker":
             raise ShimError("TF_CONFIG task type %r is not supported; trainspec runs only workers" % task_type)
         if not isinstance(workers, list) or not workers or not isinstance(index, int) or index < 0:
@@ -852,17 +760,19 @@ def detect(env: Mapping[str, str], expect: Expectation | None = None) -> tuple[t
     raise ShimError("no detector matched")  # unreachable: SingleProcess always matches
 
 
-def _described(world: World, field: str) -> str:
+def _described(world: World, field: str, sources: Mapping[str, str] | None = None) -> str:
     """'(WORLD_SIZE=4)': the value of a World field and the variable it came from."""
-    sources = next((d.sources for d in DETECTORS if d.name == world.platform),
-                   _PROCESS_GROUP_SOURCES if world.platform == PROCESS_GROUP else {})
+    if sources is None:
+        sources = next((d.sources for d in DETECTORS if d.name == world.platform), {})
     source = sources.get(field)
     value = getattr(world, field)
     return "(%s=%d)" % (source, value) if source else "(%s %d, no launcher variables found)" % (field, value)
 
 
-def check(world: World, expect: Expectation) -> None:
-    """Fail at once when the platform's world disagrees with the spec or with itself."""
+def check(world: World, expect: Expectation, sources: Mapping[str, str] | None = None) -> None:
+    """Fail at once when the platform's world disagrees with the spec or with itself; ``sources``
+    names where each field came from (default: the platform's detector)."""
+
     launcher = expect.launcher or "per-process"
     spec = "the spec %s" % expect.spec if expect.spec else "the spec"
     per_node = expect.procs_per_node_launched
@@ -874,20 +784,16 @@ def check(world: World, expect: Expectation) -> None:
         raise ShimError(
             "the platform started %d processes %s but %s expects %d = resources.nodes (%d) x %s [launcher %s]; "
             "check the job's instance count and processes per instance"
-            % (world.world_size, _described(world, "world_size"), spec, expect.nodes * per_node,
-               expect.nodes, per_node_text, launcher)
-        )
+            % (world.world_size, _described(world, "world_size", sources), spec, expect.nodes * per_node,
+               expect.nodes, per_node_text, launcher))
     if per_node is not None and world.local_world_size != per_node:
-        raise ShimError(
-            "the platform started %d processes on this node %s but %s expects %s [launcher %s]; "
+        raise ShimError("the platform started %d processes on this node %s but %s expects %s [launcher %s]; "
             "check the job's processes per instance (resources.procs_per_node defaults to resources.gpus_per_node)"
-            % (world.local_world_size, _described(world, "local_world_size"), spec, per_node_text, launcher)
-        )
+            % (world.local_world_size, _described(world, "local_world_size", sources), spec, per_node_text, launcher))
     if expect.nodes is not None and world.nodes != expect.nodes:
         raise ShimError(
             "the platform started %d node(s) %s but %s expects resources.nodes (%d); check the job's instance count"
-            % (world.nodes, _described(world, "nodes"), spec, expect.nodes)
-        )
+            % (world.nodes, _described(world, "nodes", sources), spec, expect.nodes))
     spec_sizes = {"world_size": "resources.nodes x resources.procs_per_node", "nodes": "resources.nodes",
                   "local_world_size": "resources.procs_per_node"}
     for field, size_field in (("rank", "world_size"), ("node_rank", "nodes"), ("local_rank", "local_world_size")):
@@ -895,16 +801,13 @@ def check(world: World, expect: Expectation) -> None:
             raise ShimError(
                 "%s %d %s is outside 0..%d %s, the size %s expects (%s): the platform started more processes "
                 "than the spec says"
-                % (field, getattr(world, field), _described(world, field), getattr(world, size_field) - 1,
-                   _described(world, size_field), spec, spec_sizes[size_field])
-            )
+                % (field, getattr(world, field), _described(world, field, sources), getattr(world, size_field) - 1,
+                   _described(world, size_field, sources), spec, spec_sizes[size_field]))
     if launcher != "per-node" and world.rank != world.node_rank * world.local_world_size + world.local_rank:
-        raise ShimError(
-            "rank %d %s is not node_rank %d %s x local_world_size %d + local_rank %d %s; "
-            "the platform did not place consecutive ranks on the same node"
-            % (world.rank, _described(world, "rank"), world.node_rank, _described(world, "node_rank"),
-               world.local_world_size, world.local_rank, _described(world, "local_rank"))
-        )
+        raise ShimError("rank %d %s is not node_rank %d %s x local_world_size %d + local_rank %d %s; "
+                        "the platform did not place consecutive ranks on the same node"
+            % (world.rank, _described(world, "rank", sources), world.node_rank, _described(world, "node_rank", sources),
+                        world.local_world_size, world.local_rank, _described(world, "local_rank", sources)))
 
 
 def _resolve(env: Mapping[str, str]) -> tuple[World, Expectation, dict[str, str | None]]:
@@ -921,70 +824,10 @@ def _resolve(env: Mapping[str, str]) -> tuple[World, Expectation, dict[str, str 
     return world, expect, world.env(expect.launcher, expect.procs_per_node)
 
 
-PROCESS_GROUP = "torch.distributed"  # the platform of a world read from an initialized process group
-_PROCESS_GROUP_SOURCES = {
-    "world_size": "torch.distributed.get_world_size()",
-    "rank": "torch.distributed.get_rank()",
-    "local_rank": "LOCAL_RANK",
-    "local_world_size": "LOCAL_WORLD_SIZE",
-    "node_rank": "NODE_RANK",
-    "nodes": "world size/LOCAL_WORLD_SIZE",
-}
-
-
-def _process_group_world(env: Mapping[str, str], expect: Expectation) -> World | None:
-    """The world of the torch.distributed process group this process already joined, else None.
-
-    Ray Train initializes the group before the user's function runs (see ``Ray``); so may any
-    script before it calls ``normalize``.  Looks in sys.modules only: the shim never imports torch.
-    Rank and world size come from the group; what it does not know (local rank, node rank,
-    master), from the environment as far as it tells.
-    """
-    dist = sys.modules.get("torch.distributed")
-    if dist is None:
-        return None
-    try:
-        if not (dist.is_available() and dist.is_initialized()):
-            return None
-        rank, world_size = int(dist.get_rank()), int(dist.get_world_size())
-    except Exception:  # a half-imported or unusual torch: the environment decides, as usual
-        return None
-    local_world_size = _int(env, "LOCAL_WORLD_SIZE", minimum=1) or expect.procs_per_node or world_size
-    node_rank = _int(env, "NODE_RANK")
-    if node_rank is None:
-        node_rank = _int(env, "GROUP_RANK")
-    if node_rank is None:
-        node_rank = rank // local_world_size
-    local_rank = _int(env, "LOCAL_RANK")
-    if local_rank is None:
-        local_rank = rank - node_rank * local_world_size
-    return World(
-        platform=PROCESS_GROUP,
-        master_addr=env.get("MASTER_ADDR", "").strip(),
-        master_port=_int(env, "MASTER_PORT", minimum=1) or 0,
-        world_size=world_size,
-        rank=rank,
-        local_rank=local_rank,
-        local_world_size=local_world_size,
-        node_rank=node_rank,
-        nodes=_nodes(world_size, local_world_size, "the process group's world size %d" % world_size),
-    )
-
-
 def normalize(env: MutableMapping[str, str] | None = None, *, apply: bool = True) -> World:
-    """Detect and check the world, and (if apply) export torch's variables into env (default os.environ).
-
-    In a process whose torch.distributed group is already initialized (Ray Train's workers),
-    the group is the world: it is checked against the spec and returned, and env is left alone.
-    """
+    """Detect and check the world, and (if apply) export torch's variables into env (default os.environ)."""
     if env is None:
         env = os.environ
-    expect = Expectation.from_env(env)
-    joined = _process_group_world(env, expect)
-    if joined is not None:
-        # Like torchrun's workers: the final per-process world, whatever the spec's launcher.
-        check(joined, expect._replace(launcher="per-process", master_port=None))
-        return joined
     world, _, exports = _resolve(env)
     if apply:
         _apply(env, exports)
