@@ -35,7 +35,7 @@ ENV_RAY = "TRAINSPEC_RAY"  # set by trainspec's Ray driver in every actor
 LAUNCHERS = ("per-process", "per-node", "mpi", "tensorflow")  # tensorflow: one worker per node, TF_CONFIG
 AZUREML_MASTER_PORT = 6105  # what Azure ML's pytorch distribution uses
 HPCPACK_MASTER_PORT = 29400  # trainspec's rendezvous port on HPC Pack unless the spec sets one
-RDZV_TIMEOUT = 900.0  # seconds a node waits for node 0 in the shared directory (TRAINSPEC_RDZV_TIMEOUT)
+RDZV_TIMEOUT = 900  # seconds a node waits for node 0 in the shared directory (TRAINSPEC_RDZV_TIMEOUT)
 RDZV_STALE_AFTER = 86400.0  # a job folder idle this long is left over: node 0 removes it
 
 
@@ -330,25 +330,12 @@ class HPCPack(Detector):
         if not _safe_name(job):
             raise ShimError("CCP_JOBID=%r is not a job id: it names the job's folder in TRAINSPEC_RDZV_DIR"
                             % env.get("CCP_JOBID"))
-        timeout = _opt_float(env, ENV_RDZV_TIMEOUT)
+        timeout = _int(env, ENV_RDZV_TIMEOUT, 1, None, " (whole seconds)")
         identity = "job=%s nodes=%d port=%d spec=%s" % (
             job, world.nodes, world.master_port, " ".join(env.get(ENV_SPEC, "").split()))
         master = elect_master(env[ENV_RDZV_DIR].strip(), job, world.node_rank, world.nodes, _hpcpack_host(env),
                               RDZV_TIMEOUT if timeout is None else timeout, identity)
         return world._replace(master_addr=master)
-
-
-def _opt_float(env: Mapping[str, str], name: str) -> float | None:
-    text = env.get(name, "").strip()
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise ShimError("%s=%r is not a number of seconds" % (name, env[name])) from None
-    if not value > 0:
-        raise ShimError("%s=%r must be more than 0 seconds" % (name, env[name]))
-    return value
 
 
 def _safe_name(text: str) -> bool:
@@ -389,11 +376,7 @@ def elect_master(rdzv_dir: str, job: str, node_rank: int, nodes: int, host: str,
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         _write_atomic(os.path.join(directory, "node-%d" % node_rank), "%s\n" % host, host)
-        if node_rank == 0:
-            previous = _read_lines(os.path.join(directory, "master"), 3)
-            if previous and previous[0] != host:
-                print("trainspec: warning: replacing %s, written by %s (%s)"
-                      % (os.path.join(directory, "master"), previous[0], previous[1]), file=sys.stderr)
+        if node_rank == 0:  # replaces an earlier run's claim; a concurrent one is found by _Election
             _write_atomic(os.path.join(directory, "master"), "%s\n%s\n%s\n" % (host, identity, nonce), host)
     except OSError as error:
         raise ShimError("cannot register node %d in the rendezvous directory %s (TRAINSPEC_RDZV_DIR): %s"
