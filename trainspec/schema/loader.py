@@ -1,13 +1,13 @@
 """Load a spec file: bytes -> plain Python data + a map from spec path to (line, col).
 
-This module knows YAML and positions and nothing about training. Everything that can go
-wrong before a mapping exists (size, encoding, tabs, duplicate keys, alias bombs, absurd
-nesting) becomes a Diagnostic with a position, never a traceback.
+This module knows YAML and positions and nothing about training. One loader: ruamel.yaml's
+round-trip loader (YAML 1.2), which gives every key and value its position. Everything that
+can go wrong before a mapping exists (size, encoding, tabs, duplicate keys, alias bombs,
+absurd nesting) becomes a Diagnostic with a position, never a traceback.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
@@ -109,172 +109,10 @@ def load_bytes(raw: bytes, file: str, path: Optional[Path] = None) -> Document:
     if tab:
         raise fail("tab character in indentation", "YAML indents with spaces only", *tab)
 
-    fast = _fast_load(text)
-    if fast is not None:
-        plain, positions = fast
-    else:  # libyaml could not read it, or it is an error: ruamel's YAML 1.2 loader decides, and says why
-        data = _parse(text, fail)
-        positions = Positions()
-        plain = _walk(data, (), positions, [MAX_NODES], 0, fail)
+    data = _parse(text, fail)
+    positions = Positions()
+    plain = _walk(data, (), positions, [MAX_NODES], 0, fail)
     return Document(file=file, path=path, data={} if plain is None else plain, positions=positions, raw=raw)
-
-
-def _fast_load(text: str) -> Optional[Tuple[Any, Positions]]:
-    """A spec through libyaml's parser (ruamel.yaml.clib), 4x faster than ruamel's pure-Python
-    round-trip loader, or None when anything is unusual. libyaml reads YAML 1.1, so it is only
-    trusted with what it accepts without complaint; whatever it rejects (a colon inside a flow
-    mapping, `pytorch:latest`, is fine in YAML 1.2), every error of the spec itself (duplicate
-    keys, alias bombs, deep nesting) and any %-directive go to the round-trip loader, which
-    stays the authority on what YAML means and on every error message.
-    tests/test_loader.py holds both to the same data and positions."""
-    from ruamel.yaml.error import YAMLError
-
-    if text.lstrip().startswith("%") or "\n%" in text or any(c in text for c in _YAML11_LINE_BREAKS):
-        return None
-    try:
-        composer = _Composer(text)
-        return composer.document(), composer.positions
-    except (YAMLError, _Unusual, ValueError, TypeError):
-        return None
-
-
-# Line breaks to YAML 1.1 (libyaml), ordinary characters to YAML 1.2: lines would be counted differently
-_YAML11_LINE_BREAKS = ("\x85", "\u2028", "\u2029")
-
-
-class _Unusual(Exception):
-    """Something the fast path leaves to the round-trip loader."""
-
-
-class _Composer:
-    """libyaml's events -> plain data and positions, iteratively (libyaml's own composer recurses
-    in C and crashes on deep nesting), with aliases and merge keys expanded against the node
-    budget. Scalars are typed by ruamel's YAML 1.2 resolver and constructor, as the round-trip
-    loader types them."""
-
-    _TYPED = {"tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
-              "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"}
-
-    def __init__(self, text: str) -> None:
-        from ruamel.yaml import events
-        from ruamel.yaml.constructor import SafeConstructor
-        from ruamel.yaml.cyaml import CParser
-        from ruamel.yaml.resolver import VersionedResolver
-
-        class Parser(CParser, VersionedResolver):
-            def __init__(self, stream: str) -> None:
-                CParser.__init__(self, stream)
-                VersionedResolver.__init__(self, version=(1, 2), loader=self)
-
-        self.events = events
-        self.parser = Parser(text)
-        self.constructor = SafeConstructor(loader=self.parser)
-        self.positions = Positions()
-        self.budget = MAX_NODES
-        self.anchors: Dict[str, Tuple[Any, Tuple[int, int], list]] = {}  # name -> value, place, places below
-
-    def document(self) -> Any:
-        parser, events = self.parser, self.events
-        parser.get_event()  # stream start
-        if isinstance(parser.peek_event(), events.StreamEndEvent):
-            return None
-        parser.get_event()  # document start
-        value = self._node((), 0)
-        parser.get_event()  # document end
-        if not isinstance(parser.peek_event(), events.StreamEndEvent):
-            raise _Unusual("a second document")
-        return value
-
-    def _spend(self, count: int = 1) -> None:
-        self.budget -= count
-        if self.budget < 0:
-            raise _Unusual("too many nodes")
-
-    def _node(self, path: SpecPath, depth: int) -> Any:
-        events = self.events
-        event = self.parser.get_event()
-        mark = event.start_mark
-        self.positions.values.setdefault(path, (mark.line + 1, mark.column + 1))
-        if isinstance(event, events.AliasEvent):
-            if event.anchor not in self.anchors:
-                raise _Unusual("unknown alias")
-            value, where, below = self.anchors[event.anchor]
-            self.positions.values[path] = where  # the anchored node's own place, as ruamel gives it
-            for table, suffix, where in below:  # an alias's keys and values sit where the anchor's do
-                self._spend()
-                (self.positions.keys if table else self.positions.values).setdefault(path + suffix, where)
-            return self._copy(value)
-        if depth > MAX_DEPTH:
-            raise _Unusual("too deep")
-        self._spend()
-        marks = (len(self.positions.keys), len(self.positions.values)) if event.anchor else None
-        if isinstance(event, events.ScalarEvent):
-            value = self._scalar(event)
-            if value is _MERGE:
-                raise _Unusual("a merge key as a value")
-            if value is None and event.value == "" and not event.style:
-                raise _Unusual("an empty value")  # its position is the round-trip loader's to give
-        elif isinstance(event, events.SequenceStartEvent):
-            value = []
-            while not isinstance(self.parser.peek_event(), events.SequenceEndEvent):
-                value.append(self._node(path + (len(value),), depth + 1))
-            self.parser.get_event()
-        elif isinstance(event, events.MappingStartEvent):
-            value = self._mapping(path, depth)
-        else:
-            raise _Unusual(type(event).__name__)
-        if marks is not None:
-            below = [(table, p[len(path):], where)
-                     for table, (start, positions) in enumerate(zip(reversed(marks), (self.positions.values,
-                                                                                       self.positions.keys)))
-                     for p, where in itertools.islice(positions.items(), start, None)]
-            self.anchors[event.anchor] = (value, (mark.line + 1, mark.column + 1), below)
-        return value
-
-    def _mapping(self, path: SpecPath, depth: int) -> Dict[str, Any]:
-        events = self.events
-        out: Dict[str, Any] = {}
-        seen = set()  # the keys as YAML typed them: 1 and true are one key to a dict
-        while not isinstance(self.parser.peek_event(), events.MappingEndEvent):
-            event = self.parser.get_event()
-            key = self._scalar(event) if isinstance(event, events.ScalarEvent) and not event.anchor else None
-            if key is _MERGE:
-                raise _Unusual("merge key")  # rare in specs: the round-trip loader's merge rules apply
-            if key is None or not isinstance(key, (str, int, float, bool)):
-                raise _Unusual("a key that is not a plain scalar")
-            name = key if isinstance(key, str) else str(key)
-            if name in out or key in seen:
-                raise _Unusual("duplicate key")
-            seen.add(key)
-            mark = event.start_mark
-            self.positions.keys[path + (name,)] = (mark.line + 1, mark.column + 1)
-            out[name] = self._node(path + (name,), depth + 1)
-        self.parser.get_event()
-        return out
-
-    def _copy(self, value: Any) -> Any:
-        """An alias expands to a fresh copy, and every node of it counts against the budget."""
-        self._spend()
-        if isinstance(value, dict):
-            return {k: self._copy(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._copy(v) for v in value]
-        return value
-
-    def _scalar(self, event) -> Any:
-        from ruamel.yaml.nodes import ScalarNode
-
-        if event.tag not in (None, "!"):
-            raise _Unusual("an explicit tag")
-        tag = str(self.parser.resolve(ScalarNode, event.value, event.implicit))  # a Tag object: its text
-        if tag == "tag:yaml.org,2002:merge":
-            return _MERGE
-        if tag not in self._TYPED:
-            raise _Unusual(tag)  # dates, binary: as the round-trip loader keeps them
-        return self.constructor.construct_object(ScalarNode(tag, event.value, event.start_mark, event.end_mark))
-
-
-_MERGE = object()
 
 
 def _parse(text: str, fail) -> Any:
