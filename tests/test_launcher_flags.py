@@ -11,7 +11,7 @@ import pytest
 
 from conftest import trainspec_cmd
 from trainspec.compiler import base
-from trainspec.runtime.shim import Expectation, ShimError, World, launcher_command
+from trainspec.runtime.shim import Expectation, ShimError, World, spawner_command
 
 WORLD = World("azureml-pytorch", "10.0.0.4", 6105, 2, 1, 0, 1, 1, 2)  # node 1 of 2, per-node
 PER_NODE = Expectation(nodes=2, procs_per_node=8, launcher="per-node", master_port=None, spec="x.yaml")
@@ -20,7 +20,7 @@ PER_NODE = Expectation(nodes=2, procs_per_node=8, launcher="per-node", master_po
 def test_accelerate_gets_the_world_as_its_own_parser_reads_it():
     accelerate = pytest.importorskip("accelerate.commands.launch", reason="accelerate is in the test extra")
     command = ["accelerate", "launch", "--multi_gpu", "train.py", "--epochs", "3"]
-    out = launcher_command(command, WORLD, PER_NODE)
+    out = spawner_command(command, WORLD, PER_NODE)
     args = accelerate.launch_command_parser().parse_args(out[2:])
     assert (args.num_machines, args.machine_rank, args.main_process_ip, args.main_process_port,
             args.num_processes) == (2, 1, "10.0.0.4", 6105, 16)
@@ -29,7 +29,7 @@ def test_accelerate_gets_the_world_as_its_own_parser_reads_it():
 
 def test_deepspeed_runs_without_ssh_with_a_hostfile_of_the_nodes(tmp_path):
     command = ["deepspeed", "train.py", "--deepspeed_config", "ds.json"]
-    out = launcher_command(command, WORLD, PER_NODE, tmpdir=str(tmp_path))
+    out = spawner_command(command, WORLD, PER_NODE, tmpdir=str(tmp_path))
     hostfile = out[out.index("--hostfile") + 1]
     assert out == ["deepspeed", "--num_nodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.4",
                    "--master_port", "6105", "--num_gpus", "8", "--no_ssh", "--hostfile", hostfile,
@@ -39,15 +39,15 @@ def test_deepspeed_runs_without_ssh_with_a_hostfile_of_the_nodes(tmp_path):
 
 def test_flags_the_user_wrote_stay_and_a_wrong_one_fails_fast():
     same = ["accelerate", "launch", "--num_machines=2", "train.py"]
-    assert launcher_command(same, WORLD, PER_NODE).count("--num_machines") == 0
+    assert spawner_command(same, WORLD, PER_NODE).count("--num_machines") == 0
     with pytest.raises(ShimError, match=r"accelerate --machine_rank 0, but this node's world says 1"):
-        launcher_command(["accelerate", "launch", "--machine_rank", "0", "train.py"], WORLD, PER_NODE)
+        spawner_command(["accelerate", "launch", "--machine_rank", "0", "train.py"], WORLD, PER_NODE)
 
 
 def test_other_commands_and_other_launchers_are_left_alone():
-    assert launcher_command(["python", "train.py"], WORLD, PER_NODE) == ["python", "train.py"]
+    assert spawner_command(["python", "train.py"], WORLD, PER_NODE) == ["python", "train.py"]
     per_process = PER_NODE._replace(launcher="per-process")
-    assert launcher_command(["accelerate", "launch", "t.py"], WORLD, per_process) == ["accelerate", "launch", "t.py"]
+    assert spawner_command(["accelerate", "launch", "t.py"], WORLD, per_process) == ["accelerate", "launch", "t.py"]
 
 
 @pytest.mark.parametrize("command, launcher", [
@@ -56,7 +56,7 @@ def test_other_commands_and_other_launchers_are_left_alone():
     ("python train.py", None), ("deepspeedish train.py", None),
 ])
 def test_the_compiler_knows_them(command, launcher):
-    assert base.own_launcher(command) == launcher
+    assert base.own_spawner(command) == launcher
 
 
 @pytest.mark.parametrize("target, settings", [("azureml", "azureml: {compute: gpu-cluster}"),

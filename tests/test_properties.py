@@ -873,11 +873,11 @@ def test_shim_names_the_spec_when_the_platform_starts_another_shape():
     spec says, the shim's message blames the platform or names a variable the platform never set.
 
     Azure ML sets no LOCAL_WORLD_SIZE; _torch_style() falls back to the spec's procs_per_node and
-    check()/_described() then report that number as "(LOCAL_WORLD_SIZE=n)". Minimal examples
+    verify()/_described() then report that number as "(LOCAL_WORLD_SIZE=n)". Minimal examples
     (platform nodes x processes, spec nodes x processes, the failing rank), as of this writing:
 
     - 1x1 vs 1x2, rank 0: "WORLD_SIZE=1: world size 1 is not a multiple of the processes per node 2"
-      (shim._nodes() raises from _torch_style() before check() can compare 1 with 2);
+      (shim._nodes() raises from _torch_style() before verify() can compare 1 with 2);
     - 1x2 vs 2x1, rank 1: "local_rank 1 (LOCAL_RANK=1) is outside 0..0 (LOCAL_WORLD_SIZE=1)";
     - 2x4 vs 4x2, rank 4: "rank 4 ... the platform did not place consecutive ranks on the same node",
       which is not what happened, and resources.procs_per_node is not named.
@@ -885,7 +885,7 @@ def test_shim_names_the_spec_when_the_platform_starts_another_shape():
     Expected: resources.procs_per_node named with the spec's number and what the platform shows
     (LOCAL_RANK=1: at least 2 processes per node; (RANK - LOCAL_RANK) / NODE_RANK = 4 when
     NODE_RANK > 0), and no "(LOCAL_WORLD_SIZE=...)" when the platform did not set it.
-    Where: trainspec/runtime/shim.py, _torch_style(), _nodes(), check(), _described().
+    Where: trainspec/runtime/shim.py, _torch_style(), _nodes(), verify(), _described().
     """
     cases = [((1, 1, 1, 2), 0), ((1, 2, 2, 1), 1), ((2, 4, 4, 2), 4)]
     for (nodes, procs, spec_nodes, spec_procs), rank in cases:

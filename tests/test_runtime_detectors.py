@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from trainspec.runtime import SHIM_PATH, DETECTORS, Expectation, ShimError, World, check, detect, normalize
+from trainspec.runtime import SHIM_PATH, DETECTORS, Expectation, ShimError, World, detect, normalize, verify
 from trainspec.runtime import shim
 
 
@@ -298,7 +298,7 @@ def test_world_size_message_reads_well():
 )
 def test_inconsistent_world(world, fragment):
     with pytest.raises(ShimError) as caught:
-        check(world, Expectation())
+        verify(world, Expectation())
     assert fragment in str(caught.value)
 
 

@@ -20,7 +20,7 @@ import pytest
 from conftest import kill_processes_with
 from trainspec.runtime import SHIM_PATH
 from trainspec.runtime.shim import (
-    DETECTORS, HPCPack, Expectation, ShimError, World, check, detect, elect_master, normalize,
+    DETECTORS, HPCPack, Expectation, ShimError, World, detect, elect_master, normalize, verify,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +50,7 @@ def baked(rank, nodes=3, **extra):
     return hpcpack(rank, nodes, TRAINSPEC_MASTER_ADDR="NODE00", **extra)
 
 
-# ---------------------------------------------------------------- pure: world, check, exports
+# ---------------------------------------------------------------- pure: world, verify, exports
 
 #                     platform, master_addr, master_port, world_size, rank, local_rank, local_world_size, node_rank, nodes
 WORLD_CASES = [
@@ -75,7 +75,7 @@ def test_world_from_hpcpack_env(env, expected):
 def test_world_is_pure_and_check_accepts_it():
     env = baked(2)
     world = HPCPack.world(env, Expectation.from_env(env))
-    check(world, Expectation.from_env(env))  # 3 launchers, 1 per node, per-node spec: accepted
+    verify(world, Expectation.from_env(env))  # 3 launchers, 1 per node, per-node spec: accepted
     assert world.master_addr == "NODE00"
 
 

@@ -65,7 +65,7 @@ def _pydantic(data: Any):
 
 def _snapshot(data: Any):
     try:
-        return "ok", structure.check(data)
+        return "ok", structure.parse(data)
     except pydantic_core.ValidationError as exc:
         return "error", _errors(exc)
 
@@ -135,7 +135,7 @@ def test_snapshot_and_pydantic_agree_on_examples_corpus_and_every_field_mistyped
 
 
 def test_defaults_are_filled_and_not_counted_as_written():
-    spec = structure.check({"version": 1, "name": "a", "code": ".", "command": "python t.py",
+    spec = structure.parse({"version": 1, "name": "a", "code": ".", "command": "python t.py",
                             "resources": {"nodes": 2}, "targets": {"azureml": {"timeout": "2d"}}})
     assert spec.resources.nodes == 2 and spec.resources.spot is False
     assert spec.distribution.master_port == 6105 and spec.targets.azureml.timeout == 2 * 86400
@@ -145,7 +145,7 @@ def test_defaults_are_filled_and_not_counted_as_written():
 
 
 def test_a_validated_spec_is_read_only():
-    spec = structure.check({"version": 1, "name": "a", "code": ".", "command": "c"})
+    spec = structure.parse({"version": 1, "name": "a", "code": ".", "command": "c"})
     with pytest.raises(AttributeError, match="read-only"):
         spec.name = "b"
     with pytest.raises(AttributeError, match="read-only"):

@@ -263,7 +263,7 @@ def _compute_name(valid: ValidSpec):
 def _command(valid: ValidSpec, launcher: str) -> str:
     spec = valid.spec
     command = valid.render(("command",), spec.command, refs).strip()
-    if launcher == "per-node" and spec.framework != "lightning" and not base.own_launcher(command):
+    if launcher == "per-node" and spec.framework != "lightning" and not base.own_spawner(command):
         # $NODE_RANK, $MASTER_ADDR, $MASTER_PORT: set by Azure ML on each node, expanded by its shell
         counts = shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
         command = (f"{counts} --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT "

@@ -150,13 +150,13 @@ def under_shim(shim: str, command: str) -> str:
     return f"{shim} -- {command}"
 
 
-def own_launcher(command: str) -> Optional[str]:
+def own_spawner(command: str) -> Optional[str]:
     """'accelerate' or 'deepspeed' when the command is that launcher (it starts the node's workers
     itself, and the shim gives it the world as flags), else None: the shim's own recognizer."""
     from ..schema.fields import split_command
 
     try:
-        found = contract.launcher_at(split_command(command))
+        found = contract.spawner_at(split_command(command))
     except ValueError:  # an unclosed quote: validation reports it
         return None
     return found[0] if found else None
@@ -176,7 +176,7 @@ def torchrun_errors(valid: ValidSpec, refs, wrapped_by: str, hint: str) -> List[
     """An error at ``command`` when a target would hand it to torchrun and it is not a Python
     script or module line (else none); ``wrapped_by`` says who puts torchrun there."""
     command = valid.render(("command",), valid.spec.command, refs)
-    if own_launcher(command) and not _has_shell_operator(command):
+    if own_spawner(command) and not _has_shell_operator(command):
         return []  # accelerate launch / deepspeed start the workers themselves: no torchrun
     problem = torchrun_problem(command)
     return [error(("command",), f"{wrapped_by}, but {problem}", hint)] if problem else []

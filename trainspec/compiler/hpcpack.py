@@ -330,7 +330,7 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
     python = _python(valid)
     user = valid.render(("command",), spec.command, refs_for(valid)).strip()
     shim = shlex.join([*python, *base.SHIM_FLAGS, layout.shim, "--"])
-    if base.own_launcher(user):  # accelerate launch / deepspeed: the shim hands it the world as flags
+    if base.own_spawner(user):  # accelerate launch / deepspeed: the shim hands it the world as flags
         line = f"{shim} {user}"
     else:
         # node rank, master address and port (TRAINSPEC_MASTER_PORT = rdzv_port) reach torchrun

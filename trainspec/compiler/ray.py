@@ -314,7 +314,7 @@ def _command(valid: ValidSpec) -> str:
     spec = valid.spec
     python = shlex.split(spec.targets.ray.python)
     command = valid.render(("command",), spec.command, refs_for(valid)).strip()
-    if base.launcher(valid, LAUNCHERS) == "per-node" and spec.framework != "lightning" and not base.own_launcher(command):
+    if base.launcher(valid, LAUNCHERS) == "per-node" and spec.framework != "lightning" and not base.own_spawner(command):
         # node rank, master address and port reach torchrun from the shim as PET_*
         command = (shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node",
                                str(valid.procs_per_node)]) + " " + base.torchrun_worker(command, shlex.join(python)))

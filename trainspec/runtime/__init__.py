@@ -18,12 +18,12 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-from .shim import DETECTORS, Expectation, ShimError, World, _int, _nodes, check, detect
+from .shim import DETECTORS, Expectation, ShimError, World, _int, _nodes, detect, verify
 from .shim import normalize as normalize_environment
 
 SHIM_PATH = Path(__file__).resolve().with_name("shim.py")
 
-__all__ = ["DETECTORS", "SHIM_PATH", "Expectation", "ShimError", "World", "check", "detect", "normalize",
+__all__ = ["DETECTORS", "SHIM_PATH", "Expectation", "ShimError", "World", "detect", "normalize", "verify",
            "normalize_environment", "process_group_world"]
 
 
@@ -86,6 +86,6 @@ def normalize(env: MutableMapping[str, str] | None = None, *, apply: bool = True
     joined = process_group_world(env, expect)
     if joined is not None:
         # Like torchrun's workers: the final per-process world, whatever the spec's launcher.
-        check(joined, expect._replace(launcher="per-process", master_port=None), PROCESS_GROUP_SOURCES)
+        verify(joined, expect._replace(launcher="per-process", master_port=None), PROCESS_GROUP_SOURCES)
         return joined
     return normalize_environment(env, apply=apply)

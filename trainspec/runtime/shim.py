@@ -222,7 +222,7 @@ def _check_shape(world_size: int, rank: int, local_rank: int, node_rank: int, ex
 
 class Detector:
     """One platform: ``detect`` says whether it started this process, ``world`` reads its variables
-    (pure), ``rendezvous`` (after ``check``) may do I/O to learn what only the others know.
+    (pure), ``rendezvous`` (after ``verify``) may do I/O to learn what only the others know.
     ``sources``: where each World field came from, for messages. ``inside_launcher``: an agent
     (torchrun) already exported the final world and owns the port; the shim keeps both."""
 
@@ -730,7 +730,7 @@ DETECTORS: tuple[type[Detector], ...] = (
     TorchElastic, HPCPack, Ray, AzureMLMPI, AzureMLPyTorch, TensorFlow, EnvVars, SingleProcess)
 
 
-# ---------------------------------------------------------------- detect, check, normalize
+# ---------------------------------------------------------------- detect, verify, normalize
 
 
 def detect(env: Mapping[str, str], expect: Expectation | None = None) -> tuple[type[Detector], World]:
@@ -752,7 +752,7 @@ def _described(world: World, field: str, sources: Mapping[str, str] | None = Non
     return "(%s=%d)" % (source, value) if source else "(%s %d, no launcher variables found)" % (field, value)
 
 
-def check(world: World, expect: Expectation, sources: Mapping[str, str] | None = None) -> None:
+def verify(world: World, expect: Expectation, sources: Mapping[str, str] | None = None) -> None:
     """Fail at once when the platform's world disagrees with the spec or with itself; ``sources``
     names where each field came from (default: the platform's detector)."""
 
@@ -794,21 +794,21 @@ def check(world: World, expect: Expectation, sources: Mapping[str, str] | None =
 
 
 def _resolve(env: Mapping[str, str]) -> tuple[World, Expectation, dict[str, str | None]]:
-    """Detect, check and compute exports; the world carries the port actually exported."""
+    """Detect, verify and compute exports; the world carries the port actually exported."""
     expect = Expectation.from_env(env)
     detector, world = detect(env, expect)
     if detector.inside_launcher:
         # The agent owns ports and started the final workers: keep what it exported.
         expect = expect._replace(launcher="per-process", master_port=None)
-    check(world, expect)
+    verify(world, expect)
     if expect.master_port is not None:
         world = world._replace(master_port=expect.master_port)
-    world = detector.rendezvous(env, world)  # after check: a wrong world fails before any waiting
+    world = detector.rendezvous(env, world)  # after verify: a wrong world fails before any waiting
     return world, expect, world.env(expect.launcher, expect.procs_per_node)
 
 
 def normalize(env: MutableMapping[str, str] | None = None, *, apply: bool = True) -> World:
-    """Detect and check the world, and (if apply) export torch's variables into env (default os.environ)."""
+    """Detect and verify the world, and (if apply) export torch's variables into env (default os.environ)."""
     if env is None:
         env = os.environ
     world, _, exports = _resolve(env)
@@ -839,7 +839,7 @@ _ACCELERATE = ("--num_machines", "--machine_rank", "--main_process_ip", "--main_
 _DEEPSPEED = ("--num_nodes", "--node_rank", "--master_addr", "--master_port", "--num_gpus")
 
 
-def launcher_at(command: list[str]) -> tuple[str, int] | None:
+def spawner_at(command: list[str]) -> tuple[str, int] | None:
     """('accelerate'|'deepspeed', index after which its flags go), or None."""
     name = os.path.basename(command[0]) if command else ""
     if name == "accelerate" and command[1:2] == ["launch"]:
@@ -863,9 +863,9 @@ def _given(args: list[str], flag: str) -> str | None:
     return None
 
 
-def launcher_command(command: list[str], world: World, expect: Expectation, tmpdir: str | None = None) -> list[str]:
+def spawner_command(command: list[str], world: World, expect: Expectation, tmpdir: str | None = None) -> list[str]:
     """``command`` with the world added as the flags its launcher reads (per node), else as is."""
-    found = launcher_at(command)
+    found = spawner_at(command)
     if found is None or expect.launcher != "per-node":
         return command
     kind, at = found
@@ -926,7 +926,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         world, expect, exports = _resolve(os.environ)
-        command = launcher_command(command, world, expect)
+        command = spawner_command(command, world, expect)
     except ShimError as error:
         print("trainspec: error: %s" % error, file=sys.stderr)
         return 3

@@ -1,4 +1,4 @@
-"""The spec's structure check, run by pydantic-core from a snapshot of the models' core schema.
+"""The spec's structure (fields, types, ranges), validated by pydantic-core from a snapshot of the models' core schema.
 
 model.py defines the spec with pydantic models, and stays the one definition. But importing
 pydantic and building those classes costs ~70 ms at every start (README, "Speed"), and
@@ -147,7 +147,7 @@ def validator() -> pydantic_core.SchemaValidator:
     return _validator
 
 
-def check(data: Any) -> Any:
+def parse(data: Any) -> Any:
     """The validated spec (a Record tree), or pydantic_core.ValidationError."""
     return validator().validate_python(data)
 

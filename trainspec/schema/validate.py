@@ -3,7 +3,7 @@
 The only place that says what a correct spec is. It turns a loaded document into a
 `ValidSpec` (the pydantic `Spec` plus the numbers every target lowers from) or a list of
 diagnostics, every one with its spec path. Targets add what they cannot express through
-their own ``check()``; they never re-check what is decided here.
+their own ``cannot_express()``; they never re-check what is decided here.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
         return None, [error((), "a spec is a YAML mapping (key: value lines)",
                             "start from one of the files in specs/")]
     try:
-        spec = structure.check(doc.data)
+        spec = structure.parse(doc.data)
     except ValidationError as exc:
         from . import explain  # the pydantic models, for hints: only when something is wrong
 
