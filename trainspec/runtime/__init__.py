@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-from .shim import DETECTORS, Expectation, ShimError, World, _int, _nodes, detect, verify
+from .shim import DETECTORS, Expectation, ShimError, World, _int, _nodes, _place, detect, verify
 from .shim import normalize as normalize_environment
 
 SHIM_PATH = Path(__file__).resolve().with_name("shim.py")
@@ -56,14 +56,7 @@ def process_group_world(env: Mapping[str, str], expect: Expectation) -> World | 
     except Exception:  # a half-imported or unusual torch: the environment decides, as usual
         return None
     local_world_size = _int(env, "LOCAL_WORLD_SIZE", minimum=1) or expect.procs_per_node or world_size
-    node_rank = _int(env, "NODE_RANK")
-    if node_rank is None:
-        node_rank = _int(env, "GROUP_RANK")
-    if node_rank is None:
-        node_rank = rank // local_world_size
-    local_rank = _int(env, "LOCAL_RANK")
-    if local_rank is None:
-        local_rank = rank - node_rank * local_world_size
+    node_rank, local_rank = _place(env, rank, local_world_size)
     return World(
         platform=PROCESS_GROUP,
         master_addr=env.get("MASTER_ADDR", "").strip(),

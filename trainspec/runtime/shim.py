@@ -169,20 +169,25 @@ def _nodes(world_size: int, local_world_size: int, how: str, expect: Expectation
     return world_size // local_world_size
 
 
-def _torch_style(name: str, env: Mapping[str, str], expect: Expectation, default_port: int | None) -> World:
-    """A world from torch's own variables, as Azure ML's pytorch distribution and env:// launchers set them."""
-    world_size = _int(env, "WORLD_SIZE", minimum=1, required=SET_BY_LAUNCHER)
-    rank = _int(env, "RANK", required=SET_BY_LAUNCHER)
-    local_world_size = (
-        _int(env, "LOCAL_WORLD_SIZE", minimum=1) or expect.procs_per_node_launched or world_size)
+def _place(env: Mapping[str, str], rank: int, local_world_size: int) -> tuple[int, int]:
+    """(node rank, local rank): NODE_RANK (or GROUP_RANK) and LOCAL_RANK when set, else what
+    consecutive ranks on each node imply."""
     node_rank = _int(env, "NODE_RANK")
     if node_rank is None:
         node_rank = _int(env, "GROUP_RANK")
     if node_rank is None:
         node_rank = rank // local_world_size
     local_rank = _int(env, "LOCAL_RANK")
-    if local_rank is None:
-        local_rank = rank - node_rank * local_world_size
+    return node_rank, rank - node_rank * local_world_size if local_rank is None else local_rank
+
+
+def _torch_style(name: str, env: Mapping[str, str], expect: Expectation, default_port: int | None) -> World:
+    """A world from torch's own variables, as Azure ML's pytorch distribution and env:// launchers set them."""
+    world_size = _int(env, "WORLD_SIZE", minimum=1, required=SET_BY_LAUNCHER)
+    rank = _int(env, "RANK", required=SET_BY_LAUNCHER)
+    local_world_size = (
+        _int(env, "LOCAL_WORLD_SIZE", minimum=1) or expect.procs_per_node_launched or world_size)
+    node_rank, local_rank = _place(env, rank, local_world_size)
     if "LOCAL_WORLD_SIZE" not in env and expect.procs_per_node_launched is not None:
         _check_shape(world_size, rank, local_rank, node_rank, expect)
     master_addr = env.get("MASTER_ADDR", "").strip()
