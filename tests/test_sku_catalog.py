@@ -139,3 +139,18 @@ def test_az_vm_list_skus_output_becomes_a_team_file_that_validates(repo):
                                   "family": "standardNDGB200v6Family", "source": "az vm list-skus"}}
     proc = spec(repo, NEW)
     assert proc.returncode == 0 and "warning:" not in proc.stderr, proc.stderr
+
+
+def test_a_ray_cpu_head_is_looked_up_in_the_team_file_too(repo):
+    """Noticed in issue 12: targets.ray.head_sku was checked against the built-in sizes only."""
+    head = "Standard_E8s_v9"  # a size the built-in catalog lacks, in the team's file
+    (repo / "trainspec-skus.yaml").write_text(TEAM + f"  {head}:\n    gpus: 0\n    vcpus: 8\n    memory_gb: 64\n"
+                                              "    infiniband: false\n")
+    (repo / "specs" / "ray.yaml").write_text(
+        "version: 1\nname: rayjob\ncode: ../code\ncommand: python train.py\n"
+        f"resources: {{nodes: 2, sku: {NEW}}}\nenvironment: {{image: python:3.11}}\n"
+        f"targets: {{ray: {{location: eastus, resource_group: rg, head: cpu, head_sku: {head}}}}}\n")
+    proc = ts("compile", "specs/ray.yaml", "-o", "out", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    config = YAML(typ="safe").load((repo / "out" / "rayjob" / "ray" / "cluster.yaml").read_text())
+    assert config["available_node_types"]["ray.head.default"]["node_config"]["azure_arm_parameters"]["vmSize"] == head

@@ -143,7 +143,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     if valid.sku is None:
         out.append(error(("resources", "sku"), "a Ray cluster on Azure needs the VM size of its nodes",
                          "set resources.sku, e.g. Standard_ND96isr_H100_v5"))
-    if settings.head == "cpu" and skus.lookup(settings.head_sku) is None:
+    if settings.head == "cpu" and _head_sku(valid) is None:
         close = skus.closest(settings.head_sku)
         out.append(error(("targets", "ray", "head_sku"), f"unknown Azure VM size '{settings.head_sku}'",
                          f"did you mean {', '.join(close)}?" if close else None))
@@ -213,6 +213,11 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     return base.Artifact(target=NAME, name=spec.name, files=files, submit=SUBMIT)
 
 
+def _head_sku(valid: ValidSpec) -> Optional[skus.Sku]:
+    """The cpu head's size, looked up where the spec's own size was: the team's catalog too."""
+    return skus.catalog_for(valid.source.dir)[0].lookup(valid.spec.targets.ray.head_sku)
+
+
 def cluster_config(valid: ValidSpec, out_dir: Path) -> Dict[str, Any]:
     spec = valid.spec
     settings = spec.targets.ray
@@ -242,7 +247,7 @@ def cluster_config(valid: ValidSpec, out_dir: Path) -> Dict[str, Any]:
     if settings.head == "worker":
         head = {"resources": training, "node_config": _node_config(sku.name, spot=False)}
     else:
-        head_sku = skus.lookup(settings.head_sku)
+        head_sku = _head_sku(valid)
         # no GPU and CPU 0: nothing of the training is ever scheduled on a cpu head
         head = {"resources": {"CPU": 0}, "node_config": _node_config(head_sku.name, spot=False)}
     node_types: Dict[str, Any] = {HEAD_TYPE: head}
