@@ -28,15 +28,51 @@ def trainspec_cmd():
 SPEC_NAMES = ["mnist-lightning.yaml", "single-node.yaml", "hpcpack-ddp.yaml"]
 
 
-def run(args, cwd, check=False, env=None):
-    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+def run(args, cwd, check=False, env=None, **kw):
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300, env=env, **kw)
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 
 
-def ts(*args, cwd, check=False):
-    return run([*trainspec_cmd(), *args], cwd, check)
+def ts(*args, cwd=REPO, check=False, env=None, **kw):
+    """The command line as a user runs it (bounded: a hang guard far above any run)."""
+    return run([*trainspec_cmd(), *args], cwd, check, env, **kw)
+
+
+def yq(text: str) -> str:
+    """A YAML double-quoted scalar with everything but plain printable characters escaped."""
+    out = ['"']
+    for ch in text:
+        o = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif (0x20 <= o <= 0x7E or 0xA0 <= o <= 0xD7FF or 0xE000 <= o <= 0xFFFD or o >= 0x10000) \
+                and o not in (0x2028, 0x2029, 0xFEFF):
+            out.append(ch)
+        elif o <= 0xFF:
+            out.append("\\x%02x" % o)
+        elif o <= 0xFFFF:
+            out.append("\\u%04x" % o)
+        else:
+            out.append("\\U%08x" % o)
+    return "".join(out) + '"'
+
+
+def ray_validate(config: dict) -> dict:
+    """Ray's own checks of a cluster config, in the order `ray up` runs them (ray.md §1)."""
+    import copy
+    import json
+
+    import jsonschema
+    import ray
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    schema = json.loads((Path(ray.__file__).parent / "autoscaler" / "ray-schema.json").read_text())
+    jsonschema.validate(config, schema)
+    prepared = prepare_config(copy.deepcopy(config))
+    validate_config(prepared)
+    return prepared
 
 
 def git(*args, cwd):

@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SPECS, trainspec_cmd
+from conftest import REPO, SPECS, trainspec_cmd, ts
 
 
-def ts(*args, cwd=REPO, **kw):
-    return subprocess.run([*trainspec_cmd(), *args], cwd=cwd, capture_output=True, text=True, timeout=300, **kw)
 
 
 def write_spec(path: Path, body: str) -> Path:

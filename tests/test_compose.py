@@ -1,10 +1,9 @@
 """extends chains, --set and --var: merged before validation, and every error points at the
 file (or the override) that wrote the value."""
 
-import subprocess
 from pathlib import Path
 
-from conftest import REPO, trainspec_cmd
+from conftest import REPO, ts
 
 ROOT = f"""version: 1
 name: base
@@ -24,8 +23,6 @@ targets:
 """
 
 
-def ts(*args, cwd):
-    return subprocess.run([*trainspec_cmd(), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def three_deep(tmp_path: Path, middle_extra: str = "") -> Path:

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from conftest import REPO, trainspec_cmd
+from conftest import REPO, trainspec_cmd, yq
 from trainspec.compiler import ray as ray_target
 
 CODE = REPO / "examples" / "ddp"
@@ -59,23 +59,6 @@ def ts(*args, cwd: Path, timeout: float = 300, env: Optional[Dict[str, str]] = N
     return proc
 
 
-def yq(text: str) -> str:
-    """A YAML double-quoted scalar with everything but plain printable characters escaped."""
-    out = ['"']
-    for ch in text:
-        o = ord(ch)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif (0x20 <= o <= 0x7E or 0xA0 <= o <= 0xD7FF or 0xE000 <= o <= 0xFFFD or o >= 0x10000) \
-                and o not in (0x2028, 0x2029, 0xFEFF):
-            out.append(ch)
-        elif o <= 0xFF:
-            out.append("\\x%02x" % o)
-        elif o <= 0xFFFF:
-            out.append("\\u%04x" % o)
-        else:
-            out.append("\\U%08x" % o)
-    return "".join(out) + '"'
 
 
 def spec_text(name: str = "hostile", command: str = "python train.py", env: Optional[Dict[str, str]] = None,

@@ -5,14 +5,13 @@ field with its line."""
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 import warnings
 
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import REPO, trainspec_cmd
+from conftest import REPO, ts
 from trainspec.schema.fields import is_remote
 
 azure_ml = pytest.importorskip("azure.ai.ml", reason="azure-ai-ml is a test extra: pip install -e '.[test]'")
@@ -26,8 +25,6 @@ OWN = os.environ.get("TRAINSPEC_IMPORT_JOBS")
 SHIM = ("TRAINSPEC_", "PL_TRAINER_")
 
 
-def ts(*args, cwd):
-    return subprocess.run([*trainspec_cmd(), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def loaded(path):

@@ -35,7 +35,7 @@ import pytest
 pytest.importorskip("hypothesis", reason="hypothesis is needed for the property tests: pip install hypothesis")
 from hypothesis import HealthCheck, Phase, example, given, settings, strategies as st  # noqa: E402
 
-from conftest import REPO, trainspec_cmd  # noqa: E402
+from conftest import REPO, ray_validate, trainspec_cmd, yq
 from trainspec.build import build  # noqa: E402
 from trainspec.compiler import ray as ray_target  # noqa: E402
 from trainspec.compiler.write import write_all  # noqa: E402
@@ -76,26 +76,6 @@ class Flow:
         return f"Flow({self.value!r})"
 
 
-def yq(text: str) -> str:
-    """A YAML double-quoted scalar; everything but plain printable characters is escaped."""
-    out = ['"']
-    for ch in text:
-        o = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif (0x20 <= o <= 0x7E or 0xA0 <= o <= 0xD7FF or 0xE000 <= o <= 0xFFFD or 0x10000 <= o <= 0x10FFFF) \
-                and o not in (0x2028, 0x2029, 0xFEFF):
-            out.append(ch)
-        elif o <= 0xFF:
-            out.append("\\x%02x" % o)
-        elif o <= 0xFFFF:
-            out.append("\\u%04x" % o)
-        else:
-            out.append("\\U%08x" % o)
-    out.append('"')
-    return "".join(out)
 
 
 def flow(value: Any) -> str:
@@ -625,14 +605,6 @@ def test_hpcpack_xsd_is_here():
         pytest.skip(f"the HPC Pack XSD is not here ({XSD}): the XML properties ran without schema validation")
 
 
-def ray_validate(config: Dict[str, Any]) -> None:
-    import jsonschema
-    import ray
-    from ray.autoscaler._private.util import prepare_config, validate_config
-
-    schema = json.loads((Path(ray.__file__).parent / "autoscaler" / "ray-schema.json").read_text())
-    jsonschema.validate(config, schema)
-    validate_config(prepare_config(copy.deepcopy(config)))
 
 
 @settings(max_examples=examples(30), **COMMON)

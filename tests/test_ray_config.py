@@ -3,7 +3,6 @@ before any cloud call) and plain jsonschema against Ray's schema, and our own ch
 Ray lets through."""
 
 import copy
-import json
 import shlex
 import subprocess
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, SPECS, trainspec_cmd
+from conftest import REPO, SPECS, ray_validate, trainspec_cmd
 from trainspec.compiler.ray import cluster_problems
 
 ray = pytest.importorskip("ray", reason="ray is a test extra: pip install -e '.[test]'")
@@ -19,16 +18,6 @@ ray = pytest.importorskip("ray", reason="ray is a test extra: pip install -e '.[
 REFERENCE = REPO.parent / "shared" / "reference" / "ray-examples"
 
 
-def ray_validate(config: dict) -> dict:
-    """Ray's own checks, in the order `ray up` runs them (ray.md §1)."""
-    import jsonschema
-    from ray.autoscaler._private.util import prepare_config, validate_config
-
-    schema = json.loads((Path(ray.__file__).parent / "autoscaler" / "ray-schema.json").read_text())
-    jsonschema.validate(config, schema)
-    prepared = prepare_config(copy.deepcopy(config))
-    validate_config(prepared)
-    return prepared
 
 
 def compile_ray(spec: Path, out: Path) -> Path:

@@ -8,13 +8,11 @@ import subprocess
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import trainspec_cmd
+from conftest import ts
 
 NEW = "Standard_ND128isr_NDR_GB200_v6"
 
 
-def ts(*args, cwd):
-    return subprocess.run([*trainspec_cmd(), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture
