@@ -265,9 +265,8 @@ def _command(valid: ValidSpec, launcher: str) -> str:
     command = valid.render(("command",), spec.command, refs).strip()
     if launcher == "per-node" and spec.framework != "lightning" and not base.own_spawner(command):
         # $NODE_RANK, $MASTER_ADDR, $MASTER_PORT: set by Azure ML on each node, expanded by its shell
-        counts = shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
-        command = (f"{counts} --node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT "
-                   f"{base.torchrun_worker(command)}")
+        command = base.torchrun_line(
+            valid, command, rendezvous="--node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT")
     python = spec.targets.azureml.python if spec.targets.azureml else "python"
     return base.under_shim(f"{python} {' '.join(base.SHIM_FLAGS)} {refs('inputs', SHIM_INPUT)}", command)
 
@@ -285,11 +284,7 @@ def _distribution(valid: ValidSpec, launcher: str) -> Dict[str, Any]:
 
 
 def _environment_variables(valid: ValidSpec, launcher: str) -> Dict[str, str]:
-    spec = valid.spec
-    env = {key: valid.render(("env", key), value, refs) for key, value in spec.env.items()}
-    env.update(base.lightning_defaults(valid))
-    env.update(base.expectations(valid, launcher, spec.distribution.master_port))
-    return env
+    return base.job_env(valid, refs, launcher, valid.spec.distribution.master_port)
 
 
 def _environment(valid: ValidSpec, out_dir: Path, files: List[base.OutFile]):

@@ -7,6 +7,7 @@ The interface a target module implements is written once, in compiler/__init__.p
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -93,6 +94,15 @@ def expectations(valid: ValidSpec, launcher_name: str, master_port: Optional[int
     return env
 
 
+def job_env(valid: ValidSpec, refs, launcher_name: str, master_port: Optional[int] = None) -> Dict[str, str]:
+    """Every process's environment as a target writes it: the spec's env (rendered with the
+    target's references), Lightning's defaults, then the TRAINSPEC_* expectations."""
+    env = {key: valid.render(("env", key), value, refs) for key, value in valid.spec.env.items()}
+    env.update(lightning_defaults(valid))
+    env.update(expectations(valid, launcher_name, master_port))
+    return env
+
+
 def lightning_defaults(valid: ValidSpec) -> Dict[str, str]:
     """Lightning reads PL_TRAINER_* as Trainer() defaults (explicit arguments still win), so a
     script that passes neither num_nodes nor devices gets the spec's numbers instead of 1."""
@@ -144,8 +154,6 @@ def under_shim(shim: str, command: str) -> str:
     commands (``cd src && python train.py``, a newline) must run as one ``bash -c`` under it --
     otherwise only its first command would see the shim's variables."""
     if _has_shell_operator(command):
-        import shlex
-
         return f"{shim} -- bash -c {shlex.quote(command)}"
     return f"{shim} -- {command}"
 
@@ -180,6 +188,15 @@ def torchrun_errors(valid: ValidSpec, refs, wrapped_by: str, hint: str) -> List[
         return []  # accelerate launch / deepspeed start the workers themselves: no torchrun
     problem = torchrun_problem(command)
     return [error(("command",), f"{wrapped_by}, but {problem}", hint)] if problem else []
+
+
+def torchrun_line(valid: ValidSpec, command: str, runner: Tuple[str, ...] = ("torchrun",), rendezvous: str = "",
+                  python: Optional[str] = None) -> str:
+    """``<runner> --nnodes N --nproc_per_node P [rendezvous] --no-python <command>``: torchrun
+    starting the node's workers, each running the user's command intact. ``rendezvous``: flags
+    (shell, the target's own) for what the shim does not hand torchrun as PET_*."""
+    counts = shlex.join([*runner, "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
+    return " ".join(part for part in (counts, rendezvous, torchrun_worker(command, python)) if part)
 
 
 def torchrun_worker(command: str, python: Optional[str] = None) -> str:

@@ -335,20 +335,16 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
     else:
         # node rank, master address and port (TRAINSPEC_MASTER_PORT = rdzv_port) reach torchrun
         # from the shim as PET_NODE_RANK / PET_MASTER_ADDR / PET_MASTER_PORT
-        torchrun = shlex.join([*python, "-m", "torch.distributed.run", "--nnodes", str(valid.nodes),
-                               "--nproc_per_node", str(valid.procs_per_node)])
-        line = f"{shim} {torchrun} {base.torchrun_worker(user, shlex.join(python))}"
+        torchrun = base.torchrun_line(valid, user, (*python, "-m", "torch.distributed.run"), python=shlex.join(python))
+        line = f"{shim} {torchrun}"
     if settings.setup:
         line = f"{settings.setup} && {line}"
     return line
 
 
 def _environment(valid: ValidSpec, layout: _Layout) -> Dict[str, str]:
-    spec = valid.spec
     settings = _settings(valid)
-    env = {key: valid.render(("env", key), value, refs_for(valid)) for key, value in spec.env.items()}
-    env.update(base.lightning_defaults(valid))
-    env.update(base.expectations(valid, "per-node", settings.rdzv_port))
+    env = base.job_env(valid, refs_for(valid), "per-node", settings.rdzv_port)
     if settings.nodes:
         env[contract.ENV_MASTER_ADDR] = settings.nodes[0]
     else:

@@ -321,18 +321,14 @@ def _command(valid: ValidSpec) -> str:
     command = valid.render(("command",), spec.command, refs_for(valid)).strip()
     if base.launcher(valid, LAUNCHERS) == "per-node" and spec.framework != "lightning" and not base.own_spawner(command):
         # node rank, master address and port reach torchrun from the shim as PET_*
-        command = (shlex.join(["torchrun", "--nnodes", str(valid.nodes), "--nproc_per_node",
-                               str(valid.procs_per_node)]) + " " + base.torchrun_worker(command, shlex.join(python)))
+        command = base.torchrun_line(valid, command, python=shlex.join(python))
     return base.under_shim(f"{shlex.join([*python, *base.SHIM_FLAGS])} $HOME/trainspec/{base.SHIM_FILE}", command)
 
 
 def job_request(valid: ValidSpec) -> Dict[str, Any]:
     """What the driver runs (runtime/ray_driver.py, Request): the job's shape, typed JSON."""
-    spec = valid.spec
     launcher = base.launcher(valid, LAUNCHERS)
-    env = {key: valid.render(("env", key), value, refs_for(valid)) for key, value in spec.env.items()}
-    env.update(base.lightning_defaults(valid))
-    env.update(base.expectations(valid, launcher))
+    env = base.job_env(valid, refs_for(valid), launcher)
     return {"nodes": valid.nodes, "procs_per_node": valid.procs_per_node, "launcher": launcher,
             "gpus_per_node": valid.gpus_per_node, "cpus_per_node": valid.procs_per_node,
             "placement": "STRICT_SPREAD", "workdir": "code", "env": env, "command": _command(valid),
