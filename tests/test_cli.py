@@ -43,7 +43,8 @@ def test_compile_writes_every_target_dir_and_says_how_to_submit(tmp_path):
         written = {p.parent.name for p in (tmp_path / spec.stem).glob("*/*") if p.is_file()}
         assert written, spec
     assert f"az ml job create --file {tmp_path}/mnist-lightning/azureml/job.yml" in proc.stdout
-    assert "8 specs: 0 errors, 0 warnings" in proc.stderr
+    assert f"sbatch {tmp_path}/slurm-ddp/slurm/job.sbatch" in proc.stdout
+    assert f"{len(list(SPECS.glob('*.yaml')))} specs: 0 errors, 0 warnings" in proc.stderr
 
 
 def test_one_bad_spec_writes_nothing_and_leaves_previous_outputs(tmp_path):
@@ -197,7 +198,7 @@ def test_run_refuses_a_ray_job_in_one_line_before_reading_the_spec():
     proc = ts("run", "specs/ray-lightning.yaml", "-t", "ray")
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
-    assert errors == ["trainspec run: error: run --local plays the jobs of the other targets (-t azureml|hpcpack); "
+    assert errors == ["trainspec run: error: run --local plays the jobs of the other targets (-t azureml|hpcpack|slurm); "
                       "a Ray job runs on a Ray cluster: start it with `bash OUT/<name>/ray/launch.sh` (README, Ray), "
                       "or try the spec here with another -t"], proc.stderr
 

@@ -43,6 +43,7 @@ TARGETS: Dict[str, str] = {
     "azureml": "trainspec.compiler.azureml",
     "hpcpack": "trainspec.compiler.hpcpack",
     "ray": "trainspec.compiler.ray",
+    "slurm": "trainspec.compiler.slurm",
 }
 DEFAULT_TARGET = "azureml"  # what `compile` lowers to when neither -t nor the spec's targets say
 IMPORTER = "trainspec.compiler.azureml_import"  # `trainspec import`: a platform's job file -> a spec

@@ -123,7 +123,8 @@ class Expectation(_ExpectationFields):
 
 
 SET_BY_LAUNCHER = ", but the launcher sets it for every process"
-SET_BY_RAY_LAUNCHER = ", but trainspec's Ray launcher sets it for every process (TRAINSPEC_RAY=1)"
+SET_BY_RAY_LAUNCHER = ", but trainspec's Ray driver sets it for every process (TRAINSPEC_RAY=1)"
+SET_BY_SRUN = ", but srun sets it for every task"
 BAKED = "; trainspec writes it into every task of the HPC Pack jobs it compiles, so this job was not " \
         "compiled by trainspec or was edited"
 
@@ -234,6 +235,7 @@ class Detector:
     name = "?"
     sources: Mapping[str, str] = {}
     inside_launcher = False
+    per_node_unset: tuple[str, ...] = ()  # the platform's variables a per-node launcher must not see
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:
@@ -586,6 +588,70 @@ class Ray(Detector):
                      _nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size, expect))
 
 
+class Slurm(Detector):
+    """A task that srun started: ranks from SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/SLURM_NODEID,
+    the master the first host of SLURM_JOB_NODELIST, the port the spec's (docs/runtime.md)."""
+
+    name = "slurm"
+    sources = {"world_size": "SLURM_NTASKS", "rank": "SLURM_PROCID", "local_rank": "SLURM_LOCALID",
+               "local_world_size": "SLURM_NTASKS/SLURM_JOB_NUM_NODES", "node_rank": "SLURM_NODEID",
+               "nodes": "SLURM_JOB_NUM_NODES"}
+    per_node_unset = ("SLURM_NTASKS",)  # else Lightning takes the 1 task per node for its world, and never spawns
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return "SLURM_PROCID" in env and "SLURM_NTASKS" in env
+
+    @staticmethod
+    def world(env: Mapping[str, str], expect: Expectation) -> World:
+        world_size = _int(env, "SLURM_NTASKS", 1, SET_BY_SRUN)
+        nodes = _int(env, "SLURM_STEP_NUM_NODES", 1) or _int(env, "SLURM_JOB_NUM_NODES", 1, SET_BY_SRUN)
+        hosts = expand_hostlist(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", ""))
+        if not hosts:
+            raise ShimError("SLURM_JOB_NODELIST is not set%s" % SET_BY_SRUN)
+        if world_size % nodes:
+            raise ShimError("SLURM_NTASKS=%d is not a multiple of SLURM_JOB_NUM_NODES=%d: every node must run the "
+                            "same number of tasks (srun --ntasks-per-node)" % (world_size, nodes))
+        local_world_size = world_size // nodes
+        job = env.get("SLURM_JOB_ID", "").strip()
+        port = _int(env, "MASTER_PORT", 1) or (15000 + int(job[-4:]) if job[-4:].isdigit() else None)
+        return World(Slurm.name, hosts[0], port or AZUREML_MASTER_PORT, world_size, _int(env, "SLURM_PROCID", 0, SET_BY_SRUN),
+                     _int(env, "SLURM_LOCALID", 0, SET_BY_SRUN), local_world_size,
+                     _int(env, "SLURM_NODEID", 0, SET_BY_SRUN), nodes)
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's compressed host list, expanded in order: 'gpu-[01-04,07],login1' -> gpu-01 .. gpu-04,
+    gpu-07, login1; zero padding kept; several bracket groups multiply ('r[1-2]-n[1-2]')."""
+    hosts: list[str] = []
+    depth, start = 0, 0
+    for i, char in enumerate(text + ","):
+        depth += (char == "[") - (char == "]")
+        if depth < 0 or (char == "," and depth == 0):
+            if depth < 0:
+                raise ShimError("SLURM_JOB_NODELIST=%r has a ']' without its '['" % text)
+            if text[start:i].strip():
+                hosts.extend(_expand_one(text[start:i].strip(), text))
+            start = i + 1
+    if depth:
+        raise ShimError("SLURM_JOB_NODELIST=%r has a '[' without its ']'" % text)
+    return hosts
+
+
+def _expand_one(item: str, whole: str) -> list[str]:
+    head, bracket, rest = item.partition("[")
+    if not bracket:
+        return [item]
+    inside, _, tail = rest.partition("]")
+    numbers: list[str] = []
+    for part in inside.split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
+            raise ShimError("SLURM_JOB_NODELIST=%r: %r is not a number or a range like 01-04" % (whole, part))
+        numbers += [str(n).zfill(len(low)) for n in range(int(low), int(high if dash else low) + 1)]
+    return [head + number + more for number in numbers for more in _expand_one(tail, whole)]
+
+
 class AzureMLMPI(Detector):
     """Azure ML MPI distribution (Open MPI's mpirun started every process)."""
 
@@ -732,7 +798,7 @@ def _free_port() -> int:
 
 # In priority order: the first whose detect() is true wins.
 DETECTORS: tuple[type[Detector], ...] = (
-    TorchElastic, HPCPack, Ray, AzureMLMPI, AzureMLPyTorch, TensorFlow, EnvVars, SingleProcess)
+    TorchElastic, HPCPack, Ray, Slurm, AzureMLMPI, AzureMLPyTorch, TensorFlow, EnvVars, SingleProcess)
 
 
 # ---------------------------------------------------------------- detect, verify, normalize
@@ -809,7 +875,10 @@ def _resolve(env: Mapping[str, str]) -> tuple[World, Expectation, dict[str, str 
     if expect.master_port is not None:
         world = world._replace(master_port=expect.master_port)
     world = detector.rendezvous(env, world)  # after verify: a wrong world fails before any waiting
-    return world, expect, world.env(expect.launcher, expect.procs_per_node)
+    exports = world.env(expect.launcher, expect.procs_per_node)
+    if expect.launcher == "per-node":
+        exports.update(dict.fromkeys(detector.per_node_unset))
+    return world, expect, exports
 
 
 def normalize(env: MutableMapping[str, str] | None = None, *, apply: bool = True) -> World:
