@@ -77,6 +77,24 @@ def test_torch_distributed_all_reduce(tmp_path, launcher):
     assert_world(proc, script="ddp")
 
 
+@pytest.mark.parametrize("spec, launcher, script", [
+    ("slurm-ddp.yaml", None, "ddp"),  # srun starts every rank: the shim's Slurm detector reads them
+    ("slurm-ddp.yaml", "per-node", "ddp"),  # one task per node running torchrun
+    ("mnist-lightning.yaml", None, "mnist"),  # Lightning's own SLURMEnvironment agrees with the shim
+    ("mnist-lightning.yaml", "per-node", "mnist"),  # Lightning spawns: the shim hides SLURM_NTASKS from it
+], ids=["ddp-srun", "ddp-torchrun", "lightning-srun", "lightning-spawn"])
+def test_slurm_jobs_play_without_slurm(tmp_path, spec, launcher, script):
+    """run --local -t slurm: the compiled job.sbatch through bash, with an srun that starts every task
+    on its simulated node with the variables srun sets (slurm.md), the rest of the script as written."""
+    (tmp_path / "data").mkdir()  # a path on the nodes instead of the Azure ML data asset (synthetic data)
+    spec = _spec_with(tmp_path, spec, **({'mnist: {path: "azureml:mnist@latest", mode: ro_mount}':
+                                          f"mnist: {{path: {tmp_path / 'data'}}}"} if script == "mnist" else {}))
+    args = [str(spec), "-t", "slurm", "--procs-per-node", "2"] + (["--launcher", launcher] if launcher else [])
+    proc = run(args, tmp_path / "work")
+    assert_world(proc, script=script)
+    assert "trainspec: slurm detected; world 4 = 2 node(s) x 2 process(es)" in proc.stderr + proc.stdout
+
+
 def test_lightning_under_per_node_torchrun(tmp_path):
     proc = run([str(REPO / "tests" / "specs" / "lightning-torchrun.yaml")], tmp_path)
     assert_world(proc, script="mnist")

@@ -22,11 +22,10 @@ where the original lies (the shim is beside it) and falls back to the submit dir
 from __future__ import annotations
 
 import functools
-import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from ..diagnostics import Diagnostic, error
 from ..schema.fields import is_remote

@@ -1,0 +1,159 @@
+"""Compiled Slurm jobs on a real Slurm cluster: Debian's slurm-wlm (slurmctld + 2 slurmd, each
+node a network namespace with its own name and address, fake GPUs as GRES; tests/slurm_cluster.py),
+submitted with `sbatch --wait` exactly as `trainspec compile -t slurm` wrote them. A real
+torch.distributed (gloo) and a real Lightning run must agree on world, ranks and node ranks,
+per process (srun starts every rank) and per node (torchrun / Lightning spawn); a node that
+dies mid-job and a job larger than the cluster end with Slurm's message, bounded.
+
+The cluster is installed (apt-get) and started once for the module and stopped by it."""
+
+import json
+import os
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, ts
+from slurm_cluster import GPUS_PER_NODE, SlurmCluster, missing
+
+pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+pytest.importorskip("lightning", reason="lightning is a test extra")
+
+pytestmark = pytest.mark.realproc
+
+RESULT = re.compile(r"^TRAINSPEC_RESULT (\{.*\})$", re.M)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = missing()
+    if reason:
+        pytest.skip(f"no Slurm cluster here: {reason}")
+    with SlurmCluster(tmp_path_factory.mktemp("slurm") / "cluster") as running:
+        yield running
+
+
+def job(tmp_path, *, name, code, command, framework="pytorch", nodes=2, procs=GPUS_PER_NODE, launcher=None,
+        extra=""):
+    """A spec for the cluster (CPU torch on fake GPUs: gloo), compiled; the job folder."""
+    distribution = f"distribution: {{backend: gloo{', launcher: ' + launcher if launcher else ''}}}"
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(f"""version: 1
+name: {name}
+code: {code}
+command: {command}
+framework: {framework}
+resources: {{nodes: {nodes}, gpus_per_node: {GPUS_PER_NODE}, procs_per_node: {procs}}}
+{distribution}
+env: {{OMP_NUM_THREADS: 1}}
+targets:
+  slurm:
+    python: {sys.executable}
+{extra}""")
+    proc = ts("compile", str(spec), "-t", "slurm", "-o", str(tmp_path / "build"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"sbatch {tmp_path}/build/{name}/slurm/job.sbatch" in proc.stdout  # what compile says to run
+    return tmp_path / "build" / name / "slurm"
+
+
+def submit(cluster, folder: Path, cwd: Path, timeout=600):
+    """sbatch --wait from cwd, as a user submits; (exit code, sbatch's output, the job's stdout, stderr)."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])  # `python` on the nodes
+    done = cluster.run(["env", f"PATH={path}", "sbatch", "--wait", str(folder / "job.sbatch")], cwd=cwd,
+                       timeout=timeout)
+    job_id = re.search(r"Submitted batch job (\d+)", done.stdout)
+    assert job_id, done.stdout + done.stderr
+    name = folder.parent.name
+    out, err = (cwd / f"{name}-{job_id.group(1)}.out", cwd / f"{name}-{job_id.group(1)}.err")
+    return done.returncode, done.stdout + done.stderr, out.read_text(), err.read_text()
+
+
+def assert_world(code, stdout, stderr, *, script, world=4, per_node=2):
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
+    found = sorted((json.loads(m) for m in RESULT.findall(stdout)), key=lambda r: r["rank"])
+    assert [r["rank"] for r in found] == list(range(world)), stdout[-3000:] + stderr[-3000:]
+    for r in found:
+        assert (r["script"], r["world_size"], r["allreduce"]) == (script, world, world)  # a real all_reduce
+        assert (r["node_rank"], r["local_rank"]) == (r["rank"] // per_node, r["rank"] % per_node)
+        assert r["master"] == "n1:6105"  # the first host of SLURM_JOB_NODELIST, the spec's port
+
+
+def test_ddp_per_process_srun_starts_every_rank(cluster, tmp_path):
+    folder = job(tmp_path, name="ddp-slurm", code=REPO / "examples" / "ddp", command="python train.py --steps 3")
+    code, _, stdout, stderr = submit(cluster, folder, tmp_path)
+    assert_world(code, stdout, stderr, script="ddp")
+    assert "trainspec: slurm detected; world 4 = 2 node(s) x 2 process(es) [per-process]; master n1:6105" in stderr
+
+
+def test_ddp_per_node_under_torchrun(cluster, tmp_path):
+    folder = job(tmp_path, name="ddp-torchrun", code=REPO / "examples" / "ddp", command="python train.py --steps 3",
+                 launcher="per-node")
+    code, _, stdout, stderr = submit(cluster, folder, tmp_path)
+    assert_world(code, stdout, stderr, script="ddp")
+
+
+def test_lightning_per_process_agrees_with_its_own_slurm_environment(cluster, tmp_path):
+    folder = job(tmp_path, name="mnist-slurm", code=REPO / "examples" / "mnist", framework="lightning",
+                 command=f"python train.py --num_nodes {{{{ nodes }}}} --devices {{{{ procs_per_node }}}} "
+                         f"--output {tmp_path}/outputs")
+    code, _, stdout, stderr = submit(cluster, folder, tmp_path)
+    assert_world(code, stdout, stderr, script="mnist")
+
+
+def test_lightning_per_node_spawns_its_devices(cluster, tmp_path):
+    folder = job(tmp_path, name="mnist-spawn", code=REPO / "examples" / "mnist", framework="lightning",
+                 launcher="per-node", command=f"python train.py --num_nodes {{{{ nodes }}}} --devices "
+                                              f"{{{{ procs_per_node }}}} --output {tmp_path}/outputs")
+    code, _, stdout, stderr = submit(cluster, folder, tmp_path)
+    assert_world(code, stdout, stderr, script="mnist")
+
+
+STEADY = """import os, sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+print("ready rank", dist.get_rank(), flush=True)
+while True:  # all_reduce every 0.2 s until a peer is gone
+    dist.all_reduce(torch.ones(1))
+    time.sleep(0.2)
+"""
+
+NODE_DEATH_BOUND = 120  # s from the kill: SlurmdTimeout (10) + the job's clean-up, far under any default
+
+
+def test_a_node_that_dies_mid_job_ends_the_job_with_slurms_message(cluster, tmp_path):
+    code_dir = tmp_path / "steady"
+    code_dir.mkdir()
+    (code_dir / "steady.py").write_text(STEADY)
+    folder = job(tmp_path, name="steady", code=code_dir, command="python steady.py")
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(done=submit(cluster, folder, tmp_path, timeout=600)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 300
+        while sum(f.read_text().count("ready rank") for f in tmp_path.glob("steady-*.out")) < 4:
+            assert thread.is_alive() and time.monotonic() < deadline, "the job never got every rank running"
+            time.sleep(0.2)
+        killed = time.monotonic()
+        cluster.kill_node(2)  # n2: its slurmd, the step and both of its ranks
+        thread.join(NODE_DEATH_BOUND)
+        assert not thread.is_alive(), f"the job did not end within {NODE_DEATH_BOUND} s of the node's death"
+        assert time.monotonic() - killed < NODE_DEATH_BOUND
+    finally:
+        thread.join(600)
+    code, _, stdout, stderr = result["done"]
+    assert code != 0
+    assert re.search(r"srun: error: .*(n2|task)", stderr) or "NODE FAILURE" in stderr.upper(), stderr[-3000:]
+    state = cluster.run(["scontrol", "show", "job", "-o"]).stdout
+    assert re.search(r"JobName=steady .*JobState=(FAILED|NODE_FAIL)", state), state
+
+
+def test_a_job_larger_than_the_cluster_is_refused_at_once(cluster, tmp_path):
+    folder = job(tmp_path, name="too-big", code=REPO / "examples" / "ddp", command="python train.py", nodes=3)
+    started = time.monotonic()
+    done = cluster.run(["sbatch", "--wait", str(folder / "job.sbatch")], cwd=tmp_path, timeout=120)
+    assert done.returncode != 0 and time.monotonic() - started < 60
+    assert "Requested node configuration is not available" in done.stderr, done.stderr
