@@ -125,6 +125,7 @@ MessageTimeout=5
 KillWait=5
 InactiveLimit=0
 MinJobAge=600
+EnforcePartLimits=ALL
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)

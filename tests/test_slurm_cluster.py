@@ -143,17 +143,21 @@ def test_a_node_that_dies_mid_job_ends_the_job_with_slurms_message(cluster, tmp_
         assert not thread.is_alive(), f"the job did not end within {NODE_DEATH_BOUND} s of the node's death"
         assert time.monotonic() - killed < NODE_DEATH_BOUND
     finally:
+        if thread.is_alive():  # the assertion above failed: end the job so that sbatch --wait returns
+            cluster.run(["scancel", "--name", "steady"])
         thread.join(600)
     code, _, stdout, stderr = result["done"]
     assert code != 0
     assert re.search(r"srun: error: .*(n2|task)", stderr) or "NODE FAILURE" in stderr.upper(), stderr[-3000:]
     state = cluster.run(["scontrol", "show", "job", "-o"]).stdout
-    assert re.search(r"JobName=steady .*JobState=(FAILED|NODE_FAIL)", state), state
+    assert re.search(r"JobName=steady .*JobState=(FAILED|NODE_FAIL)", state), state  # not requeued (--no-requeue)
 
 
 def test_a_job_larger_than_the_cluster_is_refused_at_once(cluster, tmp_path):
+    """With EnforcePartLimits=ALL (the cluster's setting, tests/slurm_cluster.py). Slurm's default (NO)
+    accepts such a job and keeps it pending with reason PartitionNodeLimit: the README says so."""
     folder = job(tmp_path, name="too-big", code=REPO / "examples" / "ddp", command="python train.py", nodes=3)
     started = time.monotonic()
     done = cluster.run(["sbatch", "--wait", str(folder / "job.sbatch")], cwd=tmp_path, timeout=120)
     assert done.returncode != 0 and time.monotonic() - started < 60
-    assert "Requested node configuration is not available" in done.stderr, done.stderr
+    assert "Batch job submission failed: Node count specification invalid" in done.stderr, done.stderr

@@ -82,6 +82,9 @@ def settings_model():
                                           examples=["a100&ib"])
         exclusive: bool = Field(True, description="Whole nodes for this job (--exclusive): training shares "
                                 "no GPU, CPU or network with other jobs.", examples=[True])
+        requeue: bool = Field(False, description="Requeue the job when a node fails (--requeue). Default "
+                              "--no-requeue: the job ends NODE_FAIL, and a training job is not restarted from "
+                              "scratch behind your back.", examples=[False])
         logs: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_./~-]+$",
                                     description="Folder of the job's output and error files (<job name>-<job id>"
                                     ".out/.err), relative to where sbatch runs; it must exist. Default: there.",
@@ -217,6 +220,7 @@ def sbatch_options(valid: ValidSpec) -> List[str]:
             options.append(f"--{field}={getattr(settings, field)}")
     if settings.exclusive:
         options.append("--exclusive")
+    options.append("--requeue" if settings.requeue else "--no-requeue")
     logs = (settings.logs.rstrip("/") + "/") if settings.logs else ""
     options += [f"--output={logs}%x-%j.out", f"--error={logs}%x-%j.err"]
     return options
@@ -316,8 +320,8 @@ def play_local(job_dir: Path, run) -> int:
 
 def srun(argv: List[str]) -> int:
     """`srun [options] COMMAND...` on the simulated nodes: each task with the variables srun sets
-    (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_NTASKS, SLURM_STEP_NUM_NODES,
-    SLURM_STEP_NODELIST), output prefixed, the first failure stopping all (--kill-on-bad-exit)."""
+    (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_NTASKS, SLURM_NTASKS_PER_NODE, the step's
+    node count and host list), output prefixed, the first failure stopping all (--kill-on-bad-exit)."""
     import os
 
     from ..local import Master, Proc, run_and_report
@@ -338,7 +342,8 @@ def srun(argv: List[str]) -> int:
     for rank in range(world):
         node, local = divmod(rank, per_node)
         env = dict(os.environ, SLURM_PROCID=str(rank), SLURM_LOCALID=str(local), SLURM_NODEID=str(node),
-                   SLURM_NTASKS=str(world), SLURM_STEP_NUM_NODES=str(nodes), SLURM_STEP_NODELIST=",".join(hosts),
+                   SLURM_NTASKS=str(world), SLURM_NTASKS_PER_NODE=str(per_node), SLURM_STEP_NUM_NODES=str(nodes),
+                   SLURM_STEP_NUM_TASKS=str(world), SLURM_NODELIST=",".join(hosts), SLURM_STEP_NODELIST=",".join(hosts),
                    SLURMD_NODENAME=hosts[node])
         label = f"rank {rank}" if per_node > 1 else f"node {node}"
         procs.append(Proc(label=label, argv=argv, env=env, cwd=os.getcwd(), netns=namespaces[node] or None))
