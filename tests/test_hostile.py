@@ -30,11 +30,12 @@ from trainspec.compiler import ray as ray_target
 CODE = REPO / "examples" / "ddp"
 NS = "{http://schemas.microsoft.com/HPCS2008R2/scheduler/}"
 XSD = REPO.parent / "shared" / "reference" / "hpcpack" / "xsd" / "job-v4.fixed.xsd"
-TARGETS = ["azureml", "hpcpack", "ray"]
+TARGETS = ["azureml", "hpcpack", "ray", "slurm"]
 SETTINGS = {
     "azureml": "azureml: {compute: gpu-cluster}",
     "hpcpack": "hpcpack: {shared_dir: /shared/jobs, python: python3}",
     "ray": "ray: {location: eastus, resource_group: rg-hostile}",
+    "slurm": "slurm: {python: python3}",
 }
 
 
@@ -183,6 +184,26 @@ def ray_request(folder: Path, tmp: Path) -> Tuple[Dict[str, str], str]:
     return request["env"], request["command"]
 
 
+def slurm_run(folder: Path, tmp: Path) -> Tuple[Dict[str, str], List[str]]:
+    """Run job.sbatch with bash and an `srun` that records what it got; returns the environment the
+    tasks would get and srun's argv (what `bash -n` checks, run for real up to srun)."""
+    fake = tmp / "fakebin"
+    fake.mkdir(exist_ok=True)
+    log = tmp / "srun-calls.jsonl"
+    (fake / "srun").write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                               f"open({str(log)!r}, 'a').write(json.dumps([sys.argv[1:], dict(os.environ)]) + '\\n')\n")
+    (fake / "scontrol").write_text("#!/bin/sh\nexit 1\n")
+    for stub in ("srun", "scontrol"):
+        (fake / stub).chmod(0o755)
+    assert subprocess.run(["bash", "-n", str(folder / "job.sbatch")]).returncode == 0
+    proc = subprocess.run(["bash", str(folder / "job.sbatch")], capture_output=True, text=True, timeout=300,
+                          env={"PATH": f"{fake}:{os.environ['PATH']}", "SLURM_JOB_ID": "7",
+                               "SLURM_SUBMIT_DIR": str(folder)})
+    assert proc.returncode == 0, proc.stderr
+    [(argv, env)] = [json.loads(line) for line in log.read_text().splitlines()]
+    return env, argv
+
+
 # ---------------------------------------------------------------- strings: XML, YAML, shell, unicode, controls
 
 HOSTILE = {
@@ -249,6 +270,13 @@ def test_hostile_strings_in_command_env_and_description(tmp_path, target, catego
             calls = bash_argv(task.get("CommandLine"), ["python3"], tmp_path, {"CCP_JOBID": "7"})
             if [c[c.index("train.py"):] for c in calls] != [["train.py", *args]]:
                 wrong.append(f"command argv {calls!r}")
+    elif target == "slurm":
+        task_env, argv = slurm_run(folder, tmp_path)
+        for key, value in env.items():
+            if task_env.get(key) != value:
+                wrong.append(f"env {key}={value!r} came back as {task_env.get(key)!r}")
+        if argv[argv.index("--") + 1:] != ["python", "train.py", *args]:
+            wrong.append(f"command argv {argv!r}")
     else:
         import yaml
 
@@ -419,6 +447,8 @@ def test_a_100_kb_env_value(tmp_path, target):
         assert azureml_body(folder / "job.yml")["environmentVariables"]["BIG"] == big
     elif target == "hpcpack":
         assert all(values["BIG"] == big for _, values in hpcpack_tasks(folder / "job.xml"))
+    elif target == "slurm":
+        assert slurm_run(folder, tmp_path)[0]["BIG"] == big
     else:
         assert ray_request(folder, tmp_path)[0]["BIG"] == big
 
@@ -602,6 +632,9 @@ def test_code_outside_the_spec_directory_never_makes_compile_write_outside_out(t
         stage = (folder / "stage.sh").read_text()
         copied = re.search(r"^cp -R (\S+)/\. ", stage, re.M).group(1)
         assert (folder / shlex.split(copied)[0]).resolve() == tmp_path.resolve()
+    elif target == "slurm":
+        task_env, _ = slurm_run(folder, tmp_path)  # the script's own `cd` finds the code folder
+        assert Path(task_env["PWD"]).resolve() == tmp_path.resolve()
     else:
         import yaml
 
@@ -645,6 +678,9 @@ def test_an_output_directory_that_is_a_symlink(tmp_path, target):
                              env={**os.environ, "TRAINSPEC_SHARED_DIR": str(shared)})
         assert run.returncode == 0, run.stderr
         assert (shared / "s" / "code" / "train.py").is_file()
+    elif target == "slurm":
+        task_env, _ = slurm_run(folder, tmp_path)  # sbatch runs it from its submit directory
+        assert (Path(task_env["PWD"]) / "train.py").is_file(), task_env["PWD"]
     else:
         import yaml
 
@@ -702,6 +738,9 @@ def test_a_newline_in_an_env_value_is_carried_exactly(tmp_path, target):
         got = [{k: body["environmentVariables"][k] for k in NEWLINES}, {k: raw["environment_variables"][k] for k in NEWLINES}]
     elif target == "hpcpack":
         got = [{k: values[k] for k in NEWLINES} for _, values in hpcpack_tasks(folder / "job.xml")]
+    elif target == "slurm":
+        task_env = slurm_run(folder, tmp_path)[0]
+        got = [{k: task_env[k] for k in NEWLINES}]
     else:
         pairs, _ = ray_request(folder, tmp_path)
         got = [{k: pairs[k] for k in NEWLINES}]
