@@ -64,6 +64,44 @@ def data_asset_features(target: str, valid: ValidSpec) -> List[Diagnostic]:
     return out
 
 
+def node_path_refs(valid: ValidSpec, default_output):
+    """References for a target whose jobs see the data as paths on the nodes (HPC Pack, Slurm):
+    ``{{ inputs.x }}`` is its path (or literal), ``{{ outputs.x }}`` its path or
+    ``default_output(name)`` (shell the target writes), each quoted for bash."""
+    spec = valid.spec
+
+    def refs(kind: str, name: str) -> str:
+        if kind == "inputs":
+            item = spec.inputs[name]
+            return shlex.quote(item.path if item.path is not None else literal_text(item.value))
+        item = spec.outputs[name]
+        return shlex.quote(item.path) if item.path is not None else default_output(name)
+
+    return refs
+
+
+def node_path_problems(target: str, title: str, valid: ValidSpec) -> List[Diagnostic]:
+    """Data a job on the cluster's own storage cannot use: remote data, relative paths (they mean
+    nothing on the nodes), output locations that are not absolute paths."""
+    from ..schema.fields import is_remote
+
+    out: List[Diagnostic] = []
+    for name, item in valid.spec.inputs.items():
+        if item.path is None:
+            continue
+        if is_remote(item.path):
+            out.append(unsupported(target, ("inputs", name, "path"), f"the remote data '{item.path}'",
+                                   "give an absolute path on storage the nodes mount"))
+        elif not item.path.startswith("/"):
+            out.append(error(("inputs", name, "path"), f"on {title} an input is a path on the "
+                             "nodes: it must be absolute", "e.g. /data/mnist on the shared storage"))
+    for name, item in valid.spec.outputs.items():
+        if item.path is not None and not item.path.startswith("/"):
+            out.append(unsupported(target, ("outputs", name, "path"), f"the output location '{item.path}'",
+                                   "give an absolute path on shared storage, or leave path out"))
+    return out
+
+
 def launcher(valid: ValidSpec, defaults: Mapping[str, str]) -> str:
     """Who starts the processes: the spec's distribution.launcher, else the target's default for
     the framework (its LAUNCHERS). TensorFlow has a launcher of its own on every target: the

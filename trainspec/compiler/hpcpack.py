@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
 from ..diagnostics import Diagnostic, error
-from ..schema.fields import is_remote
 from ..schema.validate import ValidSpec
 from . import base, emit
 from .base import contract
@@ -119,18 +118,8 @@ def refs_for(valid: ValidSpec):
     """How ``{{ inputs.x }}`` / ``{{ outputs.x }}`` render in the command: an input is a path on
     the nodes (quoted for bash); an output defaults to ``<shared_dir>/outputs/<name>/$CCP_JOBID/x``
     (``$CCP_JOBID`` expanded by bash on the node; the rest is validated to need no quoting)."""
-    spec = valid.spec
-
-    def refs(kind: str, name: str) -> str:
-        if kind == "inputs":
-            item = spec.inputs[name]
-            return shlex.quote(item.path if item.path is not None else base.literal_text(item.value))
-        item = spec.outputs[name]
-        if item.path is not None:
-            return shlex.quote(item.path)
-        return f"{_Layout(_settings(valid).shared_dir, spec.name).outputs}/$CCP_JOBID/{name}"
-
-    return refs
+    outputs = _Layout(_settings(valid).shared_dir, valid.spec.name).outputs
+    return base.node_path_refs(valid, lambda name: f"{outputs}/$CCP_JOBID/{name}")
 
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
@@ -172,19 +161,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
         out.append(base.unsupported(NAME, ("resources", "shm_size"), "a shared-memory size: tasks run on the host",
                                     fatal=False))
     out += base.data_asset_features(NAME, valid)
-    for name, item in spec.inputs.items():
-        if item.path is None:
-            continue
-        if is_remote(item.path):
-            out.append(base.unsupported(NAME, ("inputs", name, "path"), f"the remote data '{item.path}'",
-                                        "give an absolute path on storage the nodes mount"))
-        elif not item.path.startswith("/"):
-            out.append(error(("inputs", name, "path"), "on HPC Pack an input is a path on the nodes: it must be absolute",
-                             "e.g. /data/mnist on the shared storage"))
-    for name, item in spec.outputs.items():
-        if item.path is not None and not item.path.startswith("/"):
-            out.append(base.unsupported(NAME, ("outputs", name, "path"), f"the output location '{item.path}'",
-                                        "give an absolute path on shared storage, or leave path out"))
+    out += base.node_path_problems(NAME, "HPC Pack", valid)
     for path, text in _xml_strings(valid):
         bad = _XML_UNSAFE.search(text)
         if bad:

@@ -27,8 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-from ..diagnostics import Diagnostic, error
-from ..schema.fields import is_remote
+from ..diagnostics import Diagnostic
 from ..schema.validate import ValidSpec
 from . import base, emit
 
@@ -124,18 +123,7 @@ def refs_for(valid: ValidSpec):
     """``{{ inputs.x }}``: a path on the nodes, quoted for bash; ``{{ outputs.x }}``: its path, or
     ``<job folder>/outputs/<job id>/x`` (made by the script; ``$job_dir`` and ``$SLURM_JOB_ID``
     expanded by bash)."""
-    spec = valid.spec
-
-    def refs(kind: str, name: str) -> str:
-        if kind == "inputs":
-            item = spec.inputs[name]
-            return shlex.quote(item.path if item.path is not None else base.literal_text(item.value))
-        item = spec.outputs[name]
-        if item.path is not None:
-            return shlex.quote(item.path)
-        return f'"$job_dir"/outputs/"$SLURM_JOB_ID"/{name}'
-
-    return refs
+    return base.node_path_refs(valid, lambda name: f'"$job_dir"/outputs/"$SLURM_JOB_ID"/{name}')
 
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
@@ -178,19 +166,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
         out.append(base.unsupported(NAME, ("resources", "shm_size"), "a shared-memory size: tasks see the node's",
                                     fatal=False))
     out += base.data_asset_features(NAME, valid)
-    for name, item in spec.inputs.items():
-        if item.path is None:
-            continue
-        if is_remote(item.path):
-            out.append(base.unsupported(NAME, ("inputs", name, "path"), f"the remote data '{item.path}'",
-                                        "give an absolute path on storage the nodes mount"))
-        elif not item.path.startswith("/"):
-            out.append(error(("inputs", name, "path"), "on Slurm an input is a path on the nodes: it must be absolute",
-                             "e.g. /data/mnist on the shared storage"))
-    for name, item in spec.outputs.items():
-        if item.path is not None and not item.path.startswith("/"):
-            out.append(base.unsupported(NAME, ("outputs", name, "path"), f"the output location '{item.path}'",
-                                        "give an absolute path on shared storage, or leave path out"))
+    out += base.node_path_problems(NAME, "Slurm", valid)
     return out
 
 
