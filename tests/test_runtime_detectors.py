@@ -148,7 +148,7 @@ def test_single_process_without_port_picks_one():
 
 def test_detector_order_and_names():
     assert [d.name for d in DETECTORS] == [
-        "torchelastic", "hpcpack", "ray", "azureml-mpi", "azureml-pytorch", "tensorflow", "env", "single-process"]
+        "torchelastic", "hpcpack", "ray", "slurm", "azureml-mpi", "azureml-pytorch", "tensorflow", "env", "single-process"]
     detector, _ = detect({**azureml_mpi(0), **torchrun(0)})
     assert detector.name == "torchelastic"
 

@@ -178,7 +178,7 @@ def test_torchrun_reads_pet_defaults_and_explicit_flags_win():
 
 def test_detector_order():
     names = [d.name for d in DETECTORS]
-    assert names == ["torchelastic", "hpcpack", "ray", "azureml-mpi", "azureml-pytorch", "tensorflow", "env",
+    assert names == ["torchelastic", "hpcpack", "ray", "slurm", "azureml-mpi", "azureml-pytorch", "tensorflow", "env",
                      "single-process"]
     # A torchrun worker inside an HPC Pack task: torchrun's variables win.
     worker = {**baked(1), "TORCHELASTIC_RUN_ID": "1234", "MASTER_ADDR": "NODE00", "MASTER_PORT": "29400",

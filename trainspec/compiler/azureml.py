@@ -103,11 +103,12 @@ def settings_model():
         tags: Dict[str, str] = Field(default_factory=dict, description="Extra job tags.", examples=[{"team": "vision"}])
         identity: Optional[Identity] = Field(None, description="The identity the job uses to access data.",
                                              examples=[{"type": "user_identity"}])
-        services: Dict[str, Service] = Field(default_factory=dict,
-                                             description="Interactive services (TensorBoard, SSH, JupyterLab, VS Code).",
-                                             examples=[{"tensorboard": {"type": "tensor_board", "log_dir": "outputs/tb"}}])
+        services: Dict[str, Service] = Field(
+            default_factory=dict, description="Interactive services (TensorBoard, SSH, JupyterLab, VS Code).",
+            examples=[{"tensorboard": {"type": "tensor_board", "log_dir": "outputs/tb"}}])
         python: str = Field("python", pattern="^" + SHELL_WORD + "+$",
-                            description="The image's interpreter that starts the shim (python3 where only that exists).",
+                            description="The image's interpreter that starts the shim (python3 where only that "
+                            "exists).",
                             examples=["python3"])
         parameter_server_count: int = Field(0, ge=0, le=1024,
                                             description="TensorFlow parameter servers (framework: tensorflow).",
@@ -174,7 +175,8 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
                            "create the cluster with tier low_priority; job_tier: spot applies to serverless jobs"))
     for key in (settings.tags if settings else {}):
         if key.startswith("trainspec_"):
-            out.append(error(("targets", "azureml", "tags", key), "tags starting with trainspec_ are written by trainspec",
+            out.append(error(("targets", "azureml", "tags", key),
+                             "tags starting with trainspec_ are written by trainspec",
                              on_key=True))
     for name, item in spec.inputs.items():
         if item.path is not None and not is_remote(item.path) and not valid.resolve(item.path).exists():
@@ -187,7 +189,8 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
                                     "write `python train.py ...`, or use launcher: per-process")
         if spec.distribution.master_port != DEFAULT_MASTER_PORT:
             out.append(warning(("distribution", "master_port"),
-                               f"per-node torchrun on Azure ML uses the MASTER_PORT Azure ML sets ({DEFAULT_MASTER_PORT})",
+                               "per-node torchrun on Azure ML uses the MASTER_PORT Azure ML sets "
+                               f"({DEFAULT_MASTER_PORT})",
                                "remove master_port, or use launcher: per-process"))
     if spec.distribution.backend == "mpi" and launcher != "mpi":
         out.append(warning(("distribution", "backend"), "torch's mpi backend needs an MPI launch",

@@ -350,5 +350,6 @@ def spec_text(imported: Imported, job_file: str) -> str:
     yaml.width = 4096  # a command stays on one line, as written
     buffer = io.StringIO()
     yaml.dump(imported.spec, buffer)
-    header = f"# Imported from {Path(job_file).as_posix()} by `trainspec import`: review it, then delete that job file.\n"
+    header = (f"# Imported from {Path(job_file).as_posix()} by `trainspec import`: review it, then delete that job "
+              "file.\n")
     return header + buffer.getvalue()

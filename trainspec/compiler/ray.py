@@ -319,7 +319,8 @@ def _command(valid: ValidSpec) -> str:
     spec = valid.spec
     python = shlex.split(spec.targets.ray.python)
     command = valid.render(("command",), spec.command, refs_for(valid)).strip()
-    if base.launcher(valid, LAUNCHERS) == "per-node" and spec.framework != "lightning" and not base.own_spawner(command):
+    per_node = base.launcher(valid, LAUNCHERS) == "per-node"
+    if per_node and spec.framework != "lightning" and not base.own_spawner(command):
         # node rank, master address and port reach torchrun from the shim as PET_*
         command = base.torchrun_line(valid, command, python=shlex.join(python))
     return base.under_shim(f"{shlex.join([*python, *base.SHIM_FLAGS])} $HOME/trainspec/{base.SHIM_FILE}", command)

@@ -480,7 +480,8 @@ class _Election:
                                                               timeout, ", ".join(registered)))
         if self.acked:
             what = ("node 0 (%s) never confirmed this node in %s: that claim is not of this run (left by an "
-                    "earlier run or retry of the job?) and no node 0 of this run came" % (self.acked[0], self.directory))
+                    "earlier run or retry of the job?) and no node 0 of this run came"
+                    % (self.acked[0], self.directory))
         elif "node-0" in registered:
             what = "node 0 registered but never wrote %s" % self.path("master")
         else:
@@ -615,9 +616,9 @@ class Slurm(Detector):
         local_world_size = world_size // nodes
         job = env.get("SLURM_JOB_ID", "").strip()
         port = _int(env, "MASTER_PORT", 1) or (15000 + int(job[-4:]) if job[-4:].isdigit() else None)
-        return World(Slurm.name, hosts[0], port or AZUREML_MASTER_PORT, world_size, _int(env, "SLURM_PROCID", 0, SET_BY_SRUN),
-                     _int(env, "SLURM_LOCALID", 0, SET_BY_SRUN), local_world_size,
-                     _int(env, "SLURM_NODEID", 0, SET_BY_SRUN), nodes)
+        return World(Slurm.name, hosts[0], port or AZUREML_MASTER_PORT, world_size,
+                     _int(env, "SLURM_PROCID", 0, SET_BY_SRUN), _int(env, "SLURM_LOCALID", 0, SET_BY_SRUN),
+                     local_world_size, _int(env, "SLURM_NODEID", 0, SET_BY_SRUN), nodes)
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -826,6 +827,8 @@ def _described(world: World, field: str, sources: Mapping[str, str] | None = Non
 def verify(world: World, expect: Expectation, sources: Mapping[str, str] | None = None) -> None:
     """Fail at once when the platform's world disagrees with the spec or with itself; ``sources``
     names where each field came from (default: the platform's detector)."""
+    def told(field: str) -> str:
+        return _described(world, field, sources)
 
     launcher = expect.launcher or "per-process"
     spec = "the spec %s" % expect.spec if expect.spec else "the spec"
@@ -835,33 +838,31 @@ def verify(world: World, expect: Expectation, sources: Mapping[str, str] | None 
     else:
         per_node_text = "resources.procs_per_node (%s)" % expect.procs_per_node
     if expect.nodes is not None and per_node is not None and world.world_size != expect.nodes * per_node:
-        raise ShimError(
-            "the platform started %d processes %s but %s expects %d = resources.nodes (%d) x %s [launcher %s]; "
-            "check the job's instance count and processes per instance"
-            % (world.world_size, _described(world, "world_size", sources), spec, expect.nodes * per_node,
-               expect.nodes, per_node_text, launcher))
+        raise ShimError("the platform started %d processes %s but %s expects %d = resources.nodes (%d) x %s "
+                        "[launcher %s]; check the job's instance count and processes per instance"
+                        % (world.world_size, told("world_size"), spec, expect.nodes * per_node, expect.nodes,
+                           per_node_text, launcher))
     if per_node is not None and world.local_world_size != per_node:
-        raise ShimError("the platform started %d processes on this node %s but %s expects %s [launcher %s]; "
-            "check the job's processes per instance (resources.procs_per_node defaults to resources.gpus_per_node)"
-            % (world.local_world_size, _described(world, "local_world_size", sources), spec, per_node_text, launcher))
+        raise ShimError("the platform started %d processes on this node %s but %s expects %s [launcher %s]; check "
+                        "the job's processes per instance (resources.procs_per_node defaults to "
+                        "resources.gpus_per_node)"
+                        % (world.local_world_size, told("local_world_size"), spec, per_node_text, launcher))
     if expect.nodes is not None and world.nodes != expect.nodes:
-        raise ShimError(
-            "the platform started %d node(s) %s but %s expects resources.nodes (%d); check the job's instance count"
-            % (world.nodes, _described(world, "nodes", sources), spec, expect.nodes))
+        raise ShimError("the platform started %d node(s) %s but %s expects resources.nodes (%d); check the job's "
+                        "instance count" % (world.nodes, told("nodes"), spec, expect.nodes))
     spec_sizes = {"world_size": "resources.nodes x resources.procs_per_node", "nodes": "resources.nodes",
                   "local_world_size": "resources.procs_per_node"}
     for field, size_field in (("rank", "world_size"), ("node_rank", "nodes"), ("local_rank", "local_world_size")):
         if not 0 <= getattr(world, field) < getattr(world, size_field):
-            raise ShimError(
-                "%s %d %s is outside 0..%d %s, the size %s expects (%s): the platform started more processes "
-                "than the spec says"
-                % (field, getattr(world, field), _described(world, field, sources), getattr(world, size_field) - 1,
-                   _described(world, size_field, sources), spec, spec_sizes[size_field]))
+            raise ShimError("%s %d %s is outside 0..%d %s, the size %s expects (%s): the platform started more "
+                            "processes than the spec says"
+                            % (field, getattr(world, field), told(field), getattr(world, size_field) - 1,
+                               told(size_field), spec, spec_sizes[size_field]))
     if launcher != "per-node" and world.rank != world.node_rank * world.local_world_size + world.local_rank:
-        raise ShimError("rank %d %s is not node_rank %d %s x local_world_size %d + local_rank %d %s; "
-                        "the platform did not place consecutive ranks on the same node"
-            % (world.rank, _described(world, "rank", sources), world.node_rank, _described(world, "node_rank", sources),
-                        world.local_world_size, world.local_rank, _described(world, "local_rank", sources)))
+        raise ShimError("rank %d %s is not node_rank %d %s x local_world_size %d + local_rank %d %s; the platform "
+                        "did not place consecutive ranks on the same node"
+                        % (world.rank, told("rank"), world.node_rank, told("node_rank"), world.local_world_size,
+                           world.local_rank, told("local_rank")))
 
 
 def _resolve(env: Mapping[str, str]) -> tuple[World, Expectation, dict[str, str | None]]:

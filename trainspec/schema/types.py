@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, WithJsonSchema
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      WithJsonSchema)
 from typing_extensions import Annotated
 
 from .fields import DURATION_PATTERN, parse_duration, scalar_to_str
