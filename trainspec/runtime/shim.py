@@ -223,7 +223,7 @@ def _check_shape(world_size: int, rank: int, local_rank: int, node_rank: int, ex
                                          total, expect.nodes if expect.nodes is not None else "?", per_node))
 
 
-# ---------------------------------------------------------------- detectors
+# ---------------------------------------------------------------- detectors: one section per platform
 
 
 class Detector:
@@ -261,6 +261,9 @@ _TORCH_SOURCES = {
 }
 
 
+# ---------------------------------------------------------------- torchrun
+
+
 class TorchElastic(Detector):
     """Inside a torchrun worker: torchrun's variables are already right."""
 
@@ -287,6 +290,9 @@ class TorchElastic(Detector):
         return World(TorchElastic.name, master_addr, _int(env, "MASTER_PORT", 1, SET_BY_LAUNCHER), world_size, rank,
                      _int(env, "LOCAL_RANK", 0, SET_BY_LAUNCHER), local_world_size,
                      rank // local_world_size if node_rank is None else node_rank, nodes)
+
+
+# ---------------------------------------------------------------- HPC Pack (and its shared-directory election)
 
 
 class HPCPack(Detector):
@@ -363,8 +369,7 @@ def _hpcpack_host(env: Mapping[str, str]) -> str:
     return socket.gethostname()
 
 
-# ---------------------------------------------------------------- shared-directory election
-# The protocol, and why it is safe without CCP_RETRY_COUNT: docs/runtime.md, "HPC Pack".
+# The election. The protocol, and why it is safe without CCP_RETRY_COUNT: docs/runtime.md, "HPC Pack".
 
 RDZV_POLL_FIRST = 0.1  # seconds between the first looks at the directory ...
 RDZV_POLL_MAX = 1.0  # ... backing off to this
@@ -559,6 +564,9 @@ def _remove_idle_jobs(rdzv_dir: str) -> None:
             continue
 
 
+# ---------------------------------------------------------------- Ray (trainspec's driver)
+
+
 class Ray(Detector):
     """Actors started by trainspec's Ray driver (TRAINSPEC_RAY=1), which sets torch's variables
     itself; per-node, those of the node's launcher process. Ray Train is not this: docs/runtime.md."""
@@ -587,6 +595,9 @@ class Ray(Detector):
                      _int(env, "LOCAL_RANK", 0, SET_BY_RAY_LAUNCHER), local_world_size,
                      _int(env, "NODE_RANK", 0, SET_BY_RAY_LAUNCHER),
                      _nodes(world_size, local_world_size, "WORLD_SIZE=%d" % world_size, expect))
+
+
+# ---------------------------------------------------------------- Slurm
 
 
 class Slurm(Detector):
@@ -653,6 +664,9 @@ def _expand_one(item: str, whole: str) -> list[str]:
     return [head + number + more for number in numbers for more in _expand_one(tail, whole)]
 
 
+# ---------------------------------------------------------------- Azure ML (MPI and pytorch distributions)
+
+
 class AzureMLMPI(Detector):
     """Azure ML MPI distribution (Open MPI's mpirun started every process)."""
 
@@ -716,6 +730,9 @@ class AzureMLPyTorch(Detector):
         return _torch_style(AzureMLPyTorch.name, env, expect, AZUREML_MASTER_PORT)
 
 
+# ---------------------------------------------------------------- TensorFlow (TF_CONFIG)
+
+
 class TensorFlow(Detector):
     """TF_CONFIG (Azure ML tensorflow distribution): one worker process per node."""
 
@@ -752,6 +769,9 @@ class TensorFlow(Detector):
         if master_port is None:
             raise ShimError("TF_CONFIG cluster.worker[0]=%r has no port" % workers[0])
         return World(TensorFlow.name, master_addr, master_port, len(workers), index, 0, 1, index, len(workers))
+
+
+# ---------------------------------------------------------------- any env:// launcher, or none
 
 
 class EnvVars(Detector):
@@ -900,12 +920,7 @@ def _apply(env: MutableMapping[str, str], exports: Mapping[str, str | None]) -> 
             env[key] = value
 
 
-# ---------------------------------------------------------------- command line
-
-USAGE = "usage: python trainspec_shim.py [--print] -- CMD [ARG...]"
-
-
-# ---------------------------------------------------------------- launchers that take the world as flags
+# ---------------------------------------------------------------- spawners that take the world as flags (accelerate, deepspeed)
 
 # Per node, `accelerate launch` and `deepspeed` start the node's workers themselves and read the
 # world from their own flags, not from torch's variables: the shim adds the flags the command
@@ -974,6 +989,11 @@ def spawner_command(command: list[str], world: World, expect: Expectation, tmpdi
                 fh.write("".join("node-%d slots=%d\n" % (n, procs or 1) for n in range(world.nodes)))
             added += ["--hostfile", hostfile]
     return [*command[:at], *added, *command[at:]]
+
+
+# ---------------------------------------------------------------- command line
+
+USAGE = "usage: python trainspec_shim.py [--print] -- CMD [ARG...]"
 
 
 def main(argv: list[str] | None = None) -> int:
