@@ -162,12 +162,14 @@ LAUNCHERS = {
                 "tensorflow": [None]},
     "hpcpack": {f: [None, "per-node"] for f in ("pytorch", "huggingface", "lightning", "deepspeed")},
     "ray": {f: [None, "per-process", "per-node"] for f in ("pytorch", "huggingface", "lightning", "deepspeed")},
+    "slurm": {f: [None, "per-process", "per-node"] for f in ("pytorch", "huggingface", "lightning", "deepspeed")},
 }
 DEFAULT_LAUNCHER = {
     "azureml": {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
                 "deepspeed": "mpi", "tensorflow": "per-node"},
     "hpcpack": dict.fromkeys(("pytorch", "lightning", "huggingface", "deepspeed"), "per-node"),
     "ray": dict.fromkeys(("pytorch", "lightning", "huggingface", "deepspeed"), "per-process"),
+    "slurm": dict.fromkeys(("pytorch", "lightning", "huggingface", "deepspeed"), "per-process"),
 }
 IMAGES = ["mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04", "pytorch/pytorch:latest",
           "rayproject/ray:2.60.0-py311-gpu"]
@@ -245,7 +247,7 @@ def valid_specs(draw, target: str) -> Gen:
             path = draw(st.sampled_from(["azureml:mnist@latest", "azureml:data:3", "https://example.com/d/",
                                          "azureml://datastores/workspaceblobstore/paths/data/", str(CODE)]))
             mode = draw(st.sampled_from(["ro_mount", "download"]))
-        elif target == "hpcpack":
+        elif target in ("hpcpack", "slurm"):
             path, mode = str(draw(st.sampled_from([CODE, REPO / "examples"]))), "ro_mount"
         else:
             path = draw(st.sampled_from(["https://example.com/d.csv", str(CODE), "RELATIVE"]))
@@ -351,6 +353,18 @@ def valid_specs(draw, target: str) -> Gen:
             settings_["runtime"] = draw(st.sampled_from(["12h", "2d", 600]))
         if draw(st.booleans()):
             settings_["priority"] = draw(st.sampled_from(["Lowest", "Normal", "Highest"]))
+    elif target == "slurm":
+        for field, values in (("partition", ["gpu", "hpc,debug"]), ("account", ["ml-team"]), ("qos", ["high"]),
+                              ("time", ["12h", "2d", 90]), ("constraint", ["a100&ib", "ndv5|ndv4"]),
+                              ("exclusive", [False]), ("requeue", [True]), ("logs", ["logs", "/shared/logs"])):
+            if draw(st.booleans()):
+                settings_[field] = draw(st.sampled_from(values))
+        python_words = draw(st.sampled_from([["python3"], ["python"], ["python3.11"]]))
+        if python_words != ["python3"]:
+            settings_["python"] = python_words[0]
+        setup = draw(st.sampled_from([None, "true", ": ready", "export TS_SETUP=1"]))
+        if setup:
+            settings_["setup"] = setup
     else:
         settings_["location"] = draw(st.sampled_from(ray_target.AZURE_REGIONS))
         settings_["resource_group"] = draw(st.from_regex(r"\A[-A-Za-z0-9_.()]{1,30}\Z"))
@@ -437,6 +451,8 @@ def expected_args(gen: Gen, target: str, *, settings_: Dict[str, Any], spec_dir:
             elif target == "hpcpack":
                 root = settings_["shared_dir"].rstrip("/") or "/"
                 out.append(f"{root}/outputs/{gen.data['name']}/{JOB_ID}/{value}")
+            elif target == "slurm":
+                out.append(f"{spec_dir}/out/{gen.data['name']}/slurm/outputs/{JOB_ID}/{value}")
             else:
                 out.append(f"/home/raytest/trainspec/outputs/{value}")
     return out
@@ -486,6 +502,12 @@ def test_valid_hpcpack_specs_compile_cleanly_and_deterministically(workdir, gen)
 @settings(max_examples=examples(100), **COMMON)
 @given(gen=valid_specs("ray"))
 def test_valid_ray_specs_compile_cleanly_and_deterministically(workdir, gen):
+    check_compiles_cleanly(gen, workdir)
+
+
+@settings(max_examples=examples(100), **COMMON)
+@given(gen=valid_specs("slurm"))
+def test_valid_slurm_specs_compile_cleanly_and_deterministically(workdir, gen):
     check_compiles_cleanly(gen, workdir)
 
 
@@ -600,6 +622,48 @@ def test_hpcpack_xml_is_valid_one_task_per_node_and_bash_gives_the_intended_argv
         shutil.rmtree(spec.parent, ignore_errors=True)
 
 
+@settings(max_examples=examples(40), **COMMON)
+@given(gen=valid_specs("slurm"))
+def test_slurm_script_passes_bash_n_and_srun_gets_the_intended_argv_and_env(workdir, gen):
+    """job.sbatch run by bash up to srun (a stand-in that records its argv and environment): the
+    #SBATCH shape the spec implies, every env value and every argument exactly as the spec says."""
+    base, printer = workdir
+    spec, outcome, folder = compiled(gen, base, printer)
+    try:
+        script = (folder / "job.sbatch").read_text(encoding="utf-8")
+        assert subprocess.run(["bash", "-n", str(folder / "job.sbatch")]).returncode == 0
+        tasks = 1 if gen.launcher == "per-node" else gen.procs
+        options = [line[8:] for line in script.splitlines() if line.startswith("#SBATCH ")]
+        assert options[:3] == [f"--job-name={gen.data['name']}", f"--nodes={gen.nodes}", f"--ntasks-per-node={tasks}"]
+        fake = Path(tempfile.mkdtemp(dir=base))
+        (fake / "srun").write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                                   f"open({str(fake / 'calls')!r}, 'a').write(json.dumps([sys.argv[1:], dict(os.environ)]))\n")
+        (fake / "scontrol").write_text("#!/bin/sh\nexit 1\n")
+        for stub in ("srun", "scontrol"):
+            (fake / stub).chmod(0o755)
+        proc = subprocess.run(["bash", str(folder / "job.sbatch")], capture_output=True, text=True, timeout=300,
+                              env={"PATH": f"{fake}:{os.environ['PATH']}", "SLURM_JOB_ID": JOB_ID,
+                                   "SLURM_SUBMIT_DIR": str(folder)})
+        assert proc.returncode == 0, proc.stderr
+        argv, env = json.loads((fake / "calls").read_text())
+        shutil.rmtree(fake, ignore_errors=True)
+        for key, value in gen.env.items():
+            assert env[key] == value, key
+        assert (env["TRAINSPEC_NODES"], env["TRAINSPEC_LAUNCHER"]) == (str(gen.nodes), gen.launcher)
+        settings_ = gen.data["targets"]["slurm"]
+        python = gen.python_words
+        user = ["train.py", *expected_args(gen, "slurm", settings_=settings_, spec_dir=spec.parent)]
+        if gen.launcher == "per-node" and gen.framework != "lightning":
+            tail = ["torchrun", "--nnodes", str(gen.nodes), "--nproc_per_node", str(gen.procs), "--no-python",
+                    *python, *gen.interpreter.split()[1:], *user]
+        else:
+            tail = [*gen.interpreter.split(), *user]
+        assert argv == ["--kill-on-bad-exit=1", f"--ntasks-per-node={tasks}", *python, "-I", "-S",
+                        f"{folder}/trainspec_shim.py", "--", *tail]
+    finally:
+        shutil.rmtree(spec.parent, ignore_errors=True)
+
+
 def test_hpcpack_xsd_is_here():
     if not XSD.exists():
         pytest.skip(f"the HPC Pack XSD is not here ({XSD}): the XML properties ran without schema validation")
@@ -662,7 +726,7 @@ def test_ray_cluster_passes_rays_validation_and_the_launch_line_round_trips(work
 def _one_spec(tmp_path: Path, target: str, command: str = "python train.py", env: str = "{A: b}",
               extra: str = "") -> Path:
     settings_ = {"azureml": "azureml: {compute: gpu-cluster}", "hpcpack": "hpcpack: {shared_dir: /app}",
-                 "ray": "ray: {location: eastus, resource_group: rg}"}[target]
+                 "ray": "ray: {location: eastus, resource_group: rg}", "slurm": "slurm: {partition: gpu}"}[target]
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"""version: 1
 name: regression
@@ -679,7 +743,7 @@ env: {env}
 
 
 @pytest.mark.parametrize("target", [
-    "azureml", "hpcpack", "ray"])
+    "azureml", "hpcpack", "ray", "slurm"])
 def test_a_quoted_shell_operator_is_an_argument_not_an_operator(tmp_path, target):
     """Bug: `python train.py --sep ';'` (per-node) is rejected with "contains shell operators".
 
@@ -903,6 +967,8 @@ TARGET_BREAKS = {
     "ray": [(("location",), ["East US", "EastUS", "eastuss"]), (("resource_group",), ["", "a b", 5]),
             (("head",), ["gpu"]), (("idle_timeout_minutes",), [-1, "10"]), (("ray_version",), ["latest"]),
             (("ssh_user",), ["Root"]), (("subscription_id",), ["abc"])],
+    "slurm": [(("partition",), ["gpu nodes", "a'b", 5]), (("time",), ["forever", 0]), (("exclusive",), ["yes"]),
+              (("constraint",), ["a100 & ib"]), (("logs",), ["my logs"]), (("python",), ["python 3", ""])],
 }
 UNKNOWN_KEY_PARENTS = [(), ("resources",), ("distribution",), ("environment",), ("targets",)]
 
@@ -917,7 +983,7 @@ def spread(options: List[Any], salt: Any):
 @st.composite
 def broken_specs(draw):
     """(target, data with one field broken, the broken path, whether the error points at the key)."""
-    target = draw(st.sampled_from(["azureml", "hpcpack", "ray"]))
+    target = draw(st.sampled_from(["azureml", "hpcpack", "ray", "slurm"]))
     gen = draw(valid_specs(target))
     data = copy.deepcopy(gen.data)
     kinds = ([("value", path, values) for path, values in BREAKS if path[0] is not None]
