@@ -763,9 +763,9 @@ def test_a_quoted_shell_operator_is_an_argument_not_an_operator(tmp_path, target
 # ================================================================ the shim: platform worlds
 
 PLATFORMS = ["azureml-pytorch", "azureml-pytorch-per-node", "azureml-mpi", "torchrun", "hpcpack", "tensorflow",
-             "ray", "ray-per-node"]
+             "ray", "ray-per-node", "slurm", "slurm-per-node"]
 # the platform starts one process per node (which launches the workers, or is the worker: TensorFlow)
-PER_NODE = {"azureml-pytorch-per-node", "hpcpack", "tensorflow", "ray-per-node"}
+PER_NODE = {"azureml-pytorch-per-node", "hpcpack", "tensorflow", "ray-per-node", "slurm-per-node"}
 RAY_PORT = 41234  # a port trainspec's Ray driver found free on rank 0's node
 
 
@@ -773,7 +773,7 @@ def platform_envs(platform: str, nodes: int, procs: int, spec_nodes: int, spec_p
                   port: Optional[int], master: str = "10.0.0.4", batchai: bool = False) -> List[Dict[str, str]]:
     """The variables each process gets from the platform, plus the TRAINSPEC_* the compiler wrote."""
     launcher = {"azureml-pytorch": "per-process", "azureml-mpi": "mpi", "tensorflow": "per-node",
-                "ray": "per-process"}.get(platform, "per-node")
+                "ray": "per-process", "slurm": "per-process"}.get(platform, "per-node")
     expect = {"TRAINSPEC_NODES": str(spec_nodes), "TRAINSPEC_PROCS_PER_NODE": str(spec_procs),
               "TRAINSPEC_LAUNCHER": launcher, "TRAINSPEC_SPEC": "specs/x.yaml"}
     if port is not None:
@@ -808,6 +808,12 @@ def platform_envs(platform: str, nodes: int, procs: int, spec_nodes: int, spec_p
             env = {"TRAINSPEC_RAY": "1", "MASTER_ADDR": master, "MASTER_PORT": str(port or RAY_PORT),
                    "WORLD_SIZE": str(nodes * launched), "RANK": str(rank), "LOCAL_RANK": str(local),
                    "LOCAL_WORLD_SIZE": str(launched), "NODE_RANK": str(node)}
+        elif platform in ("slurm", "slurm-per-node"):
+            # srun: one task per process (or per node); the master is the first host of the node list
+            hosts = ",".join([master] + [f"10.0.1.{i}" for i in range(1, nodes)])
+            env = {"SLURM_JOB_ID": JOB_ID, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local),
+                   "SLURM_NODEID": str(node), "SLURM_NTASKS": str(nodes * launched), "SLURM_JOB_NUM_NODES": str(nodes),
+                   "SLURM_JOB_NODELIST": hosts, "SLURM_NTASKS_PER_NODE": str(launched)}
         else:
             workers = [f"{master if i == 0 else f'10.0.1.{i}'}:2222" for i in range(nodes)]
             env = {"TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}})}
@@ -820,8 +826,9 @@ def expected_port(platform: str, port: Optional[int]) -> int:
         return 29500  # torchrun owns its rendezvous: the shim keeps its port
     if port is not None:
         return port
+    slurm = 15000 + int(JOB_ID[-4:])  # no port from Slurm nor the spec: derived from the job id, as Lightning does
     return {"hpcpack": shim.HPCPACK_MASTER_PORT, "tensorflow": 2222, "ray": RAY_PORT,
-            "ray-per-node": RAY_PORT}.get(platform, shim.AZUREML_MASTER_PORT)
+            "ray-per-node": RAY_PORT, "slurm": slurm, "slurm-per-node": slurm}.get(platform, shim.AZUREML_MASTER_PORT)
 
 
 @settings(max_examples=examples(300), **COMMON)
