@@ -27,6 +27,7 @@ class Outcome:
     file: str
     valid: Optional[ValidSpec] = None
     data: Any = None  # what the spec says, as written, with its extends chain and overrides applied
+    document: Any = None  # the composed Document: which file wrote each field (diagnostics, diff reasons)
     reads: List[Path] = field(default_factory=list)  # the files that make the job: extends chain, conda file
     artifacts: List[Artifact] = field(default_factory=list)
     diagnostics: List[Diagnostic] = field(default_factory=list)
@@ -102,6 +103,7 @@ def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lo
     if transform is not None:
         doc.data = transform(doc.data)
     outcome.data = doc.data
+    outcome.document = doc
     valid, diagnostics = validate(doc)
     found = list(diagnostics)
     if valid is not None:
@@ -121,3 +123,42 @@ def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lo
         outcome.reads = sorted(Path(p).resolve() for p in reads)
     outcome.diagnostics = sorted((doc.locate(d) for d in found), key=lambda d: (d.line or 0, d.col or 0))
     return outcome
+
+
+def build_all(files: Sequence[str], out: Path, requested: Optional[Sequence[str]] = None, **options: Any) -> List[Outcome]:
+    """``build()`` for every file, then the rule no single spec can check: one job name, one spec."""
+    outcomes = [build(file, out, requested, **options) for file in files]
+    claim_names(outcomes)
+    return outcomes
+
+
+def claim_names(outcomes: Sequence[Outcome]) -> None:
+    """A job name belongs to the first spec (in the order given) that uses it: every later spec
+    with that name gets an error at its `name:` line naming the first, and no artifacts, so a
+    copy-pasted spec that kept its name never reaches a plan, a diff or an output folder."""
+    from .diagnostics import error
+
+    owners: dict = {}
+    for outcome in outcomes:
+        if outcome.valid is None:
+            continue
+        name = outcome.valid.name
+        first = owners.setdefault(name, outcome)
+        if first is outcome:
+            continue
+        where = _name_location(first)
+        problem = error(("name",), f"job name '{name}' is also the name of {where}; both would compile to "
+                        f"the same output folder and the same job",
+                        "give each spec its own name (a copied spec keeps the name of the one it was copied from)")
+        located = outcome.document.locate(problem) if outcome.document is not None else problem
+        outcome.diagnostics = sorted([*outcome.diagnostics, located], key=lambda d: (d.line or 0, d.col or 0))
+        outcome.artifacts = []
+
+
+def _name_location(outcome: Outcome) -> str:
+    from .diagnostics import error
+
+    if outcome.document is None:
+        return outcome.file
+    found = outcome.document.locate(error(("name",), ""))
+    return f"{found.file}:{found.line}" if found.line is not None else str(found.file)

@@ -75,11 +75,10 @@ def _specs(paths: Sequence[str]) -> List[str]:
 
 def validate(args: argparse.Namespace) -> int:
     """Check specs and print every problem as file:line:col: severity: message (hint)."""
-    from .build import build
+    from .build import build_all
 
     files = _specs(args.paths)
-    outcomes = [build(f, Path("build"), args.targets, lower=False, sets=args.sets, variables=args.variables)
-                for f in files]
+    outcomes = build_all(files, Path("build"), args.targets, lower=False, sets=args.sets, variables=args.variables)
     if args.format == "text":
         errors, warnings = _report(outcomes, args.strict)
     else:
@@ -140,14 +139,13 @@ def _fix_command(args: argparse.Namespace) -> Callable[[Optional[Sequence[str]],
 def compile_(args: argparse.Namespace) -> int:
     """Validate specs and write each target's files. Nothing is written unless every spec is
     valid. With --prune, also remove the output folders trainspec wrote for specs that are gone."""
-    from .build import build
+    from .build import build_all
     from .compiler.write import target_dir, write_all
 
     files = _specs(args.paths)
     out_path = Path(args.out)
-    outcomes = [build(f, out_path, args.targets, sets=args.sets, variables=args.variables) for f in files]
+    outcomes = build_all(files, out_path, args.targets, sets=args.sets, variables=args.variables)
     errors, warnings = _report(outcomes, args.strict)
-    errors += _duplicate_names(outcomes)
     if errors or (args.strict and warnings):
         _err(_summary(len(files), errors, warnings) + _strict_note(args.strict, errors, warnings) + "; nothing written")
         return 1
@@ -172,32 +170,16 @@ def compile_(args: argparse.Namespace) -> int:
     return 0
 
 
-def _duplicate_names(outcomes) -> int:
-    seen = {}
-    count = 0
-    for outcome in outcomes:
-        if outcome.valid is None:
-            continue
-        name = outcome.valid.name
-        if name in seen:
-            _err(f"{outcome.file}: error: name: '{name}' is also the name of {seen[name]}; "
-                 "outputs would overwrite each other (hint: give each spec its own name)")
-            count += 1
-        else:
-            seen[name] = outcome.file
-    return count
-
-
 def check(args: argparse.Namespace) -> int:
     """CI gate: recompile in memory and fail (exit 1) for every output under OUT that is stale
     (its spec changed), hand-edited, missing, orphaned (its spec is gone) or foreign (not
     written by trainspec), each with the command that fixes it."""
-    from .build import build
+    from .build import build_all
     from .review import KINDS, check_outputs
 
     files = _specs(args.paths)
     out_path = Path(args.out)
-    outcomes = [build(f, out_path, args.targets, sets=args.sets, variables=args.variables) for f in files]
+    outcomes = build_all(files, out_path, args.targets, sets=args.sets, variables=args.variables)
     errors, warnings = _report([o for o in outcomes if not o.ok], False)
     if errors:
         _err(_summary(len(files), errors, warnings) + "; fix the specs first")
@@ -221,7 +203,7 @@ def plan(args: argparse.Namespace) -> int:
     """What will run, for a reviewer: per job and target the world, nodes x processes, launcher,
     SKU, spot, environment, and the variables the first and the last rank get. Over files,
     folders, or (--git BASE) the jobs whose compiled outputs a branch changes: one document."""
-    from .build import build
+    from .build import build_all
     from .review import plan as make_plan, plan_document
 
     if args.git:
@@ -232,7 +214,7 @@ def plan(args: argparse.Namespace) -> int:
         print(plan_document(plans, removed, args.format, args.git))
         return 0
     files = _specs(args.paths)
-    outcomes = [build(f, Path(args.out), args.targets, sets=args.sets, variables=args.variables) for f in files]
+    outcomes = build_all(files, Path(args.out), args.targets, sets=args.sets, variables=args.variables)
     bad = [o for o in outcomes if not o.ok]
     if bad:
         errors, warnings = _report(bad, False)
@@ -277,12 +259,15 @@ def _git_diffs(args: argparse.Namespace):
             old = review.compile_side(tree, paths, out, args.git, **options)
     except subprocess.CalledProcessError:
         raise UsageError(f"--git {args.git}: not a revision of the repository at {root}") from None
-    new = review.compile_side(root, paths, out, None, **options)
-    if old.errors or new.errors:
-        for d in [*old.errors, *new.errors]:
+    established = [o.valid.source.display for o in old.jobs.values()] + list(old.invalid)
+    new = review.compile_side(root, paths, out, None, established, **options)
+    if new.errors:  # the change must compile; the base may not have (this change may be its fix)
+        for d in new.errors:
             _err(d.render())
-        _err(f"trainspec: {len(old.errors) + len(new.errors)} error(s); fix the specs first")
+        _err(f"trainspec: {len(new.errors)} error(s); fix the specs first")
         return None, None
+    for d in old.errors:
+        _err(d.render().replace(": error: ", ": note: (at the base revision) ", 1))
     return review.compare(old, new, out, review.changed_since(args.git, root), root), (old, new)
 
 
