@@ -116,16 +116,26 @@ def test_diff_git_compiles_the_base_where_the_working_tree_is(repo):
     assert "**resources.nodes 2 → 4;" in md.stdout and "```diff" in md.stdout
 
 
-def test_diff_git_errors_on_the_base_side_name_the_revision(repo):
+def test_a_base_revision_that_does_not_compile_still_gets_a_review_naming_its_errors(repo):
     spec = repo / "specs" / "single-node.yaml"
     edit(spec, "  nodes: 1\n", "  nodes: 0\n")
     git("commit", "-q", "-am", "broken", cwd=repo)
-    edit(spec, "  nodes: 0\n", "  nodes: 1\n")
+    edit(spec, "  nodes: 0\n", "  nodes: 1\n")  # the pull request that fixes it
+    located = "HEAD:specs/single-node.yaml:10:10: error: resources.nodes: expected greater than or equal to 1"
     proc = ts("diff", "--git", "HEAD", cwd=repo)
-    assert proc.returncode == 1
-    assert "HEAD:specs/single-node.yaml:10:10: error: resources.nodes: expected greater than or equal to 1" \
-        in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "== single-node (specs/single-node.yaml)"
+    assert lines[1].startswith("the spec did not compile at the base revision (1 error(s): " + located)
+    assert "+++ b/build/single-node/azureml/job.yml" in proc.stdout  # the whole job, new to the reviewer
+    assert "HEAD:specs/single-node.yaml:10:10: note: (at the base revision) resources.nodes" in proc.stderr
+    plan = json.loads(ts("plan", "--git", "HEAD", "--format", "json", cwd=repo, check=True).stdout)
+    assert [j["name"] for j in plan["jobs"]] == ["single-node"]  # submitted: it could not have been before
     assert "trainspec-" not in proc.stderr and "/tmp" not in proc.stderr and "Traceback" not in proc.stderr
+    # the change itself must compile: an error on the working tree's side fails the review
+    edit(spec, "  nodes: 1\n", "  nodes: -1\n")
+    broken = ts("diff", "--git", "HEAD", cwd=repo)
+    assert broken.returncode == 1 and "specs/single-node.yaml:10:10: error: resources.nodes" in broken.stderr
 
 
 BASE = """version: 1
@@ -160,7 +170,8 @@ def test_diff_git_lists_every_job_a_shared_file_changes(repo):
     assert proc.returncode == 0, proc.stderr
     heads = [line for line in proc.stdout.splitlines() if line.startswith("== ")]
     assert heads == ["== job-a (specs/job-a.yaml)", "== job-b (specs/job-b.yaml)"]  # the base is not a job
-    summary = ("resources.nodes 2 → 3; env.NCCL_DEBUG WARN → INFO; targets.azureml.timeout 2d → 3d; world 16 → 24")
+    summary = ("resources.nodes 2 → 3 (in bases/gpu.yaml); env.NCCL_DEBUG WARN → INFO (in bases/gpu.yaml); "
+               "targets.azureml.timeout 2d → 3d (in bases/gpu.yaml); world 16 → 24")  # why: the base
     assert proc.stdout.count(summary + "\n") == 2
     # a conda file the jobs read: both jobs change, and the summary says which output
     git("checkout", "-q", "--", "bases", cwd=repo)
@@ -168,9 +179,12 @@ def test_diff_git_lists_every_job_a_shared_file_changes(repo):
         fh.write("# pinned differently\n")
     conda = ts("diff", "--git", "HEAD", "--format", "json", cwd=repo)
     jobs = json.loads(conda.stdout)["jobs"]
-    assert [j["name"] for j in jobs] == ["job-a", "job-b"]
-    assert jobs[0]["changes"] == [] and jobs[0]["files"] == []  # job.yml references the file; it is uploaded at submit
-    assert jobs[0]["summary"] == "no spec field changed; the job reads changed files: examples/ddp/environment.yml"
+    assert [j["name"] for j in jobs] == ["hpcpack-ddp", "job-a", "job-b"]
+    assert jobs[1]["changes"] == [] and jobs[1]["files"] == []  # job.yml references the file; it is uploaded at submit
+    assert jobs[1]["summary"] == "no spec field changed; the job reads changed files: examples/ddp/environment.yml"
+    # the HPC Pack job does not read it as its environment, but it is in the code folder that job ships
+    assert jobs[0]["summary"] == ("no spec field changed; the code folder it uploads changed "
+                                  "(1 file: examples/ddp/environment.yml)")
 
 
 def test_diff_git_new_and_removed_jobs(repo):
@@ -197,7 +211,8 @@ def test_diff_two_files_and_one_spec_with_overrides(tmp_path):
     proc = ts("diff", "specs/mnist-lightning.yaml", "--set", "resources.nodes=3", "--set", "env.NCCL_DEBUG=INFO",
               cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[1] == "resources.nodes 2 → 3; env.NCCL_DEBUG WARN → INFO; world 16 → 24"
+    assert proc.stdout.splitlines()[1] == ("resources.nodes 2 → 3 (by --set); env.NCCL_DEBUG WARN → INFO (by --set); "
+                                           "world 16 → 24")
     usage = ts("diff", "specs/mnist-lightning.yaml", cwd=REPO)
     assert usage.returncode == 2 and "one SPEC with --set/--var" in usage.stderr
 

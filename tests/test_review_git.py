@@ -1,0 +1,166 @@
+"""What a pull request review lists, in a real git repository: a job is listed when the job that
+would be submitted changes (its compiled bytes, a file it references, the code it uploads, a
+committed output edited by hand) and never for a comment, a rename or another job's size; one
+job name belongs to one spec; a base revision with links that leave the tree still reviews."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import edit, git, spec_repo, ts
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return spec_repo(tmp_path)
+
+
+def planned(repo, base="HEAD"):
+    proc = ts("plan", "--git", base, "--format", "json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    return [j["name"] for j in data["jobs"]], data["removed"]
+
+
+def diffed(repo, base="HEAD"):
+    proc = ts("diff", "--git", base, "--format", "json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return {j["name"]: j for j in json.loads(proc.stdout)["jobs"]}
+
+
+def commit(repo, message):
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", message, cwd=repo)
+
+
+# --- one job name, one spec ------------------------------------------------------------------------
+
+def test_a_copied_spec_that_keeps_its_name_is_an_error_in_every_command(repo):
+    shutil.copy(repo / "specs" / "single-node.yaml", repo / "specs" / "a-copy.yaml")  # sorts first
+    edit(repo / "specs" / "a-copy.yaml", "  nodes: 1\n", "  nodes: 2\n")
+    blame = "specs/a-copy.yaml:4:7: error: name: job name 'single-node' is also the name of specs/single-node.yaml:4"
+    plain = "specs/single-node.yaml:4:7: error: name: job name 'single-node' is also the name of specs/a-copy.yaml:4"
+    for command in (["validate", "specs/"], ["check", "specs/", "--out", "build/"], ["plan", "specs/"],
+                    ["compile", "specs/", "-o", "build/"]):
+        proc = ts(*command, cwd=repo)
+        assert proc.returncode == 1, (command, proc.stdout, proc.stderr)
+        # without a revision to tell which came first, the later one in path order is blamed
+        assert plain in proc.stderr, (command, proc.stderr)
+        assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    assert git("status", "--porcelain", "--", "build/", cwd=repo) == ""  # compile wrote nothing
+    # against the base revision, the copy is the newcomer: it is the one named
+    for command in (["diff", "--git", "HEAD"], ["plan", "--git", "HEAD"]):
+        proc = ts(*command, cwd=repo)
+        assert proc.returncode == 1 and blame in proc.stderr, (command, proc.stderr)
+    # the copy renamed: two jobs, the new one planned
+    edit(repo / "specs" / "a-copy.yaml", "name: single-node", "name: two-nodes")
+    assert planned(repo) == (["two-nodes"], [])
+    assert ts("validate", "specs/", cwd=repo).returncode == 0
+
+
+# --- what "changed" means --------------------------------------------------------------------------
+
+def test_a_comment_formatting_or_a_rename_changes_no_job(repo):
+    spec = repo / "specs" / "mnist-lightning.yaml"
+    edit(spec, "version: 1\n", "version: 1  # reviewed\n\n")
+    commit(repo, "comments")  # the committed outputs now carry the new spec hash in their header
+    assert planned(repo, "HEAD~1") == ([], [])
+    assert diffed(repo, "HEAD~1") == {}
+    git("mv", "specs/mnist-lightning.yaml", "specs/mnist.yaml", cwd=repo)
+    commit(repo, "rename")
+    assert planned(repo, "HEAD~1") == ([], [])  # the same job: nothing to submit again
+    text = ts("diff", "--git", "HEAD~1", cwd=repo, check=True).stdout
+    assert text == "no job changes since HEAD~1\n"
+
+
+def test_a_fix_to_one_size_in_the_team_catalog_lists_only_the_jobs_it_changes(repo):
+    (repo / "trainspec-skus.yaml").write_text(
+        "skus:\n  Standard_NC48ads_A100_v4:\n    gpus: 2\n    gpu: A100\n    vcpus: 48\n    memory_gb: 440\n"
+        "    infiniband: false\n")
+    edit(repo / "specs" / "single-node.yaml", "  gpus_per_node: 2\n", "")  # the size says how many
+    commit(repo, "team catalog")
+    edit(repo / "trainspec-skus.yaml", "    gpus: 2\n", "    gpus: 1\n")
+    jobs = diffed(repo)
+    assert list(jobs) == ["single-node"]  # every job reads the file; only this one is on that size
+    summary = jobs["single-node"]["summary"]
+    assert summary.startswith("size Standard_NC48ads_A100_v4: gpus 2 → 1 (in trainspec-skus.yaml); world 2 → 1"), \
+        summary
+    # a fix that does not change what is submitted (Azure ML's job does not say InfiniBand) lists nothing
+    git("checkout", "-q", "--", "trainspec-skus.yaml", cwd=repo)
+    edit(repo / "trainspec-skus.yaml", "infiniband: false", "infiniband: true")
+    assert planned(repo) == ([], [])
+
+
+def test_the_code_a_job_uploads_and_the_files_it_references_change_the_job(repo):
+    with open(repo / "examples" / "mnist" / "train.py", "a") as fh:
+        fh.write("# a different model\n")
+    (repo / "examples" / "mnist" / "helpers.py").write_text("X = 1\n")  # not committed yet
+    jobs = diffed(repo)
+    assert sorted(jobs) == ["mnist-lightning", "single-node"]  # both upload examples/mnist
+    for job in jobs.values():
+        assert job["files"] == [] and job["changes"] == []
+        assert job["code_changed"] == ["examples/mnist/helpers.py", "examples/mnist/train.py"]
+        assert job["summary"] == ("no spec field changed; the code folder it uploads changed (2 files: "
+                                  "examples/mnist/helpers.py, examples/mnist/train.py)")
+    assert planned(repo) == (["mnist-lightning", "single-node"], [])
+    # ignored files are not what the job uploads from a clean checkout
+    (repo / ".gitignore").write_text("*.log\n")
+    git("add", ".gitignore", cwd=repo)
+    git("commit", "-q", "-m", "ignore logs", cwd=repo)
+    git("checkout", "-q", "--", "examples", cwd=repo)
+    os.remove(repo / "examples" / "mnist" / "helpers.py")
+    (repo / "examples" / "mnist" / "run.log").write_text("noise\n")
+    assert planned(repo) == ([], [])
+
+
+def test_a_committed_output_edited_by_hand_is_listed_with_why(repo):
+    job = repo / "build" / "single-node" / "azureml" / "job.yml"
+    edit(job, "instance_count: 1", "instance_count: 4")
+    jobs = diffed(repo)
+    assert list(jobs) == ["single-node"]
+    assert jobs["single-node"]["outputs_edited"] == ["build/single-node/azureml/job.yml"]
+    assert "committed outputs differ from what the spec compiles to" in jobs["single-node"]["summary"]
+    assert planned(repo) == (["single-node"], [])
+    # recompiling puts the compiled bytes back: nothing left to review
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    assert planned(repo) == ([], [])
+
+
+def test_a_base_edit_that_only_touches_comments_changes_no_job(repo):
+    (repo / "bases").mkdir()
+    (repo / "bases" / "gpu.yaml").write_text("version: 1\nresources:\n  nodes: 2\n  sku: Standard_ND96isr_H100_v5\n")
+    (repo / "specs" / "job-a.yaml").write_text(
+        "extends: ../bases/gpu.yaml\nname: job-a\ncode: ../examples/ddp\ncommand: python train.py\n"
+        "framework: pytorch\nenvironment:\n  image: mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04\n")
+    commit(repo, "a job on a base")
+    edit(repo / "bases" / "gpu.yaml", "version: 1\n", "# shared by every H100 job\nversion: 1\n")
+    assert planned(repo) == ([], [])
+    edit(repo / "bases" / "gpu.yaml", "nodes: 2", "nodes: 4")
+    jobs = diffed(repo)
+    assert list(jobs) == ["job-a"]
+    assert jobs["job-a"]["changes"][0] == {"field": "resources.nodes", "before": 2, "after": 4,
+                                           "in": "in bases/gpu.yaml"}
+
+
+# --- the base revision as it is -------------------------------------------------------------------
+
+def test_links_that_leave_the_tree_at_the_base_revision_are_left_out_not_followed(repo, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.yaml").write_text("version: 1\nname: outside\n")
+    os.symlink("/usr/share/zoneinfo/UTC", repo / "tz")
+    os.symlink(str(outside), repo / "specs" / "elsewhere")
+    os.symlink("../../..", repo / "examples" / "up")
+    os.symlink("mnist", repo / "examples" / "same-tree")  # inside: kept
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "links", cwd=repo)
+    edit(repo / "specs" / "single-node.yaml", "  nodes: 1\n", "  nodes: 2\n")
+    for command in (["diff", "--git", "HEAD"], ["plan", "--git", "HEAD"]):
+        proc = ts(*command, cwd=repo)
+        assert proc.returncode == 0, (command, proc.stderr)
+        assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+        assert "outside" not in proc.stdout
+    assert planned(repo) == (["single-node"], [])
