@@ -106,7 +106,7 @@ def test_a_cpu_job_is_stated_not_guessed(tmp_path):
     body = load_job(tmp_path / "out" / "cpu-job" / "azureml" / "job.yml")._to_job()._to_rest_object().as_dict()
     props = body["properties"]
     assert props["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 1}
-    assert props["tags"]["backend"] == "gloo" and "TRAINSPEC_BACKEND" not in props["environmentVariables"]
+    assert props["tags"]["trainspec_backend"] == "gloo" and "TRAINSPEC_BACKEND" not in props["environmentVariables"]
     plan = subprocess.run([*trainspec_cmd(), "plan", str(spec)], capture_output=True, text=True, timeout=300)
     assert "  GPUs           none\n" in plan.stdout and "  backend        gloo\n" in plan.stdout
 
@@ -123,7 +123,7 @@ def test_tensorflow_is_told_one_way(compiled):
     job = compiled / "tf-multiworker" / "azureml" / "job.yml"
     props = load_job(job)._to_job()._to_rest_object().as_dict()["properties"]
     env = props["environmentVariables"]
-    assert props["tags"]["launcher"] == env["TRAINSPEC_LAUNCHER"] == props["tags"]["backend"] == "tensorflow"
+    assert props["tags"]["trainspec_launcher"] == env["TRAINSPEC_LAUNCHER"] == props["tags"]["trainspec_backend"] == "tensorflow"
     plan = json.loads(subprocess.run([*trainspec_cmd(), "plan", str(SPECS / "tf-multiworker.yaml"), "--format",
                                       "json"], capture_output=True, text=True, timeout=300, check=True).stdout)
     job_plan = plan["jobs"][0]

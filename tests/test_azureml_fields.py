@@ -257,3 +257,68 @@ def test_a_build_context_is_azure_mls_and_the_other_targets_say_so(project):
     (project / "built.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     assert "error: environment.image: does not go with environment.build" in run("validate", "built.yaml",
                                                                                    cwd=project).stderr
+
+
+def test_data_references_in_env_reach_azureml_exactly_and_other_targets_say_so(project):
+    """`{{ outputs.hf_dir }}` in a variable (what an imported `${{outputs.hf_dir}}` becomes): Azure ML
+    expands it itself, so the job carries `${{outputs.hf_dir}}` exactly; HPC Pack, Ray and Slurm set
+    variables as written, so each says so at that env key instead of sending a path nobody expands."""
+    spec = yaml.safe_load(SPEC)
+    spec["env"] = {"HF_HUB_CACHE": "{{ outputs.ckpt }}", "PLAIN": "1", "DATA": "{{ inputs.data }}/x"}
+    spec["targets"]["hpcpack"] = {"shared_dir": "/app"}
+    spec["targets"]["slurm"] = {"partition": "gpu"}
+    (project / "env.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    proc = run("compile", "env.yaml", "-o", "out", "-t", "azureml", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    env = rest_body(project / "out" / "fields" / "azureml" / "job.yml")["environmentVariables"]
+    assert env["HF_HUB_CACHE"] == "${{outputs.ckpt}}" and env["DATA"] == "${{inputs.data}}/x"
+    for target in ("hpcpack", "slurm", "ray"):
+        proc = run("validate", "env.yaml", "-t", target, cwd=project)
+        assert proc.returncode == 1, (target, proc.stderr)
+        lines = [l for l in proc.stderr.splitlines() if "env." in l]
+        assert any(f"env.HF_HUB_CACHE: {target} cannot express {{{{ outputs.ckpt }}}} in a variable" in l
+                   for l in lines), (target, proc.stderr)
+        assert any(f"env.DATA: {target} cannot express {{{{ inputs.data }}}} in a variable" in l for l in lines)
+        assert not any("env.PLAIN" in l for l in lines)
+
+
+def test_docker_args_display_name_and_service_properties_reach_the_rest_body(project):
+    spec = yaml.safe_load(SPEC)
+    settings = spec["targets"]["azureml"]
+    settings.update(docker_args="--ipc=host", display_name="BERT finetune (DDP)", experiment_name=None)
+    settings["services"]["tb"].update(port=6006, properties={"extra": "1"})
+    (project / "more.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    proc = run("compile", "more.yaml", "-o", "out", "-t", "azureml", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    body = rest_body(project / "out" / "fields" / "azureml" / "job.yml")
+    assert body["resources"]["dockerArgs"] == "--ipc=host"
+    assert body["displayName"] == "BERT finetune (DDP)" and "experimentName" not in body  # null: left unset
+    assert body["services"]["tb"] == {"jobServiceType": "TensorBoard", "port": 6006,
+                                      "properties": {"extra": "1", "logDir": "outputs/tb"}}
+    plan = run("plan", "more.yaml", "--format", "json", cwd=project)
+    assert json.loads(plan.stdout)["jobs"][0]["targets"][0]["settings"]["docker args"] == "--ipc=host"
+    # unset (not null): both are the spec's name, as before
+    body = rest_body(run("compile", "job.yaml", "-o", "o2", "-t", "azureml", cwd=project) and
+                     project / "o2" / "fields" / "azureml" / "job.yml")
+    assert body["displayName"] == body["experimentName"] == "fields"
+
+
+def test_every_settings_problem_shows_beside_the_specs_other_problems(project):
+    """One pass: a bad compute name, a bad experiment name and a two-line docker_args are reported with
+    a missing code folder and a placeholder environment, not after they are fixed."""
+    spec = yaml.safe_load(SPEC)
+    spec["code"] = "missing"
+    spec["environment"] = {"azureml": "< your environment name >"}
+    spec["command"] = "python train.py --x {{ nope }}"
+    spec.pop("inputs"), spec.pop("outputs")
+    spec["targets"]["azureml"] = {"compute": "< your compute name >", "experiment_name": "a b",
+                                  "docker_args": "--ipc=host\n--x"}
+    (project / "bad.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    proc = run("validate", "bad.yaml", cwd=project)
+    assert proc.returncode == 1
+    fields = [line.split(": ")[2] for line in proc.stderr.splitlines() if ": error: " in line]
+    assert sorted(fields) == sorted(["code", "command", "environment.azureml", "targets.azureml.compute",
+                                     "targets.azureml.experiment_name", "targets.azureml.docker_args"]), proc.stderr
+    # a placeholder is not suggested back
+    assert "< your environment name >' is not an environment name (hint: write the name of a registered " \
+           "environment" in proc.stderr and "@latest or < your" not in proc.stderr

@@ -81,10 +81,13 @@ def check_round_trip(workdir, name):
     spec = YAML(typ="safe").load((workdir / "specs" / f"{name}.yaml").read_text())
     theirs_job, theirs = loaded(workdir / "jobs" / f"{name}.yml")
     ours_job, ours = loaded(workdir / "build" / spec["name"] / "azureml" / "job.yml")
-    # Azure's defaults, written out by the compiled job: an output's mode, and for a single process a
+    # Azure's defaults, written out by the compiled job: an input's and an output's mode, and for a single process a
     # pytorch distribution of one (what Azure ML runs when a one-node job names none)
     for output in theirs.get("outputs", {}).values():
         output.setdefault("mode", "ReadWriteMount")
+    for item in theirs.get("inputs", {}).values():  # a data input's default mode
+        if "uri" in item:
+            item.setdefault("mode", "ReadOnlyMount")
     if "distribution" not in theirs and theirs.get("resources", {}).get("instanceCount", 1) == 1:
         theirs["distribution"] = {"processCountPerInstance": 1, "distributionType": "PyTorch"}
     # where it runs, how many processes, in what
@@ -104,9 +107,10 @@ def check_round_trip(workdir, name):
     assert ours.get("outputs") == theirs.get("outputs")
     assert ours.get("limits") == theirs.get("limits")
     assert str(ours.get("queueSettings")).lower() == str(theirs.get("queueSettings")).lower()
-    if theirs.get("experimentName"):
-        assert ours["experimentName"] == theirs["experimentName"]
-    assert theirs.get("tags", {}).items() <= ours["tags"].items()
+    # names as written, and none where the job set none; every tag the job had, trainspec's beside them
+    assert ours.get("experimentName") == theirs.get("experimentName")
+    assert ours.get("displayName") == theirs.get("displayName")
+    assert theirs.get("tags", {}) == {k: v for k, v in ours["tags"].items() if not k.startswith("trainspec_")}
     kept = {k: v for k, v in theirs.get("environmentVariables", {}).items() if k != "MASTER_PORT"}
     assert kept == {k: v for k, v in ours["environmentVariables"].items() if not k.startswith(SHIM)}
     # the command: the job's own, under the shim (an MPI-env wrapper dropped)
@@ -121,7 +125,7 @@ def test_what_a_spec_cannot_carry_is_reported_by_field_with_its_line(workdir):
     lines = proc.stderr.splitlines()
     assert "jobs/refused.yml:4:10: error: command: ${{parent.inputs.seed}} is not an input or output reference: " \
            "a spec cannot carry it" in lines
-    assert "jobs/refused.yml:7:45: warning: resources.docker_args: has no place in a spec: not carried" in lines
+    assert "jobs/refused.yml:7:43: warning: resources.locations: has no place in a spec: not carried" in lines
     assert "jobs/refused.yml:9:34: error: inputs.data.path: a binding to another job's output is not carried" in lines
     assert any(l.startswith("jobs/refused.yml:10:19: warning: is_deterministic: has no place in a spec") for l in lines)
     assert "Traceback" not in proc.stderr
@@ -143,3 +147,112 @@ def test_import_never_overwrites(workdir):
     proc = ts("import", "jobs/tensorflow-ps.yml", "-o", "specs/x.yaml", cwd=workdir)
     assert proc.returncode == 2 and "never overwrites" in proc.stderr
     assert (workdir / "specs" / "x.yaml").read_text() == "keep me\n"
+
+
+JOB = """\
+type: command
+display_name: Gpu Diag (NCCL tests)
+tags: {framework: jax, backend: tpu, launcher: slurm, team: nlp}
+code: src
+command: python train.py --cache ${{outputs.hf_dir}}
+environment: azureml:acpt@latest
+environment_variables:
+  HF_HUB_CACHE: ${{outputs.hf_dir}}
+  DATA: ${{inputs.data}}/train
+compute: azureml:h100-nvl
+resources: {instance_count: 1, docker_args: "--ipc=host --ulimit memlock=-1"}
+distribution: {type: pytorch, process_count_per_instance: 2}
+inputs:
+  data: {type: uri_folder, path: azureml:corpus@latest}
+outputs:
+  hf_dir: {type: uri_folder}
+services:
+  tb: {type: tensor_board, properties: {logDir: outputs/tb}, port: 6006}
+  lab: {type: jupyter_lab, properties: {token: abc}}
+"""
+
+
+def test_nothing_dropped_nothing_invented(workdir):
+    """Env references, a TensorBoard service's logDir and other properties, docker_args, the display
+    name as written, an experiment name the job never set (none), the team's own `framework` tag:
+    all reach the compiled job's REST body exactly as the original's."""
+    (workdir / "jobs" / "carried.yml").write_text(JOB)
+    (workdir / "trainspec-skus.yaml").write_text("computes: {h100-nvl: Standard_NC80adis_H100_v5}\n")
+    check_round_trip(workdir, "carried")
+    spec = YAML(typ="safe").load((workdir / "specs" / "carried.yaml").read_text())
+    assert spec["env"] == {"HF_HUB_CACHE": "{{ outputs.hf_dir }}", "DATA": "{{ inputs.data }}/train"}
+    assert spec["resources"]["sku"] == "Standard_NC80adis_H100_v5" and "gpus_per_node" not in spec["resources"]
+    settings = spec["targets"]["azureml"]
+    assert settings["display_name"] == "Gpu Diag (NCCL tests)" and settings["experiment_name"] is None
+    assert settings["docker_args"] == "--ipc=host --ulimit memlock=-1"
+    assert settings["services"]["tb"] == {"type": "tensor_board", "port": 6006, "log_dir": "outputs/tb"}
+    _, ours = loaded(workdir / "build" / spec["name"] / "azureml" / "job.yml")
+    theirs = loaded(workdir / "jobs" / "carried.yml")[1]
+    for key in ("environmentVariables", "services", "resources", "tags", "displayName", "experimentName"):
+        mine = ours.get(key)
+        if key == "environmentVariables":
+            mine = {k: v for k, v in mine.items() if not k.startswith(SHIM)}
+        if key == "tags":
+            mine = {k: v for k, v in mine.items() if not k.startswith("trainspec_")}
+        assert mine == theirs.get(key), key
+    assert "experimentName" not in ours and ours["tags"]["framework"] == "jax"
+    assert ours["tags"]["trainspec_framework"] == "pytorch" and ours["resources"]["dockerArgs"] == "--ipc=host --ulimit memlock=-1"
+
+
+def test_assumptions_are_said_once_after_the_notes_the_one_that_changes_the_job_first(workdir):
+    (workdir / "jobs" / "own.yml").write_text(
+        "type: command\ncode: src\nenvironment: azureml:acpt@latest\ncompute: azureml:gpu\n"
+        "command: torchrun --nproc_per_node 4 --nnodes 2 train.py --data ${{inputs.data}}\n"
+        "inputs: {data: {path: azureml:corpus@latest}}\n"
+        "resources: {instance_count: 2, locations: [westus]}\ndistribution: {type: pytorch}\n")
+    proc = ts("import", "jobs/own.yml", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("jobs/own.yml:7:43: warning: resources.locations: has no place in a spec")
+    assert lines[1] == ("jobs/own.yml:5:10: warning: command: 4 process(es) per node on 2 node(s), from torchrun "
+                        "--nproc_per_node 4 --nnodes 2: launcher per-node, gpus_per_node 4")
+    assert "framework: pytorch assumed" in lines[2] and len(lines) == 3
+    assert sum("assumed" in line for line in lines) == 1
+    spec = YAML(typ="safe").load(proc.stdout.split("\n", 1)[1])
+    # torchrun's own line gives way to trainspec's (the same counts, per node): the script stays
+    assert spec["command"] == "python train.py --data {{ inputs.data }}"
+    assert spec["resources"] == {"nodes": 2, "procs_per_node": 4, "gpus_per_node": 4}
+    assert spec["distribution"] == {"launcher": "per-node"}
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("accelerate launch --num_processes 8 --num_machines 2 train.py", (4, 2)),
+    ("accelerate launch --num_processes=4 train.py", (4, 1)),
+    ("python -m accelerate.commands.launch --num_processes 16 --num_machines 2 t.py", (8, 2)),
+    ("deepspeed --num_gpus 8 --num_nodes 2 train.py --deepspeed", (8, 2)),
+    ("torchrun --nproc-per-node=2 -m pkg.train", (2, 1)),
+    ("accelerate launch --num_processes 7 --num_machines 2 train.py", None),  # not whole per node
+    ("accelerate launch --num_processes {{ inputs.n }} train.py", None),  # a value known at submit only
+    ("deepspeed train.py", None),  # every GPU it sees: unknown here
+    ("torchrun --nproc_per_node gpu train.py", None),
+    ("python train.py --num_processes 8", None),  # a script's own flag, not a launcher's
+])
+def test_the_launcher_counts_import_reads(command, expected):
+    from trainspec.compiler.azureml_import import _launcher_counts
+
+    found = _launcher_counts(command)
+    assert (found[:2] if found else None) == expected
+
+
+def test_launcher_machines_that_disagree_with_the_instances_are_refused(workdir):
+    (workdir / "jobs" / "bad.yml").write_text(
+        "type: command\ncode: src\nenvironment: azureml:acpt@latest\ncompute: azureml:gpu\n"
+        "command: accelerate launch --num_processes 8 --num_machines 2 train.py\n"
+        "resources: {instance_count: 4}\ndistribution: {type: pytorch, process_count_per_instance: 1}\n")
+    proc = ts("import", "jobs/bad.yml", cwd=workdir)
+    assert proc.returncode == 1
+    assert ("jobs/bad.yml:5:10: error: command: accelerate launch --num_processes 8 --num_machines 2: 2 machine(s), "
+            "but instance_count is 4") in proc.stderr
+
+
+def test_a_compute_in_the_team_catalog_must_name_a_known_size(workdir):
+    (workdir / "trainspec-skus.yaml").write_text("computes:\n  gpu: Standard_ND96asr_v5\n")
+    proc = ts("skus", cwd=workdir)
+    assert proc.returncode == 1
+    assert "trainspec-skus.yaml:2:8: error: computes.gpu: 'Standard_ND96asr_v5' is not a VM size trainspec knows " \
+           "(hint: did you mean Standard_ND96asr_v4" in proc.stderr

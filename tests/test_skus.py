@@ -135,3 +135,48 @@ def test_fractional_gpu_sizes_are_not_listed():
 def test_retired_sizes_carry_their_date():
     assert skus.lookup("Standard_NC24rs_v3").retired == "2025-09-30"
     assert skus.lookup("Standard_ND96isr_H100_v5").retired is None
+
+
+# --- issue 21: H100 NVL under --gpu H100; a size one edit from a known one is named ------------------
+
+def test_the_h100_nvl_sizes_are_in_the_catalog_and_listed_under_h100():
+    from conftest import ts
+
+    for name, gpus in (("Standard_NC40ads_H100_v5", 1), ("Standard_NC80adis_H100_v5", 2)):
+        sku = skus.lookup(name)
+        assert (sku.gpus, sku.gpu, sku.gpu_memory_gb, sku.infiniband) == (gpus, "H100 NVL", 94, False)
+    proc = ts("skus", "--gpu", "H100", "--format", "json")
+    listed = {row["name"] for row in json.loads(proc.stdout)["skus"]}
+    assert {"Standard_NC40ads_H100_v5", "Standard_NC80adis_H100_v5", "Standard_ND96isr_H100_v5"} <= listed
+    assert not any("H200" in name for name in listed)
+    nvl = ts("skus", "--gpu", "h100 nvl", "--format", "json")
+    assert {row["name"] for row in json.loads(nvl.stdout)["skus"]} == {"Standard_NC40ads_H100_v5",
+                                                                      "Standard_NC80adis_H100_v5"}
+
+
+@pytest.mark.parametrize("gpu, wanted, matches", [
+    ("H100 NVL", "H100", True), ("H100", "h100", True), ("H100 NVL", "H100 NVL", True), ("H100", "H100 NVL", False),
+    ("H200", "H100", False), ("A100", "A10", False), (None, "H100", False)])
+def test_gpu_matches_a_model_and_its_variants(gpu, wanted, matches):
+    assert skus.gpu_matches(gpu, wanted) is matches
+
+
+def test_one_edit():
+    names = [s.name for s in skus.all_skus()]
+    assert skus.one_edit("Standard_ND96asr_v5", names) == ["Standard_ND96asr_v4"]
+    assert skus.one_edit("nd96asr_v5", names) == ["Standard_ND96asr_v4"]
+    assert skus.one_edit("Standard_ND96asr_v4", names) == []  # itself is not a suggestion
+    assert skus.one_edit("Standard_ND192isr_H100_v5", names) == []
+
+
+def test_an_unknown_size_one_edit_from_a_known_one_is_named_in_its_warning(tmp_path):
+    from conftest import REPO, ts
+
+    (tmp_path / "s.yaml").write_text(
+        f"version: 1\nname: s\ncode: {REPO / 'examples' / 'mnist'}\ncommand: python train.py\n"
+        "resources: {nodes: 1, sku: Standard_ND96asr_v5, gpus_per_node: 8}\nenvironment: {image: pytorch:latest}\n")
+    proc = ts("validate", str(tmp_path / "s.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    assert ("warning: resources.sku: Standard_ND96asr_v5 is not in trainspec's catalog: trusting gpus_per_node: 8, "
+            "and assuming InfiniBand (the 'r' in its name) (hint: did you mean Standard_ND96asr_v4? If not, to have "
+            "it checked, add it to trainspec-skus.yaml") in proc.stderr

@@ -322,7 +322,7 @@ def skus(args: argparse.Namespace) -> int:
         print(problem.render(), file=sys.stderr)
     rows = []
     for sku, origin in catalog.all():
-        if args.gpu and (sku.gpu or "").lower() != args.gpu.lower():
+        if args.gpu and not catalog_module.gpu_matches(sku.gpu, args.gpu):
             continue
         if args.gpus is not None and sku.gpus != args.gpus:
             continue
@@ -587,7 +587,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("-o", "--out", metavar="SPEC", help="write the spec here and validate it (default: print it)")
 
     sub = command(skus)
-    sub.add_argument("--gpu", metavar="MODEL", help="only this GPU model, e.g. H100 (case-insensitive)")
+    sub.add_argument("--gpu", metavar="MODEL",
+                     help="only this GPU model and its variants, e.g. H100 (also H100 NVL; case-insensitive)")
     sub.add_argument("--gpus", type=int, metavar="N", help="only sizes with N GPUs")
     sub.add_argument("--infiniband", action=argparse.BooleanOptionalAction, default=None,
                      help="only sizes with (or, --no-infiniband, without) InfiniBand")

@@ -88,12 +88,22 @@ def settings_model():
                                        examples=["outputs/tblogs"])
         ssh_public_keys: Optional[str] = Field(None, min_length=1, description="The public key(s) for ssh.",
                                                examples=["ssh-rsa AAAA... user@host"])
+        port: Optional[int] = Field(None, ge=1, le=65535, description="The port the service listens on.",
+                                    examples=[6006])
+        properties: Dict[str, str] = Field(default_factory=dict,
+                                           description="The service's other properties, as Azure ML sends them.",
+                                           examples=[{"key": "value"}])
 
     class AzureMLTarget(Model):
         compute: Optional[str] = Field(
             None, description="Compute cluster name. Omitted: serverless, with resources.sku as instance_type.",
             examples=["gpu-cluster"])
-        experiment_name: Optional[str] = Field(None, description="Default: the spec's name.", examples=["mnist"])
+        display_name: Optional[str] = Field(
+            None, min_length=1, description="The job's name in the studio, as written. Default: the spec's name; "
+            "null: none (Azure ML shows the job's generated name).", examples=["BERT finetune (DDP)"])
+        experiment_name: Optional[str] = Field(
+            None, description="Default: the spec's name; null: none (Azure ML uses the name of the folder the job "
+            "is submitted from).", examples=["mnist"])
         job_tier: Optional[Literal["spot", "basic", "standard", "premium"]] = Field(
             None, description="Default: spot when resources.spot, else the workspace default.", examples=["standard"])
         priority: Optional[Literal["low", "medium", "high"]] = Field(None, description="Queue priority.",
@@ -110,6 +120,9 @@ def settings_model():
                             description="The image's interpreter that starts the shim (python3 where only that "
                             "exists).",
                             examples=["python3"])
+        docker_args: Optional[str] = Field(None, min_length=1,
+                                           description="Extra arguments for `docker run` of the job's container.",
+                                           examples=["--ipc=host --ulimit memlock=-1"])
         parameter_server_count: int = Field(0, ge=0, le=1024,
                                             description="TensorFlow parameter servers (framework: tensorflow).",
                                             examples=[1])
@@ -118,7 +131,8 @@ def settings_model():
 
 
 def settings_errors(spec) -> List[Diagnostic]:
-    """What targets.azureml may not say, whatever is compiled (run by validation)."""
+    """What targets.azureml may not say, whatever is compiled (run by validation, beside the spec's
+    other checks: a bad compute name shows up with a missing folder, not after it is fixed)."""
     settings = spec.targets.azureml
     out: List[Diagnostic] = []
     if settings.parameter_server_count and spec.framework != "tensorflow":
@@ -135,6 +149,26 @@ def settings_errors(spec) -> List[Diagnostic]:
             if getattr(service, key) is not None and service.type != kind:
                 out.append(error(("targets", "azureml", "services", name, key),
                                  f"{key} belongs to a {kind} service; this one is {service.type}"))
+    compute = _bare_compute(settings.compute)
+    if compute is not None and not _COMPUTE_NAME.fullmatch(compute):
+        out.append(error(("targets", "azureml", "compute"), f"'{compute}' is not a compute name Azure ML accepts",
+                         "2-16 letters, digits and hyphens, starting with a letter, not ending with a hyphen"))
+    if settings.experiment_name is not None and not _EXPERIMENT_NAME.fullmatch(settings.experiment_name):
+        out.append(error(("targets", "azureml", "experiment_name"),
+                         f"'{settings.experiment_name}' is not an experiment name Azure ML accepts",
+                         "letters, digits, - and _, starting with a letter or digit, at most 255 characters"))
+    if settings.docker_args is not None and any(c in settings.docker_args for c in "\r\n\x00"):
+        out.append(error(("targets", "azureml", "docker_args"), "docker_args is one line of `docker run` arguments",
+                         "e.g. --ipc=host --ulimit memlock=-1"))
+    if settings.job_tier is not None and spec.resources.spot != (settings.job_tier == "spot"):
+        out.append(error(("targets", "azureml", "job_tier"),
+                         f"job_tier {settings.job_tier} contradicts resources.spot: {str(spec.resources.spot).lower()}",
+                         "set resources.spot and leave job_tier out, or make them agree"))
+    for key in settings.tags:
+        if key.startswith("trainspec_"):
+            out.append(error(("targets", "azureml", "tags", key),
+                             "tags starting with trainspec_ are written by trainspec",
+                             on_key=True))
     return out
 
 
@@ -145,7 +179,6 @@ def refs(kind: str, name: str) -> str:
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     """What Azure ML cannot run, or runs differently from what the spec says."""
     spec = valid.spec
-    settings = spec.targets.azureml
     out: List[Diagnostic] = []
     compute = _compute_name(valid)
     env = spec.environment
@@ -157,27 +190,10 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     if compute is None and spec.resources.sku is None:
         out.append(error(("resources", "sku"), "serverless Azure ML jobs need a VM size (it becomes instance_type)",
                          "set resources.sku, or targets.azureml.compute to run on a cluster"))
-    if compute is not None and not _COMPUTE_NAME.fullmatch(compute):
-        out.append(error(("targets", "azureml", "compute"), f"'{compute}' is not a compute name Azure ML accepts",
-                         "2-16 letters, digits and hyphens, starting with a letter, not ending with a hyphen"))
-    if settings is not None and settings.experiment_name is not None \
-            and not _EXPERIMENT_NAME.fullmatch(settings.experiment_name):
-        out.append(error(("targets", "azureml", "experiment_name"),
-                         f"'{settings.experiment_name}' is not an experiment name Azure ML accepts",
-                         "letters, digits, - and _, starting with a letter or digit, at most 255 characters"))
-    if settings is not None and settings.job_tier is not None and spec.resources.spot != (settings.job_tier == "spot"):
-        out.append(error(("targets", "azureml", "job_tier"),
-                         f"job_tier {settings.job_tier} contradicts resources.spot: {str(spec.resources.spot).lower()}",
-                         "set resources.spot and leave job_tier out, or make them agree"))
     if spec.resources.spot and compute is not None:
         out.append(warning(("resources", "spot"),
                            f"on the cluster '{compute}' spot capacity is the cluster's VM priority, not the job's",
                            "create the cluster with tier low_priority; job_tier: spot applies to serverless jobs"))
-    for key in (settings.tags if settings else {}):
-        if key.startswith("trainspec_"):
-            out.append(error(("targets", "azureml", "tags", key),
-                             "tags starting with trainspec_ are written by trainspec",
-                             on_key=True))
     for name, item in spec.inputs.items():
         if item.path is not None and not is_remote(item.path) and not valid.resolve(item.path).exists():
             out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist: Azure ML uploads "
@@ -205,21 +221,23 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     compute = _compute_name(valid)
     files: List[base.OutFile] = []
 
-    job: Dict[str, Any] = {
-        "$schema": SCHEMA_URL,
-        "type": "command",
-        "display_name": spec.name,
-        "experiment_name": (settings.experiment_name if settings and settings.experiment_name else spec.name),
-    }
+    job: Dict[str, Any] = {"$schema": SCHEMA_URL, "type": "command"}
+    # each defaults to the spec's name; an explicit null leaves it to Azure ML (an imported job that had none)
+    for key in ("display_name", "experiment_name"):
+        value = getattr(settings, key) if settings is not None else None
+        if value is not None or settings is None or key not in settings.__pydantic_fields_set__:
+            job[key] = value if value is not None else spec.name
     if spec.description:
         job["description"] = valid.render(("description",), spec.description, refs)
     job["tags"] = {
         "trainspec_spec": valid.source.display,
         "trainspec_hash": valid.source.digest,
         "trainspec_version": __version__,
-        "framework": spec.framework,
-        "launcher": launcher,
-        "backend": valid.backend,  # for people reading the job in the studio; nothing reads it at run time
+        # for people reading the job in the studio; nothing reads them at run time. Prefixed: a team's
+        # own `framework` or `backend` tag is theirs
+        "trainspec_framework": spec.framework,
+        "trainspec_launcher": launcher,
+        "trainspec_backend": valid.backend,
         **(settings.tags if settings else {}),
     }
     job["code"] = base.relative(valid.resolve(spec.code), out_dir)
@@ -232,6 +250,8 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
         resources["instance_type"] = valid.sku.name if valid.sku else spec.resources.sku
     if spec.resources.shm_size:
         resources["shm_size"] = spec.resources.shm_size
+    if settings is not None and settings.docker_args is not None:
+        resources["docker_args"] = settings.docker_args
     job["resources"] = resources
     job["distribution"] = _distribution(valid, launcher)
     job["environment_variables"] = _environment_variables(valid, launcher)
@@ -257,10 +277,11 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
 
 def _compute_name(valid: ValidSpec):
     settings = valid.spec.targets.azureml
-    if settings is None or settings.compute is None:
-        return None
-    compute = settings.compute
-    return compute[len("azureml:"):] if compute.startswith("azureml:") else compute
+    return None if settings is None else _bare_compute(settings.compute)
+
+
+def _bare_compute(compute: Optional[str]) -> Optional[str]:
+    return compute[len("azureml:"):] if compute is not None and compute.startswith("azureml:") else compute
 
 
 def _command(valid: ValidSpec, launcher: str) -> str:
@@ -384,9 +405,11 @@ def _output(item) -> Dict[str, Any]:
 
 def _service(item) -> Dict[str, Any]:
     out: Dict[str, Any] = {"type": item.type}
-    for key in ("nodes", "log_dir", "ssh_public_keys"):
+    for key in ("nodes", "port", "log_dir", "ssh_public_keys"):
         if getattr(item, key) is not None:
             out[key] = getattr(item, key)
+    if item.properties:
+        out["properties"] = dict(item.properties)
     return out
 
 
@@ -424,6 +447,8 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
                                       for name, s in settings.services.items())
     if settings.python != "python":
         shown["interpreter"] = settings.python
+    if settings.docker_args is not None:
+        shown["docker args"] = settings.docker_args
     if settings.parameter_server_count:
         shown["parameter servers"] = str(settings.parameter_server_count)
     return shown

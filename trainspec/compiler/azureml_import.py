@@ -5,20 +5,30 @@ The inverse of azureml.py, field by field (a table, read top to bottom):
 ====================================  ==================================================
 job.yml                               spec
 ====================================  ==================================================
-display_name (or the file's name)     name (made a spec name: lowercase, [a-z0-9_-])
-description, experiment_name, tags    description, targets.azureml.experiment_name/tags
+display_name (or the file's name)     name (made a spec name: lowercase, [a-z0-9_-]), and
+                                      targets.azureml.display_name exactly as written
+                                      (null when the job has none: it stays unset)
+description, experiment_name, tags    description, targets.azureml.experiment_name (null
+                                      when unset), tags (all of them, the team's own)
 code                                  code (relative to the spec)
 command                               command: ${{inputs.x}} -> {{ inputs.x }}; an
                                       MPI-env wrapper (aml_mpi_env.py ...) dropped: the
                                       shim does its work
 environment                           environment.azureml | image (+ conda_file) | build
-compute / resources.instance_type     targets.azureml.compute / resources.sku
-resources.instance_count, shm_size    resources.nodes, shm_size
+compute / resources.instance_type     targets.azureml.compute / resources.sku (a compute
+                                      the team's trainspec-skus.yaml names: its size)
+resources.instance_count, shm_size    resources.nodes, shm_size; docker_args:
+                                      targets.azureml.docker_args
+GPUs per node                         the size's, or the command's own launcher counts
+                                      (accelerate --num_processes/--num_machines, torchrun
+                                      --nproc_per_node, deepspeed --num_gpus: per-node);
+                                      never guessed: else the spec has one error to fix
 distribution pytorch | mpi            launcher per-process | mpi, procs_per_node
 distribution tensorflow               framework tensorflow, parameter_server_count
-environment_variables                 env
+environment_variables                 env (${{outputs.x}} -> {{ outputs.x }})
 inputs, outputs                       inputs (literals stay literals), outputs
-identity, services                    targets.azureml.identity, services
+identity, services                    targets.azureml.identity, services (port,
+                                      properties; logDir -> log_dir)
 limits.timeout, queue_settings        targets.azureml.timeout, job_tier, priority
 ====================================  ==================================================
 
@@ -31,6 +41,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -43,6 +54,7 @@ from ..schema.validate import RESERVED_ENV
 TARGET = "azureml"  # the target an imported job is validated for: the platform it came from
 _REF = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_]\w*)\s*\}\}")
 _OTHER_REF = re.compile(r"\$\{\{[^}]*\}\}")
+_REF_SPEC = re.compile(r"\{\{ (?:inputs|outputs)\.[A-Za-z_]\w* \}\}")  # what _REF makes
 # a hand-written wrapper that exports torch's variables from Open MPI's (the shim does that now):
 # `python aml_mpi_env.py python train.py`, `python mpi_env.py && python train.py`, `source set_env.sh; ...`
 _WRAPPER = re.compile(r"^\s*(?:python3?\s+|source\s+|\.\s+)(?P<script>[\w./-]*(?:mpi_env|dist_env|set_env|"
@@ -95,9 +107,10 @@ def import_job(job_file: str, spec_file: str) -> Imported:
     spec["version"] = 1
     shown = str(job.get("display_name") or job.get("name") or Path(job_file).stem)
     spec["name"] = _spec_name(shown)
-    if spec["name"] != shown and job.get("display_name"):
-        note(("display_name",), f"becomes the spec name '{spec['name']}' (a spec name is lowercase letters, "
-             "digits, - and _): the compiled job's display_name")
+    assumed: List[Diagnostic] = []  # what import read or assumed: said once, after the notes
+
+    def assume(path: SpecPath, message: str, hint: Optional[str] = None, *, changes_job: bool) -> None:
+        assumed.append((not changes_job, len(assumed), doc.locate(warning(path, message, hint))))
     if job.get("description"):
         spec["description"] = str(job["description"])
     if "code" not in job:
@@ -117,11 +130,20 @@ def import_job(job_file: str, spec_file: str) -> Imported:
     if kind == "tensorflow":
         spec["framework"] = "tensorflow"
     else:
-        note(("distribution",) if "distribution" in job else ("command",),
-             "a job does not say its framework: framework: pytorch assumed",
-             "set framework: lightning (the num_nodes/devices check), deepspeed, huggingface or tensorflow")
-    spec["resources"] = _resources(job, kind, distribution, azureml, note)
-    if kind in ("pytorch", "mpi"):
+        assume(("distribution",) if "distribution" in job else ("command",),
+               "the job does not say its framework: framework: pytorch assumed (only trainspec's own checks and "
+               "its trainspec_framework tag read it)",
+               "set framework: lightning (the num_nodes/devices check), deepspeed, huggingface or tensorflow",
+               changes_job=False)
+    from ..schema.skus import catalog_for
+
+    catalog = catalog_for(spec_dir)[0]
+    if catalog.team_file is None:
+        catalog = catalog_for(job_dir)[0]
+    spec["resources"], launcher = _resources(job, kind, distribution, azureml, note, assume, spec, catalog)
+    if launcher is not None:
+        spec["distribution"] = {"launcher": launcher}
+    elif kind in ("pytorch", "mpi"):
         spec["distribution"] = {"launcher": "per-process" if kind == "pytorch" else "mpi"}
     elif kind == "" and job.get("distribution") is None:
         spec["distribution"] = {"launcher": "per-process"}
@@ -136,10 +158,10 @@ def import_job(job_file: str, spec_file: str) -> Imported:
                 note(("environment_variables", key), f"{key} is set by the trainspec shim: dropped")
             elif not _PORTABLE_ENV.match(str(key)):
                 note(("environment_variables", key), f"'{key}' is not a variable name a shell can set", fatal=True)
-            elif any(mark in str(value) for mark in ("{{", "{%", "{#")):
-                note(("environment_variables", key), "holds text a spec would read as a template", fatal=True)
             else:
-                spec["env"][str(key)] = str(value) if not isinstance(value, bool) else str(value).lower()
+                text = str(value) if not isinstance(value, bool) else str(value).lower()
+                # ${{inputs.x}} / ${{outputs.x}}: Azure ML expands them in variables too
+                spec["env"][str(key)] = _references(text, ("environment_variables", key), note)
         if not spec["env"]:
             del spec["env"]
     inputs, outputs = _inputs(job.get("inputs") or {}, relative, note), _outputs(job.get("outputs") or {}, note)
@@ -147,15 +169,13 @@ def import_job(job_file: str, spec_file: str) -> Imported:
         spec["inputs"] = inputs
     if outputs:
         spec["outputs"] = outputs
-    _azureml_settings(job, azureml, note)
+    _azureml_settings(job, azureml, note, spec["name"])
     if azureml.get("job_tier") == "spot":  # said the spec's way: resources.spot
         del azureml["job_tier"]
         spec["resources"]["spot"] = True
-    if not job.get("experiment_name"):
-        note((), f"has no experiment_name: the compiled job names its experiment '{spec['name']}' (the spec's "
-             "name), where Azure ML would have used the job folder's name", "set targets.azureml.experiment_name")
     spec["targets"] = {"azureml": azureml}
     result.notes.sort(key=lambda d: (d.line or 0, d.col or 0))
+    result.notes += [d for *_, d in sorted(assumed, key=lambda a: a[:2])]  # the one that changes the job first
     return result
 
 
@@ -174,16 +194,26 @@ def _command(command: Any, note) -> str:
         note(("command",), f"{wrapper.group('script')} (a wrapper that exports torch's variables) dropped: the "
              "trainspec shim sets them in every process", "delete the wrapper from the code once the spec runs")
         text = wrapper.group("rest")
+    return _references(text, ("command",), note)
+
+
+def _references(text: str, path: SpecPath, note) -> str:
+    """``${{inputs.x}}`` / ``${{outputs.x}}`` -> ``{{ inputs.x }}`` (each target renders its own
+    reference: Azure ML's is the same text again); anything else a spec would read as a template
+    is refused."""
     text = _REF.sub(lambda m: "{{ %s.%s }}" % (m.group(1), m.group(2)), text)
     for other in _OTHER_REF.findall(text):
-        note(("command",), f"{other} is not an input or output reference: a spec cannot carry it", fatal=True)
-    rest = _OTHER_REF.sub("", text)
-    if "{%" in rest or "{#" in rest or re.search(r"\{\{(?!\s*(?:inputs|outputs)\.)", rest):
-        note(("command",), "the command holds text a spec would read as a template", fatal=True)
+        note(path, f"{other} is not an input or output reference: a spec cannot carry it", fatal=True)
+    rest = _REF_SPEC.sub("", _OTHER_REF.sub("", text))
+    if any(mark in rest for mark in ("{{", "{%", "{#")):
+        note(path, "holds text a spec would read as a template", fatal=True)
     return text
 
 
-def _resources(job, kind, distribution, azureml, note) -> Dict[str, Any]:
+def _resources(job, kind, distribution, azureml, note, assume, spec, catalog):
+    """(spec resources, launcher or None). GPUs per node come from the size (instance_type, or the
+    compute's size in the team's catalog) or the command's own launcher counts, never from a guess:
+    where nothing tells, the spec says neither, and validating it says what to set."""
     resources = job.get("resources") or {}
     out: Dict[str, Any] = {"nodes": int(resources.get("instance_count", 1))}
     compute = job.get("compute")
@@ -195,6 +225,12 @@ def _resources(job, kind, distribution, azureml, note) -> Dict[str, Any]:
         if compute:
             note(("resources", "instance_type"), "an instance type on a named compute (Kubernetes) is not "
                  "carried: trainspec sends resources.sku only to serverless jobs")
+    elif azureml.get("compute"):
+        size = catalog.compute_size(azureml["compute"])
+        if size is not None:
+            out["sku"] = size.name
+            assume(("compute",), f"{azureml['compute']} is a {size.name} cluster ({size.gpus} GPUs per node), as "
+                   f"{catalog.team_file} says", changes_job=True)
     per_instance = 1
     if kind in ("pytorch", "mpi"):
         per_instance = int(distribution.get("process_count_per_instance", 1))
@@ -206,19 +242,115 @@ def _resources(job, kind, distribution, azureml, note) -> Dict[str, Any]:
         servers = int(distribution.get("parameter_server_count", 0) or 0)
         if servers:
             azureml["parameter_server_count"] = servers
-    if kind != "tensorflow":
+    launcher = None
+    counted = _launcher_counts(spec["command"]) if kind in ("pytorch", "") and per_instance == 1 else None
+    if counted is not None:
+        per_node, machines, said, command = counted
+        if machines != out["nodes"]:
+            note(("command",), f"{said}: {machines} machine(s), but instance_count is {out['nodes']}",
+                 "make them agree: the job cannot run as written", fatal=True)
+        # Azure ML starts one process per node and the command's launcher starts the node's workers:
+        # trainspec's per-node launch, with that many processes per node
+        launcher = "per-node"
+        spec["command"] = command
+        out["procs_per_node"] = per_node
+        if "sku" not in out:
+            out["gpus_per_node"] = per_node
+        assume(("command",), f"{per_node} process(es) per node on {machines} node(s), from {said}: "
+               f"launcher per-node{'' if 'sku' in out else f', gpus_per_node {per_node}'}", changes_job=True)
+    elif kind != "tensorflow":
         out["procs_per_node"] = per_instance
-    if not instance_type:
-        # a cluster fixes the VM size: say the GPU count the job's processes imply
-        out["gpus_per_node"] = per_instance if kind != "tensorflow" else 1
-        note(("resources",), f"the cluster's GPU count is not in the job: assumed {out['gpus_per_node']} per node "
-             "(one per process)", "set resources.gpus_per_node (0: CPU) or resources.sku in the spec")
     if resources.get("shm_size"):
         out["shm_size"] = str(resources["shm_size"])
+    if resources.get("docker_args") is not None:
+        azureml["docker_args"] = str(resources["docker_args"])
     for key in resources:
-        if key not in ("instance_count", "instance_type", "shm_size"):
+        if key not in ("instance_count", "instance_type", "shm_size", "docker_args"):
             note(("resources", key), "has no place in a spec: not carried")
-    return out
+    return out, launcher
+
+
+# a launcher's options that take a value (torchrun), to find the script after them
+_TORCHRUN_VALUED = {"--nnodes", "--nproc_per_node", "--nproc-per-node", "--node_rank", "--node-rank",
+                    "--master_addr", "--master-addr", "--master_port", "--master-port", "--rdzv_backend",
+                    "--rdzv-backend", "--rdzv_endpoint", "--rdzv-endpoint", "--rdzv_id", "--rdzv-id",
+                    "--max_restarts", "--max-restarts"}
+
+
+def _launcher_counts(command: str):
+    """(processes per node, machines, the flags as written, the command to keep) when the command is a
+    launcher that says its own counts -- accelerate launch --num_processes T --num_machines M (T / M
+    per node), torchrun --nproc_per_node P [--nnodes M], deepspeed --num_gpus G [--num_nodes M] --
+    else None. torchrun's own line is replaced by the script it runs: trainspec's per-node launch
+    puts torchrun there again, with the same counts."""
+    from ..schema.fields import split_command
+
+    refs = _REF_SPEC.findall(command)  # kept whole through the split: one word each
+    marked = _REF_SPEC.sub(lambda m: f"trainspecref{refs.index(m.group(0))}x", command)
+    try:
+        words = split_command(marked)
+    except ValueError:
+        return None
+    found = contract.spawner_at(words)
+    torchrun = not found and words and (os.path.basename(words[0]) == "torchrun" or words[:3] in (
+        ["python", "-m", "torch.distributed.run"], ["python3", "-m", "torch.distributed.run"]))
+
+    def given(*flags: str) -> Optional[str]:
+        for i, word in enumerate(words):
+            for flag in flags:
+                if word == flag and i + 1 < len(words):
+                    return words[i + 1]
+                if word.startswith(flag + "="):
+                    return word[len(flag) + 1:]
+        return None
+
+    def number(text: Optional[str], default: Optional[int] = None) -> Optional[int]:
+        if text is None:
+            return default
+        return int(text) if text.isdigit() and int(text) > 0 else None
+
+    if found and found[0] == "accelerate":
+        total, machines = number(given("--num_processes")), number(given("--num_machines"), 1)
+        if total is None or machines is None or total % machines:
+            return None
+        said = f"accelerate launch --num_processes {total} --num_machines {machines}"
+        return total // machines, machines, said, command
+    if found and found[0] == "deepspeed":
+        per_node, machines = number(given("--num_gpus")), number(given("--num_nodes"), 1)
+        if per_node is None or machines is None:
+            return None
+        return per_node, machines, f"deepspeed --num_gpus {per_node} --num_nodes {machines}", command
+    if torchrun:
+        per_node, machines = number(given("--nproc_per_node", "--nproc-per-node")), number(given("--nnodes"), 1)
+        if per_node is None or machines is None:
+            return None
+        at = 1 if os.path.basename(words[0]) == "torchrun" else 3
+        python = ["python"]
+        while at < len(words) and words[at].startswith("-"):
+            word = words[at]
+            if word in _TORCHRUN_VALUED:
+                at += 2
+            elif word.split("=")[0] in _TORCHRUN_VALUED or word == "--standalone":
+                at += 1
+            elif word in ("-m", "--module"):
+                python, at = ["python", "-m"], at + 1
+                break
+            elif word in ("--no-python", "--no_python"):
+                python, at = [], at + 1
+            else:
+                return None  # an option trainspec's torchrun line would not carry: keep the job as it is
+        if at >= len(words) or _has_operator(command):
+            return None
+        kept = shlex.join([*python, *words[at:]])
+        kept = re.sub(r"trainspecref(\d+)x", lambda m: refs[int(m.group(1))], kept)
+        return per_node, machines, f"torchrun --nproc_per_node {per_node} --nnodes {machines}", kept
+    return None
+
+
+def _has_operator(command: str) -> bool:
+    from . import base
+
+    return base._has_shell_operator(command)
 
 
 def _environment(environment, relative, note, job_dir: Path) -> Dict[str, Any]:
@@ -263,7 +395,8 @@ def _environment(environment, relative, note, job_dir: Path) -> Dict[str, Any]:
         note(("environment", "conda_file"), "an inline conda file is not carried: write it to a file",
              fatal=True)
     for key in environment:
-        if key not in ("image", "conda_file", "build", "name", "version", "description", "tags", "os_type"):
+        if key not in ("image", "conda_file", "build", "name", "version", "description", "tags", "os_type",
+                       "$schema"):  # an environment file's own schema URL: not data
             note(("environment", key), "has no place in a spec: not carried")
     return out
 
@@ -306,11 +439,19 @@ def _outputs(outputs, note) -> Dict[str, Any]:
     return out
 
 
-def _azureml_settings(job, azureml, note) -> None:
-    if job.get("experiment_name"):
-        azureml["experiment_name"] = str(job["experiment_name"])
-    tags = {str(k): str(v) for k, v in (job.get("tags") or {}).items() if not str(k).startswith("trainspec_")
-            and k not in ("framework", "launcher", "backend")}
+def _azureml_settings(job, azureml, note, spec_name: str) -> None:
+    # the job's names exactly as written; one it did not set stays unset (null: not the spec's name)
+    display = job.get("display_name")
+    if display is None or str(display) != spec_name:
+        azureml["display_name"] = None if display is None else str(display)
+    experiment = job.get("experiment_name")
+    azureml["experiment_name"] = None if experiment is None else str(experiment)
+    tags = {}
+    for key, value in (job.get("tags") or {}).items():
+        if str(key).startswith("trainspec_"):
+            note(("tags", key), "written by trainspec when it compiles: dropped")
+        else:
+            tags[str(key)] = str(value)
     if tags:
         azureml["tags"] = tags
     if job.get("identity"):
@@ -322,11 +463,7 @@ def _azureml_settings(job, azureml, note) -> None:
     if job.get("services"):
         azureml["services"] = {}
         for name, service in job["services"].items():
-            azureml["services"][name] = {k: service[k] for k in ("type", "nodes", "log_dir", "ssh_public_keys")
-                                         if service.get(k) is not None}
-            for key in service:
-                if key not in ("type", "nodes", "log_dir", "ssh_public_keys"):
-                    note(("services", name, key), "has no place in a spec: not carried")
+            azureml["services"][name] = _service(name, service, note)
     limits = job.get("limits") or {}
     if limits.get("timeout"):
         azureml["timeout"] = int(limits["timeout"])
@@ -339,6 +476,25 @@ def _azureml_settings(job, azureml, note) -> None:
             azureml[key] = str(queue[key]).lower()
         else:
             note(("queue_settings", key), "has no place in a spec: not carried")
+
+
+# the properties azure-ai-ml sends for a service's own fields: said the spec's way
+_SERVICE_PROPERTIES = {"logDir": ("tensor_board", "log_dir"), "sshPublicKeys": ("ssh", "ssh_public_keys")}
+
+
+def _service(name: str, service, note) -> Dict[str, Any]:
+    out = {k: service[k] for k in ("type", "nodes", "port", "log_dir", "ssh_public_keys")
+           if service.get(k) is not None}
+    for key, value in (service.get("properties") or {}).items():
+        own = _SERVICE_PROPERTIES.get(str(key))
+        if own is not None and own[0] == service.get("type") and own[1] not in out:
+            out[own[1]] = str(value)
+        else:
+            out.setdefault("properties", {})[str(key)] = str(value)
+    for key in service:
+        if key not in ("type", "nodes", "port", "log_dir", "ssh_public_keys", "properties"):
+            note(("services", name, key), "has no place in a spec: not carried")
+    return out
 
 
 def spec_text(imported: Imported, job_file: str) -> str:

@@ -119,6 +119,24 @@ def unsupported(target: str, path: SpecPath, what: str, hint: Optional[str] = No
     return error(path, message, hint) if fatal else warning(path, message, hint)
 
 
+def data_in_env(target: str, valid: ValidSpec) -> List[Diagnostic]:
+    """An error at each env key whose value names an input or output (``{{ outputs.x }}``, what an
+    imported ``${{outputs.x}}`` becomes), for a target that sets variables as written: no shell
+    expands the path it renders to there (Azure ML expands ``${{...}}`` in variables itself)."""
+    out: List[Diagnostic] = []
+    def marker(kind: str, name: str) -> str:
+        return f"\x00{kind}.{name}\x00"
+
+    for key, value in valid.spec.env.items():
+        rendered = valid.render(("env", key), value, marker)
+        named = [f"{{{{ {m} }}}}" for m in re.findall(r"\x00([^\x00]+)\x00", rendered)]
+        if named:
+            out.append(unsupported(target, ("env", key), f"{named[0]} in a variable: it sets variables as written, "
+                                   "and nothing there would expand the path",
+                                   f"pass it in the command instead (--arg {named[0]}), where it is expanded"))
+    return out
+
+
 def expectations(valid: ValidSpec, launcher_name: str, master_port: Optional[int] = None) -> Dict[str, str]:
     """The TRAINSPEC_* variables the shim checks the platform's world against."""
     env = {

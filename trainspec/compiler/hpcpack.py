@@ -128,6 +128,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     spec = valid.spec
     settings = _settings(valid)
     out: List[Diagnostic] = []
+    out += base.data_in_env(NAME, valid)  # ${{outputs.x}} in a variable is Azure ML's alone
     if settings is None:
         out.append(error(("targets", "hpcpack"), "compiling for hpcpack needs targets.hpcpack.shared_dir",
                          "add targets: {hpcpack: {shared_dir: /app}} -- storage every node mounts"))

@@ -132,6 +132,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     spec = valid.spec
     settings = spec.targets.ray
     out: List[Diagnostic] = []
+    out += base.data_in_env(NAME, valid)  # ${{outputs.x}} in a variable is Azure ML's alone
     if settings is None:
         out.append(error(("targets", "ray"), "compiling for ray needs targets.ray (location, resource_group)",
                          "add targets: {ray: {location: eastus, resource_group: rg-training}}"))

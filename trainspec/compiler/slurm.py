@@ -131,6 +131,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     spec = valid.spec
     settings = _settings(valid)
     out: List[Diagnostic] = []
+    out += base.data_in_env(NAME, valid)  # ${{outputs.x}} in a variable is Azure ML's alone
     launcher = base.launcher(valid, LAUNCHERS)
     if spec.framework == "tensorflow":
         out.append(base.unsupported(NAME, ("framework",), "TensorFlow multi-worker jobs (nothing sets TF_CONFIG)",

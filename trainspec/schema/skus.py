@@ -117,6 +117,30 @@ def near_miss(name: str, known: Sequence[str]) -> List[str]:
     return [k for k in known if key(k, False) in wanted or key(k, True) in wanted]
 
 
+def one_edit(name: str, known: Sequence[str]) -> List[str]:
+    """Known names one edit (a character changed, added or removed; case aside) from ``name``:
+    Standard_ND96asr_v5 for Standard_ND96asr_v4. Such a size may be new, or a typo: say both."""
+    def within_one(a: str, b: str) -> bool:
+        if a == b or abs(len(a) - len(b)) > 1:
+            return False
+        if len(a) > len(b):
+            a, b = b, a
+        i = next((k for k in range(len(a)) if a[k] != b[k]), len(a))
+        return a[i + (len(a) == len(b)):] == b[i + 1:]
+
+    query = _normalize(name)
+    if not query.startswith(_PREFIX):
+        query = _PREFIX + query
+    return [k for k in known if within_one(query, _normalize(k))]
+
+
+def gpu_matches(gpu: Optional[str], wanted: str) -> bool:
+    """``--gpu H100`` names a GPU model: it lists H100 and its variants (H100 NVL); ``--gpu "H100 NVL"``
+    only those."""
+    have, want = (gpu or "").lower().split(), wanted.lower().split()
+    return bool(want) and have[:len(want)] == want
+
+
 def inferred(name: str, gpus: int) -> Sku:
     """A size the catalog does not have, described from what the spec and the name say: the GPU
     count the spec gives, InfiniBand from the 'r' feature letter, the GPU from a known token."""
@@ -140,6 +164,12 @@ class Catalog:
 
     team_file: Optional[Path] = None
     team: Tuple[Sku, ...] = ()
+    computes: Tuple[Tuple[str, str], ...] = ()  # a team's clusters and their VM size (`trainspec import`)
+
+    def compute_size(self, compute: str) -> Optional[Sku]:
+        """The size of the team's compute cluster ``compute`` (``computes:`` in the team file)."""
+        size = dict(self.computes).get(compute)
+        return self.lookup(size) if size is not None else None
 
     def lookup(self, name: str) -> Optional[Sku]:
         if isinstance(name, str):
@@ -195,10 +225,15 @@ def load_team(file: Path):
     def bad(path, message, hint=None):
         problems.append(doc.locate(error(path, message, hint)))
 
-    entries = doc.data.get("skus") if isinstance(doc.data, dict) else None
+    data = doc.data if isinstance(doc.data, dict) else {}
+    entries = data.get("skus", {} if "computes" in data else None)
     if not isinstance(entries, dict):
-        bad((), "a team catalog is a mapping `skus: {<Azure size>: {gpus: N, infiniband: true|false, ...}}`")
+        bad((), "a team catalog is a mapping `skus: {<Azure size>: {gpus: N, infiniband: true|false, ...}}`",
+            "and/or `computes: {<cluster>: <Azure size>}`")
         return Catalog(team_file=file), problems
+    for key in data:
+        if key not in ("skus", "computes"):
+            bad((key,), f"unknown field '{key}'", "fields: skus, computes")
     team = []
     for name, entry in entries.items():
         where = ("skus", name)
@@ -234,7 +269,21 @@ def load_team(file: Path):
                         memory_gb=float(entry.get("memory_gb", 0)), infiniband=entry["infiniband"],
                         family=entry.get("family", described.family), note=entry.get("note"),
                         retired=entry.get("retired")))
-    return Catalog(team_file=file, team=tuple(team)), problems
+    catalog = Catalog(team_file=file, team=tuple(team))
+    computes = data.get("computes", {})
+    if not isinstance(computes, dict):
+        bad(("computes",), "expected a mapping of your compute clusters to their VM size",
+            "computes: {gpu-cluster: Standard_NC24ads_A100_v4}")
+        computes = {}
+    known = []
+    for compute, size in computes.items():
+        if not isinstance(size, str) or catalog.lookup(size) is None:
+            close = closest(str(size)) if isinstance(size, str) else []
+            bad(("computes", compute), f"'{size}' is not a VM size trainspec knows",
+                f"did you mean {', '.join(close)}?" if close else f"add it under skus: in {TEAM_FILE}")
+            continue
+        known.append((str(compute), catalog.lookup(size).name))
+    return Catalog(team_file=file, team=catalog.team, computes=tuple(known)), problems
 
 
 _TEAM_CACHE: Dict[Path, Tuple[float, Any]] = {}

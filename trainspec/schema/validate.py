@@ -118,11 +118,11 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     _check_io_fields(spec, diagnostics)
     _check_target_settings(spec, diagnostics)
     source = Source(file=doc.file, path=doc.path, display=_display_path(doc.path), digest=digest(spec))
-    if any(d.is_error for d in diagnostics):
-        return None, diagnostics
     valid = ValidSpec(spec=spec, source=source, gpus_per_node=gpus, procs_per_node=procs,
                       backend=backend, sku=sku, catalog=catalog.team_file)
-    _check_templates(valid, diagnostics)
+    # templates are checked whatever else is wrong (every independent problem in one pass); the
+    # Lightning check compares with the counts, so only when they stand
+    _check_templates(valid, diagnostics, counts_stand=not any(d.is_error for d in diagnostics))
     if any(d.is_error for d in diagnostics):
         return None, diagnostics
     return valid, diagnostics
@@ -177,8 +177,10 @@ def _check_sku(spec: Spec, catalog: "skus.Catalog", out: List[Diagnostic]) -> Op
         return None
     sku = skus.inferred(name, spec.resources.gpus_per_node)
     network = "InfiniBand (the 'r' in its name)" if sku.infiniband else "no InfiniBand (no 'r' in its name)"
+    typo = skus.one_edit(name, catalog.names())  # Standard_ND96asr_v5 for Standard_ND96asr_v4: new, or a typo
+    hint = (f"did you mean {', '.join(typo)}? If not, to" if typo else "to") + f" have it checked, {add[3:]}"
     out.append(warning(("resources", "sku"), f"{name} is not in trainspec's catalog: trusting gpus_per_node: "
-                       f"{sku.gpus}, and assuming {network}", f"to have it checked, {add[3:]}"))
+                       f"{sku.gpus}, and assuming {network}", hint))
     return sku
 
 
@@ -287,10 +289,16 @@ def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None
         value = e.azureml
         if not value.startswith("azureml://"):
             bare = value[len("azureml:"):] if value.startswith("azureml:") else value
-            if not re.fullmatch(r"^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+|@[A-Za-z0-9_.-]+)$", bare):
+            name = bare.split(':')[0].split('@')[0]
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+                # a placeholder (`< your environment name >`) or a typo: never suggest writing it again
+                out.append(error(("environment", "azureml"), f"'{value}' is not an environment name",
+                                 "write the name of a registered environment with a version or label, e.g. "
+                                 "my-env@latest or azureml:my-env:1"))
+            elif not re.fullmatch(r"^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+|@[A-Za-z0-9_.-]+)$", bare):
                 out.append(error(("environment", "azureml"),
                                  f"'{value}' needs a version or a label: Azure ML rejects it only at submit",
-                                 f"write {bare.split(':')[0].split('@')[0]}@latest or {bare.split(':')[0].split('@')[0]}:1"))
+                                 f"write {name}@latest or {name}:1"))
 
 
 def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
@@ -358,7 +366,7 @@ def _check_target_settings(spec: Spec, out: List[Diagnostic]) -> None:
 
 # --- templates and the Lightning trap -------------------------------------------------------
 
-def _check_templates(valid: ValidSpec, out: List[Diagnostic]) -> None:
+def _check_templates(valid: ValidSpec, out: List[Diagnostic], counts_stand: bool = True) -> None:
     spec = valid.spec
     ctx = valid.template_context(neutral_refs)
     strings: List[Tuple[SpecPath, str]] = [(("command",), spec.command)]
@@ -382,7 +390,7 @@ def _check_templates(valid: ValidSpec, out: List[Diagnostic]) -> None:
     except ValueError as exc:
         out.append(error(("command",), f"is not a valid shell command: {exc}", "close the quote"))
         return
-    if spec.framework == "lightning":
+    if spec.framework == "lightning" and counts_stand:
         _check_lightning(valid, command, out)
 
 
