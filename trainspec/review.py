@@ -447,17 +447,27 @@ def _fit(title: str, sections: Sequence[_Section], budget: Optional[int], md: bo
     if fixed <= budget:
         wants = [len(p.full) - len(c) for s, cuts in zip(sections, shortest) for p, c in zip(s.parts, cuts)]
         cap = _fair_share(wants, budget - fixed)
-        rendered, i = [], 0
-        for s, cuts in zip(sections, shortest):
-            parts = []
-            for p, c in zip(s.parts, cuts):
-                parts.append(p.full if wants[i] <= cap else p.cut(len(c) + cap))
-                i += 1
-            rendered.append(s.render(parts))
-        document = _join([title, *rendered, note])
+        chosen = [[p.full if want <= cap else p.cut(len(c) + cap) for p, c, want in zip(s.parts, cuts, wants_of)]
+                  for s, cuts, wants_of in zip(sections, shortest, _split(wants, sections))]
+        left = budget - len(_join([title, *(s.render(c) for s, c in zip(sections, chosen)), note]))
+        for s, parts in zip(sections, chosen):  # what is left (a part shown whole or not at all) goes in order
+            for k, p in enumerate(s.parts):
+                if parts[k] != p.full and len(p.full) - len(parts[k]) <= left:
+                    left -= len(p.full) - len(parts[k])
+                    parts[k] = p.full
+        document = _join([title, *(s.render(c) for s, c in zip(sections, chosen)), note])
         if len(document) <= budget:
             return document
     return _names_only(title, sections, budget, md, note)
+
+
+def _split(values: Sequence[int], sections: Sequence[_Section]) -> List[List[int]]:
+    """``values`` (one per part, all sections in a row) as one list per section."""
+    out, i = [], 0
+    for s in sections:
+        out.append(list(values[i:i + len(s.parts)]))
+        i += len(s.parts)
+    return out
 
 
 def _join(pieces: Sequence[str]) -> str:
@@ -587,6 +597,10 @@ class RuntimeFile:
 
     @property
     def line(self) -> str:
+        """The summary in one line: size and sha256 of a new, changed or removed file (json has
+        them for an unchanged one too)."""
+        if self.before is not None and self.before == self.after and not self.sha256_before:
+            return self.summary
         was = f" (was sha256 {self.sha256_before})" if self.sha256_before else ""
         return f"{self.size:,} bytes, sha256 {self.sha256}: {self.summary}{was}"
 
