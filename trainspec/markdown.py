@@ -30,10 +30,11 @@ _BLOCK_START = re.compile(r"^([!-/:-@\[-`{-~]|\d+[.)])")  # a list marker, a hea
 _BACKTICKS = re.compile(r"`+")
 
 
-def visible(value: str) -> str:
+def visible(value: str, line: bool = False) -> str:
     """``value`` itself, or, when it holds a line break or another control character, as a
-    JSON string (``"ok\\n<!--"``): one line, nothing hidden."""
-    if not _UNSEEN.search(value):
+    JSON string (``"ok\\n<!--"``): one line, nothing hidden. ``line``: it starts a line of a
+    CI log, where a (space-indented) ``::`` would be a workflow command: quoted too."""
+    if not _UNSEEN.search(value) and not (line and value.lstrip().startswith("::")):
         return value
     quoted = json.dumps(value, ensure_ascii=False)  # escapes C0, '"' and '\\'
     return _UNSEEN.sub(lambda m: "\\u%04x" % ord(m.group()), quoted)

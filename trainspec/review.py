@@ -321,7 +321,7 @@ def plan_document(plans: Sequence[Dict[str, Any]], removed: Sequence[Dict[str, s
                  "its outputs go with --prune" for r in removed]
         sections.append(_Section([f"{r['name']} (removed)" for r in removed],
                                  "## removed jobs" if md else "removed jobs:", "\n",
-                                 [_whole("\n".join(lines), f"{len(removed)} removed job(s), named in the full plan", md)]))
+                                 [_whole("\n".join(lines), f"{len(removed)} removed job(s), in the full plan", md)]))
     if not plans and not removed:
         sections.append(_Section([], "no job changes" if base_rev else "no jobs"))
     command = shlex.join(["trainspec", "plan", *(["--git", base_rev] if base_rev else ["…"]), "--format", "text"])
@@ -377,7 +377,8 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
             lines.append(f"- {label}: {code(variables)}" if md else f"  {label}: {variables}")
     if data["warnings"]:
         lines += ["", "### warnings" if md else "warnings:"]
-        lines += [f"- {text(md_.clip(w, 4 * VALUE_LIMIT))}" if md else f"  {vis(w)}" for w in data["warnings"]]
+        lines += [f"- {text(md_.clip(w, 4 * VALUE_LIMIT))}" if md else f"  {vis(w, line=True)}"
+                  for w in data["warnings"]]
     return "\n".join(lines)
 
 
@@ -694,7 +695,8 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
         path = f"{out}/{name}/{output}"
         if (was or now).runtime:  # the shim, the Ray driver...: summarised, not printed whole
             runtime = runtime_change(was, now, result.status)
-            (result.runtime if before == after else result.files).append(OutputDiff(path, output, runtime.line, runtime))
+            shown = OutputDiff(path, output, runtime.line, runtime)
+            (result.runtime if before == after else result.files).append(shown)
             continue
         if before == after:
             continue
@@ -721,7 +723,8 @@ def runtime_change(was: Optional[base.OutFile], now: Optional[base.OutFile], sta
         summary = f"unchanged {version}"
     else:
         summary = f"changed: trainspec runtime v{was.runtime} -> v{now.runtime}"
-    before = hashlib.sha256(was.data).hexdigest() if was is not None and now is not None and was.data != now.data else None
+    changed = was is not None and now is not None and was.data != now.data
+    before = hashlib.sha256(was.data).hexdigest() if changed else None
     return RuntimeFile(len(item.data), digest, summary, was.runtime if was else None, now.runtime if now else None,
                        before)
 
@@ -742,7 +745,8 @@ def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = N
     command = shlex.join(["trainspec", "diff", *(["--git", base_rev] if base_rev else ["…"]), "--format", "text"])
     sections = [_diff_section(d, md, budget is not None) for d in diffs]
     if not diffs:
-        sections.append(_Section([], f"no job changes{md_.text(f' since {base_rev}') if base_rev else ''}"))
+        since = f" since {base_rev}" if base_rev else ""
+        sections.append(_Section([], f"no job changes{md_.text(since) if md else md_.visible(since)}"))
     return _fit(title, sections, budget, md, "the full diff", command)
 
 
