@@ -112,7 +112,7 @@ def test_diff_git_compiles_the_base_where_the_working_tree_is(repo):
     assert "trainspec-" not in proc.stdout + proc.stderr and str(repo.parent) not in proc.stdout + proc.stderr
     assert "single-node" not in proc.stdout  # unchanged jobs are not listed
     md = ts("diff", "--git", "HEAD~1", "--format", "markdown", cwd=repo)
-    assert md.stdout.startswith("# trainspec diff since HEAD~1: 1 job changed\n")
+    assert md.stdout.startswith("# trainspec diff since HEAD\\~1: 1 job changed\n")
     assert "**resources.nodes 2 → 4;" in md.stdout and "```diff" in md.stdout
 
 

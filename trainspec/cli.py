@@ -211,7 +211,7 @@ def plan(args: argparse.Namespace) -> int:
         if jobs is None:
             return 1
         plans = [make_plan(d, Path(args.out).as_posix()) for d in jobs]
-        print(plan_document(plans, removed, args.format, args.git))
+        print(plan_document(plans, removed, args.format, args.git, args.max_chars))
         return 0
     files = _specs(args.paths)
     outcomes = build_all(files, Path(args.out), args.targets, sets=args.sets, variables=args.variables)
@@ -220,7 +220,8 @@ def plan(args: argparse.Namespace) -> int:
         errors, warnings = _report(bad, False)
         _err(_summary(len(files), errors, warnings))
         return 1
-    print(plan_document([make_plan(o, Path(args.out).as_posix()) for o in outcomes], [], args.format))
+    print(plan_document([make_plan(o, Path(args.out).as_posix()) for o in outcomes], [], args.format,
+                        max_chars=args.max_chars))
     return 0
 
 
@@ -285,7 +286,7 @@ def diff(args: argparse.Namespace) -> int:
         diffs, _ = _git_diffs(args)
         if diffs is None:
             return 1
-        print(render_diffs(diffs, args.format, args.git))
+        print(render_diffs(diffs, args.format, args.git, args.max_chars))
         return 0
     if len(args.paths) == 1 and (args.sets or args.variables):
         pairs = [(args.paths[0], (), ()), (args.paths[0], args.sets, args.variables)]
@@ -301,7 +302,7 @@ def diff(args: argparse.Namespace) -> int:
             return 1
         sides.append(outcome)
     result = diff_outcomes(sides[0], sides[1], Path(args.out).as_posix())
-    print(render_diffs([result], args.format))
+    print(render_diffs([result], args.format, max_chars=args.max_chars))
     return 0
 
 
@@ -490,6 +491,13 @@ def _int_range(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def _max_chars(text: str) -> int:
+    value = _int_range(0, 10**9)(text)
+    if 0 < value < 1000:
+        raise argparse.ArgumentTypeError(f"{value} is too small for a document: give at least 1000, or 0 for no limit")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -561,11 +569,19 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--git", metavar="BASE", help=f"{what}; PATHS (default: the whole repository) limit "
                                                        "where specs are searched")
 
+    def max_chars(sub: argparse.ArgumentParser, what: str, default: str) -> None:
+        sub.add_argument("--max-chars", type=_max_chars, metavar="N",
+                         help=f"cut the {what} to at most N characters (long diffs shortened, the jobs that "
+                              f"do not fit named), saying where the whole {what} is; 0: never cut. Default: "
+                              f"{default} for markdown (plan and diff markdown together stay under 60,000: one "
+                              "GitHub comment), no limit for text; json is never cut")
+
     sub = command(plan)
     sub.add_argument("paths", nargs="*", metavar="SPEC|DIR", help="spec files, or folders to search")
     git_base(sub, "plan only the jobs whose compiled outputs change since the git revision BASE")
     sub.add_argument("--format", choices=["text", "markdown", "json"], default="text",
                      help="markdown for a pull-request comment, json for tools (default: text)")
+    max_chars(sub, "plan", "24,000")
     out(sub, "where outputs go, for the paths in the plan")
     targets(sub)
     overrides(sub)
@@ -576,6 +592,7 @@ def parser() -> argparse.ArgumentParser:
     git_base(sub, "compare every spec with the git revision BASE (a branch, a tag, a commit)")
     sub.add_argument("--format", choices=["text", "markdown", "json"], default="text",
                      help="markdown for a pull-request comment, json for tools (default: text)")
+    max_chars(sub, "diff", "35,000")
     out(sub, "the output directory, for the paths in diff headers")
     targets(sub)
     overrides(sub)

@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from . import __version__
 from .build import Outcome, build, find_specs
 from . import compiler
+from . import markdown as md_
 from .compiler import base
 from .compiler.write import target_dir
 from .diagnostics import Diagnostic
@@ -286,10 +287,12 @@ def _output_text(item) -> str:
 
 
 def _rank_env(valid: ValidSpec, target: str, rank: int) -> Dict[str, str]:
-    """What the process the platform starts as number ``rank`` gets (addresses symbolic, templates
-    unrendered): with a per-node launcher, that is node ``rank``'s launcher, which starts the workers."""
-    port = compiler.target(target).plan_port(valid)
-    env = dict(valid.spec.env)
+    """What the process the platform starts as number ``rank`` gets (addresses symbolic, the spec's
+    env rendered as the compiled job has it): with a per-node launcher, that is node ``rank``'s
+    launcher, which starts the workers."""
+    module = compiler.target(target)
+    port = module.plan_port(valid)
+    env: Dict[str, Any] = base.spec_env(valid, module.refs_for(valid))
     env.update(base.lightning_defaults(valid))
     launcher = compiler.launcher(valid, target)
     if launcher == "tensorflow":  # the platform's TF_CONFIG, worker by worker
@@ -315,59 +318,218 @@ def _started(valid: ValidSpec, launcher: str) -> int:
 
 
 def plan_document(plans: Sequence[Dict[str, Any]], removed: Sequence[Dict[str, str]], fmt: str,
-                  base_rev: Optional[str] = None) -> str:
+                  base_rev: Optional[str] = None, max_chars: Optional[int] = None) -> str:
     """One document for every planned job (and the jobs a change removes): what a pull request
-    comment or a tool reads."""
+    comment or a tool reads. Markdown stays within ``max_chars`` (default PLAN_BUDGET; 0: no
+    limit): the jobs that do not fit are summarised, and a note says where the full plan is."""
     if fmt == "json":
         return json.dumps({"base": base_rev, "jobs": list(plans), "removed": list(removed)}, indent=2, sort_keys=True)
     md = fmt == "markdown"
     scope = f" changed since {base_rev}" if base_rev else ""
     count = f"{len(plans)} job{'' if len(plans) == 1 else 's'}{scope}"
-    parts = [f"# trainspec plan: {count}" if md else f"trainspec plan: {count}"]
-    parts += [render_plan(p, fmt) for p in plans]
+    title = f"# trainspec plan: {md_.text(count)}" if md else f"trainspec plan: {count}"
+    sections = [_plan_section(p, fmt) for p in plans]
     if removed:
-        lines = ["## removed jobs" if md else "removed jobs:"]
-        lines += [f"- {r['name']} ({r['spec']}): no longer compiled; its outputs go with --prune" for r in removed]
-        parts.append("\n".join(lines))
+        lines = [f"- {md_.text(r['name'])} ({md_.text(r['spec'])}): no longer compiled; its outputs go with --prune"
+                 if md else f"- {md_.visible(r['name'])} ({md_.visible(r['spec'])}): no longer compiled; "
+                 "its outputs go with --prune" for r in removed]
+        sections.append(_Section([f"{r['name']} (removed)" for r in removed],
+                                 "## removed jobs" if md else "removed jobs:", "\n",
+                                 [_whole("\n".join(lines), f"{len(removed)} removed job(s), in the full plan", md)]))
     if not plans and not removed:
-        parts.append("no job changes" if base_rev else "no jobs")
-    return "\n\n".join(parts)
+        sections.append(_Section([], "no job changes" if base_rev else "no jobs"))
+    command = shlex.join(["trainspec", "plan", *(["--git", base_rev] if base_rev else ["…"]), "--format", "text"])
+    return _fit(title, sections, _budget(max_chars, fmt, PLAN_BUDGET), md, "the full plan", command)
+
+
+def _plan_section(data: Dict[str, Any], fmt: str) -> "_Section":
+    """A job's plan: its heading, then the rest (left out as a whole when it does not fit)."""
+    md = fmt == "markdown"
+    head, rest = render_plan(data, fmt).split("\n", 1)
+    if md:
+        rest = rest[1:]  # the blank line after the heading
+    return _Section([data["name"]], head, "\n\n" if md else "\n",
+                    [_whole(rest, "the rest of this job's plan is in the full plan", md)])
 
 
 def render_plan(data: Dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(data, indent=2, sort_keys=True)
     md = fmt == "markdown"
-    lines = [f"## {data['name']} ({data['spec']})" if md else f"{data['name']}  ({data['spec']}, sha256:{data['hash']})"]
+    vis, text, code, cell = md_.visible, md_.text, md_.code, md_.cell_code
+
+    def value(v: Any) -> str:  # one spec-derived value: whole in text, clipped in the comment
+        return md_.clip(vis(str(v)), VALUE_LIMIT) if md else vis(str(v))
+
+    lines = [f"## {text(data['name'])} ({text(data['spec'])})" if md
+             else f"{vis(data['name'])}  ({vis(data['spec'])}, sha256:{data['hash']})"]
     facts = [("framework", data["framework"]), ("sku", data["sku"] or "-"), ("GPUs", data["gpu"] or "none"),
              ("GPUs per node", data["gpus_per_node"]), ("backend", data["backend"]),
              ("spot", "yes" if data["spot"] else "no"), ("environment", data["image"] or "-")]
     if md:
-        lines += ["", "| | |", "| --- | --- |", *[f"| {k} | `{v}` |" for k, v in facts]]
+        lines += ["", "| | |", "| --- | --- |", *[f"| {k} | {cell(value(v))} |" for k, v in facts]]
     else:
-        lines += [f"  {k:<14} {v}" for k, v in facts]
+        lines += [f"  {k:<14} {value(v)}" for k, v in facts]
     for kind in ("inputs", "outputs"):
-        for name, text in data[kind].items():
-            lines.append(f"| {kind[:-1]} {name} | `{text}` |" if md else f"  {kind[:-1] + ' ' + name:<14} {text}")
+        for name, about in data[kind].items():
+            label = f"{kind[:-1]} {name}"
+            lines.append(f"| {text(label)} | {cell(value(about))} |" if md else f"  {vis(label):<14} {value(about)}")
     for t in data["targets"]:
         head = (f"{t['target']}: world {t['world_size']} = {t['nodes']} node(s) x {t['procs_per_node']} "
                 f"process(es), launcher {t['launcher']}")
-        lines += ["", f"### {head}" if md else head, ""]
-        lines += [f"- submit: `{t['submit']}`" if md else f"  submit: {t['submit']}"]
-        for key, value in t["settings"].items():
-            lines.append(f"- {key}: `{value}`" if md else f"  {key}: {value}")
+        lines += ["", f"### {text(head)}" if md else head, ""]
+        lines += [f"- submit: {code(t['submit'])}" if md else f"  submit: {vis(t['submit'])}"]
+        for key, setting in t["settings"].items():
+            lines.append(f"- {text(key)}: {code(value(setting))}" if md else f"  {vis(key)}: {value(setting)}")
         for which in ("first", "last"):
             env = t["ranks"][which]
-            text = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
+            variables = " ".join(f"{vis(k)}={value(v)}" for k, v in sorted(env.items()))
             per_node = t["launcher"] in ("per-node", "tensorflow")
             number = 0 if which == "first" else (t["nodes"] if per_node else t["world_size"]) - 1
             kind = {"tensorflow": "worker {}", "per-node": "node {} launcher"}.get(t["launcher"], "rank {}")
             label = f"{kind.format(number)} ({which})"
-            lines.append(f"- {label}: `{text}`" if md else f"  {label}: {text}")
+            lines.append(f"- {label}: {code(variables)}" if md else f"  {label}: {variables}")
     if data["warnings"]:
         lines += ["", "### warnings" if md else "warnings:"]
-        lines += [f"- {w}" if md else f"  {w}" for w in data["warnings"]]
+        lines += [f"- {text(md_.clip(w, 4 * VALUE_LIMIT))}" if md else f"  {vis(w, line=True)}"
+                  for w in data["warnings"]]
     return "\n".join(lines)
+
+
+# --- one pull-request comment ------------------------------------------------------------------
+
+# GitHub refuses a comment over 65,536 characters. The CI example posts `plan --format markdown`,
+# a blank line and `diff --format markdown` as one comment: each keeps to its budget by default,
+# both together stay under COMMENT_LIMIT. Text (a CI log, the full document) and json are not
+# cut unless asked (--max-chars).
+COMMENT_LIMIT = 60_000
+PLAN_BUDGET = 24_000
+DIFF_BUDGET = 35_000
+assert PLAN_BUDGET + 1 + DIFF_BUDGET + 2 < COMMENT_LIMIT  # + the blank line, + print()'s newlines
+VALUE_LIMIT = 300  # characters of one value in the comment, and in a diff's one-line summary
+_LINE_LIMIT = 500  # characters of one diff line once a diff is cut
+
+
+def _budget(max_chars: Optional[int], fmt: str, default: int) -> Optional[int]:
+    if max_chars is None:
+        return default if fmt == "markdown" else None
+    return max_chars or None
+
+
+@dataclass
+class _Part:
+    """A piece of a job's section that can be shortened: ``cut(n)`` is it within ``n``
+    characters, never shorter than ``cut(0)`` (its one-line summary)."""
+
+    full: str
+    cut: Callable[[int], str]
+
+
+def _whole(full: str, summary: str, md: bool) -> _Part:
+    """A part shown whole or replaced by one line."""
+    short = f"*({md_.text(summary)})*" if md else f"  ({summary})"
+    return _Part(full, lambda n: full if n >= len(full) else short)
+
+
+@dataclass
+class _Section:
+    """One job in a document: its names (for the list of jobs left out), its heading (shown
+    while there is room), then its parts after ``glue``."""
+
+    names: List[str]
+    head: str
+    glue: str = "\n\n"
+    parts: List[_Part] = field(default_factory=list)
+
+    def render(self, parts: Sequence[str]) -> str:
+        shown = [p for p in parts if p]
+        return self.head + (self.glue + "\n\n".join(shown) if shown else "")
+
+
+def _fit(title: str, sections: Sequence[_Section], budget: Optional[int], md: bool, what: str, command: str) -> str:
+    """``title`` and ``sections`` as one document of at most ``budget`` characters (None: no
+    limit). First every part whole; else every heading, with the room left shared fairly among
+    the parts (each at least its summary); else as many headings as fit and the other jobs by
+    name. Whatever was cut, a last line says where ``what`` is (``command``)."""
+    whole = _join([title, *(s.render([p.full for p in s.parts]) for s in sections)])
+    if budget is None or len(whole) <= budget:
+        return whole
+    note = (f"*Cut to fit one comment; {md_.text(what)}: {md_.code(command)}, or each job's compiled outputs "
+            "among this pull request's files.*" if md else
+            f"(cut to {budget:,} characters; {what}: {command})")
+    shortest = [[p.cut(0) for p in s.parts] for s in sections]
+    fixed = len(title) + 2 + len(note) + sum(len(s.render(c)) + 2 for s, c in zip(sections, shortest))
+    if fixed <= budget:
+        wants = [len(p.full) - len(c) for s, cuts in zip(sections, shortest) for p, c in zip(s.parts, cuts)]
+        cap = _fair_share(wants, budget - fixed)
+        chosen = [[p.full if want <= cap else p.cut(len(c) + cap) for p, c, want in zip(s.parts, cuts, wants_of)]
+                  for s, cuts, wants_of in zip(sections, shortest, _split(wants, sections))]
+        left = budget - len(_join([title, *(s.render(c) for s, c in zip(sections, chosen)), note]))
+        for s, parts in zip(sections, chosen):  # what is left (a part shown whole or not at all) goes in order
+            for k, p in enumerate(s.parts):
+                if parts[k] != p.full and len(p.full) - len(parts[k]) <= left:
+                    left -= len(p.full) - len(parts[k])
+                    parts[k] = p.full
+        document = _join([title, *(s.render(c) for s, c in zip(sections, chosen)), note])
+        if len(document) <= budget:
+            return document
+    return _names_only(title, sections, budget, md, note)
+
+
+def _split(values: Sequence[int], sections: Sequence[_Section]) -> List[List[int]]:
+    """``values`` (one per part, all sections in a row) as one list per section."""
+    out, i = [], 0
+    for s in sections:
+        out.append(list(values[i:i + len(s.parts)]))
+        i += len(s.parts)
+    return out
+
+
+def _join(pieces: Sequence[str]) -> str:
+    return "\n\n".join(p for p in pieces if p)
+
+
+def _fair_share(wants: Sequence[int], room: int) -> int:
+    """The largest cap such that the wants, each capped, fit in ``room`` (water-filling)."""
+    left = len(wants)
+    for want in sorted(wants):
+        if want * left > room:
+            return room // left
+        room -= want
+        left -= 1
+    return max(wants, default=0)
+
+
+def _names_only(title: str, sections: Sequence[_Section], budget: int, md: bool, note: str) -> str:
+    """Headings while they fit, then the other jobs by name (as many as fit, then how many more)."""
+    kept: List[str] = []
+    used = len(title) + 2 + len(note)
+    rest = [name for s in sections for name in s.names]
+    for s in sections:
+        others = rest[len(s.names):]
+        tail = len(_more(others, budget, md)) + 2 if others else 0
+        if used + len(s.head) + 2 + tail > budget:
+            break
+        kept.append(s.head)
+        used += len(s.head) + 2
+        rest = others
+    if rest:
+        kept.append(_more(rest, budget - used - 2, md))
+    return _join([title, *kept, note])
+
+
+def _more(names: Sequence[str], room: int, md: bool) -> str:
+    """One line naming ``names``, within ``room`` characters when it can."""
+    lead = f"**Not shown for length ({len(names)}):** " if md else f"not shown for length ({len(names)}): "
+    shown: List[str] = []
+    for count, name in enumerate(names):
+        item = md_.code(name) if md else md_.visible(name)
+        after = len(names) - count - 1
+        left = f", … and {after} more" if after else ""
+        if len(lead) + len(", ".join([*shown, item])) + len(left) > room:
+            return lead + ", ".join(shown) + f"{', ' if shown else ''}… and {len(names) - count} more"
+        shown.append(item)
+    return lead + ", ".join(shown)
 
 
 # --- diff -------------------------------------------------------------------------------------
@@ -415,13 +577,15 @@ def spec_fields(outcome: Outcome) -> Dict[str, Any]:
 
 
 def show(value: Any) -> str:
+    """A value in a one-line summary: line breaks shown escaped, a long value cut (the diff
+    below it has it whole)."""
     if value is None:
         return "(none)"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (list, dict)):
-        return json.dumps(value, sort_keys=True, default=str)
-    return str(value)
+        return md_.clip(json.dumps(value, sort_keys=True, default=str), VALUE_LIMIT)
+    return md_.clip(md_.visible(str(value)), VALUE_LIMIT)
 
 
 @dataclass
@@ -436,11 +600,38 @@ class Change:
         return text + (f" ({self.where})" if self.where else "")
 
 
+@dataclass(frozen=True)
+class RuntimeFile:
+    """A generated runtime file (the shim, the Ray driver...; OutFile.runtime): summarised by
+    its size, sha256 and trainspec runtime version, never printed whole."""
+
+    size: int
+    sha256: str
+    summary: str  # "unchanged trainspec runtime v0.1.0", "changed: trainspec runtime vA -> vB"...
+    before: Optional[str] = None  # the runtime version on each side (None: no such file there)
+    after: Optional[str] = None
+    sha256_before: Optional[str] = None
+
+    @property
+    def line(self) -> str:
+        """The summary in one line: size and sha256 of a new, changed or removed file (json has
+        them for an unchanged one too)."""
+        if self.before is not None and self.before == self.after and not self.sha256_before:
+            return self.summary
+        was = f" (was sha256 {self.sha256_before})" if self.sha256_before else ""
+        return f"{self.size:,} bytes, sha256 {self.sha256}: {self.summary}{was}"
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"size": self.size, "sha256": self.sha256, "summary": self.summary, "version_before": self.before,
+                "version_after": self.after, "sha256_before": self.sha256_before}
+
+
 @dataclass
 class OutputDiff:
     path: str  # as the user sees it: build/<name>/<target>/<file>
     output: str  # <target>/<file>
-    diff: str
+    diff: str  # a unified diff; for a runtime file, its summary line
+    runtime: Optional[RuntimeFile] = None
 
 
 @dataclass
@@ -455,6 +646,7 @@ class JobDiff:
     code: List[str] = field(default_factory=list)  # changed files in the code folder the job uploads (--git)
     edited: List[str] = field(default_factory=list)  # committed outputs that differ from the compiled ones (--git)
     base_errors: List[str] = field(default_factory=list)  # the base side of this spec did not compile
+    runtime: List[OutputDiff] = field(default_factory=list)  # its runtime files that did not change
 
     @property
     def reasons(self) -> List[str]:
@@ -491,8 +683,13 @@ class JobDiff:
         return {"name": self.name, "spec": self.spec, "status": self.status, "summary": self.headline,
                 "changes": [{"field": c.field, "before": c.before, "after": c.after, "in": c.where or None}
                             for c in self.changes],
-                "files": [{"path": f.path, "diff": f.diff} for f in self.files], "reads_changed": self.reads,
-                "code_changed": self.code, "outputs_edited": self.edited, "base_errors": self.base_errors}
+                "files": [_file_json(f) for f in self.files], "reads_changed": self.reads,
+                "runtime_unchanged": [_file_json(f) for f in self.runtime], "code_changed": self.code,
+                "outputs_edited": self.edited, "base_errors": self.base_errors}
+
+
+def _file_json(item: OutputDiff) -> Dict[str, Any]:
+    return {"path": item.path, "diff": item.diff, "runtime": item.runtime.as_json() if item.runtime else None}
 
 
 def _count(items: Sequence[Any], word: str) -> str:
@@ -572,18 +769,21 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
         result = JobDiff(name, either.valid.source.display, "new" if old is None else "removed", about=about(either))
     else:
         result = JobDiff(name, new.valid.source.display, "changed", semantic_changes(old, new))
-    old_files = {(a.target, f.path): f.data for a in (old.artifacts if old else []) for f in a.files}
-    new_files = {(a.target, f.path): f.data for a in (new.artifacts if new else []) for f in a.files}
+    old_files = {(a.target, f.path): f for a in (old.artifacts if old else []) for f in a.files}
+    new_files = {(a.target, f.path): f for a in (new.artifacts if new else []) for f in a.files}
     for key in sorted(set(old_files) | set(new_files)):
-        before, after = old_files.get(key), new_files.get(key)
+        was, now = old_files.get(key), new_files.get(key)
+        before, after = (was.data if was else None), (now.data if now else None)
+        output = f"{key[0]}/{key[1]}"
+        path = f"{out}/{name}/{output}"
+        if (was or now).runtime:  # the shim, the Ray driver...: summarised, not printed whole
+            runtime = runtime_change(was, now, result.status)
+            shown = OutputDiff(path, output, runtime.line, runtime)
+            (result.runtime if before == after else result.files).append(shown)
+            continue
         if before is not None and after is not None \
                 and without_provenance(before, old) == without_provenance(after, new):
             continue  # the same job: only the spec's path or bytes (a comment, formatting) differ
-        output = f"{key[0]}/{key[1]}"
-        path = f"{out}/{name}/{output}"
-        if key[1] == base.SHIM_FILE and before is not None and after is not None:
-            result.files.append(OutputDiff(path, output, "(the runtime shim of another trainspec version)"))
-            continue
         text = unified(before or b"", after or b"", "/dev/null" if before is None else f"a/{path}",
                        "/dev/null" if after is None else f"b/{path}")
         result.files.append(OutputDiff(path, output, text))
@@ -592,23 +792,98 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
     return result
 
 
-def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = None) -> str:
+def runtime_change(was: Optional[base.OutFile], now: Optional[base.OutFile], status: str) -> RuntimeFile:
+    """What became of a runtime file between two compilations of a job (``status``: the job's)."""
+    import hashlib
+
+    item = now or was
+    digest = hashlib.sha256(item.data).hexdigest()
+    version = f"trainspec runtime v{item.runtime}"
+    if was is None:
+        summary = f"{version} ({'new job' if status == 'new' else 'new output'})"
+    elif now is None:
+        summary = f"{version} ({'removed job' if status == 'removed' else 'removed output'})"
+    elif was.data == now.data:
+        summary = f"unchanged {version}"
+    else:
+        summary = f"changed: trainspec runtime v{was.runtime} -> v{now.runtime}"
+    changed = was is not None and now is not None and was.data != now.data
+    before = hashlib.sha256(was.data).hexdigest() if changed else None
+    return RuntimeFile(len(item.data), digest, summary, was.runtime if was else None, now.runtime if now else None,
+                       before)
+
+
+def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = None,
+                 max_chars: Optional[int] = None) -> str:
+    """The job diffs as a document. Runtime files are summarised (RuntimeFile); markdown stays
+    within ``max_chars`` (default DIFF_BUDGET; 0: no limit) by cutting long diffs, then by naming
+    the jobs that do not fit, with a note saying where the full diff is."""
     if fmt == "json":
         return json.dumps({"base": base_rev, "jobs": [d.as_json() for d in diffs]}, indent=2, sort_keys=True)
     md = fmt == "markdown"
-    out: List[str] = []
+    budget = _budget(max_chars, fmt, DIFF_BUDGET)
+    title = ""
     if md:
         scope = f" since {base_rev}" if base_rev else ""
-        out += [f"# trainspec diff{scope}: {len(diffs)} job{'' if len(diffs) == 1 else 's'} changed", ""]
-    for d in diffs:
-        out.append(f"## {d.name} ({d.spec})" if md else f"== {d.name} ({d.spec})")
-        out.append(f"**{d.headline}**" if md else d.headline)
-        for item in d.files:
-            out += ["", "```diff", item.diff, "```"] if md else ["", item.diff]
-        out.append("")
+        title = f"# trainspec diff{md_.text(scope)}: {len(diffs)} job{'' if len(diffs) == 1 else 's'} changed"
+    command = shlex.join(["trainspec", "diff", *(["--git", base_rev] if base_rev else ["…"]), "--format", "text"])
+    sections = [_diff_section(d, md, budget is not None) for d in diffs]
     if not diffs:
-        out.append(f"no job changes{f' since {base_rev}' if base_rev else ''}")
-    return "\n".join(out).rstrip("\n")
+        since = f" since {base_rev}" if base_rev else ""
+        sections.append(_Section([], f"no job changes{md_.text(since) if md else md_.visible(since)}"))
+    return _fit(title, sections, budget, md, "the full diff", command)
+
+
+HEADLINE_LIMIT = 2_000  # characters of a job's one-line summary in the comment
+
+
+def _diff_section(d: JobDiff, md: bool, cut: bool) -> _Section:
+    headline = md_.clip(d.headline, HEADLINE_LIMIT) if md or cut else d.headline
+    head = (f"## {md_.text(d.name)} ({md_.text(d.spec)})\n**{md_.text(headline)}**" if md else
+            f"== {md_.visible(d.name)} ({md_.visible(d.spec)})\n{md_.visible(headline)}")
+    parts = [_diff_part(item, md) for item in d.files if item.runtime is None]
+    runtime = [item for item in [*d.files, *d.runtime] if item.runtime is not None]
+    if runtime:
+        lines = [f"- {md_.code(item.path)}: {md_.text(item.diff)}" if md else f"{item.path}: {item.diff}"
+                 for item in runtime]
+        if md:
+            lines.insert(0, "Runtime files (summarised):")
+        parts.append(_whole("\n".join(lines), f"{len(runtime)} trainspec runtime file(s), summarised in the full diff",
+                            md))
+    return _Section([d.name], head, "\n\n", parts)
+
+
+def _diff_part(item: OutputDiff, md: bool) -> _Part:
+    """A file's unified diff: whole, or its first lines (each at most _LINE_LIMIT characters)
+    and how many more there are."""
+    lines = [md_.clip(line, _LINE_LIMIT) for line in item.diff.split("\n")]
+
+    def note(shown: int) -> str:
+        left = len(lines) - shown
+        if md:
+            what = f"{left:,} more line(s)" if shown else f"the diff of {md_.code(item.path)} ({left:,} lines)"
+            return f"*… {what} left out for length: see the full diff*"
+        return f"… {left:,} more line(s) of {item.path} left out for length: see the full diff"
+
+    def shown(count: int) -> str:
+        if count == 0:
+            return note(0)
+        body = "\n".join(lines[:count])
+        return (md_.fenced(body, "diff") if md else body) + "\n" + note(count)
+
+    def cut(room: int) -> str:
+        low, high = 0, len(lines) - 1  # the most lines that fit (one fewer than all: it is a cut)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if len(shown(middle)) <= room:
+                low = middle
+            else:
+                high = middle - 1
+        while low and len(shown(low)) > room:  # the length is nearly, not strictly, monotonic
+            low -= 1
+        return shown(low)
+
+    return _Part(md_.fenced(item.diff, "diff") if md else item.diff, cut)
 
 
 # --- two sides: the working tree and a revision -----------------------------------------------

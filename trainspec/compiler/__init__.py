@@ -18,6 +18,8 @@ Artifact, the shim, who starts the processes) and emit.py (YAML, shell). It expo
 ``cannot_express(valid)``                  what the platform cannot run as the spec says, as
                                            diagnostics through ``base.unsupported()``
 ``lower(valid, out_dir) -> Artifact``      the files, pure: no I/O, no clock, no randomness
+``refs_for(valid)``                        how ``{{ inputs.x }}`` / ``{{ outputs.x }}`` render
+                                           in its job (``base.spec_env``: the env ``plan`` shows)
 ``plan_port(valid)``                       the rendezvous port as ``plan`` shows it
 ``plan_settings(valid)``                   its own settings a reviewer should see in ``plan``
 ``local_settings(settings, workdir)``      ``run --local``: the settings rewritten for this

@@ -176,6 +176,11 @@ def refs(kind: str, name: str) -> str:
     return "${{%s.%s}}" % (kind, name)
 
 
+def refs_for(valid: ValidSpec):
+    """How ``{{ inputs.x }}`` / ``{{ outputs.x }}`` render: Azure ML's own ``${{inputs.x}}``."""
+    return refs
+
+
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     """What Azure ML cannot run, or runs differently from what the spec says."""
     spec = valid.spec

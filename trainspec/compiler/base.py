@@ -28,6 +28,9 @@ class OutFile:
     path: str  # relative to the target's output directory, posix
     data: bytes
     executable: bool = False
+    # a generated runtime file (the shim, the Ray driver...): the trainspec version it comes
+    # from. `diff` summarises such files (size, sha256, version) instead of printing them whole.
+    runtime: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -153,10 +156,16 @@ def expectations(valid: ValidSpec, launcher_name: str, master_port: Optional[int
 def job_env(valid: ValidSpec, refs, launcher_name: str, master_port: Optional[int] = None) -> Dict[str, str]:
     """Every process's environment as a target writes it: the spec's env (rendered with the
     target's references), Lightning's defaults, then the TRAINSPEC_* expectations."""
-    env = {key: valid.render(("env", key), value, refs) for key, value in valid.spec.env.items()}
+    env = spec_env(valid, refs)
     env.update(lightning_defaults(valid))
     env.update(expectations(valid, launcher_name, master_port))
     return env
+
+
+def spec_env(valid: ValidSpec, refs) -> Dict[str, str]:
+    """The spec's env as every process gets it: templates rendered with the target's references
+    (``refs_for``). `plan` shows the same values."""
+    return {key: valid.render(("env", key), value, refs) for key, value in valid.spec.env.items()}
 
 
 def lightning_defaults(valid: ValidSpec) -> Dict[str, str]:
@@ -181,7 +190,14 @@ SHIM_SOURCE = Path(__file__).resolve().parents[1] / "runtime" / "shim.py"
 
 
 def shim_file() -> OutFile:
-    return OutFile(SHIM_FILE, SHIM_SOURCE.read_bytes())
+    return runtime_file(SHIM_FILE, SHIM_SOURCE)
+
+
+def runtime_file(name: str, source: Path) -> OutFile:
+    """A file of trainspec's runtime copied next to a job as ``name``, marked as such."""
+    from .. import __version__
+
+    return OutFile(name, source.read_bytes(), runtime=__version__)
 
 
 _PYTHON = re.compile(r"^\s*(?P<python>python(?:3(?:\.\d+)?)?)\s+(?P<rest>\S.*)$", re.S)

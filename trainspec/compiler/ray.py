@@ -208,8 +208,8 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
         base.OutFile(LAUNCH_FILE, _launch_script(valid).encode("utf-8"), executable=True),
         base.shim_file(),
         base.OutFile(REQUEST_FILE, (json.dumps(job_request(valid), indent=2, sort_keys=True) + "\n").encode()),
-        base.OutFile(DRIVER_FILE, (RUNTIME / "ray_driver.py").read_bytes()),
-        base.OutFile(PROCS_FILE, (RUNTIME / "procs.py").read_bytes()),
+        base.runtime_file(DRIVER_FILE, RUNTIME / "ray_driver.py"),
+        base.runtime_file(PROCS_FILE, RUNTIME / "procs.py"),
     )
     return base.Artifact(target=NAME, name=spec.name, files=files, submit=SUBMIT)
 

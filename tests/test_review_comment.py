@@ -1,0 +1,284 @@
+"""The pull-request comment (`plan` + a blank line + `diff`, markdown, as the CI example posts it)
+in a real team repository: it fits in one GitHub comment whatever the change, runtime files are
+summarised rather than printed, and no spec value can forge its structure -- checked with a real
+CommonMark/GFM renderer (markdown-it-py) on real git histories."""
+
+import hashlib
+import json
+import re
+import shutil
+from dataclasses import replace
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, edit, git, spec_repo, ts, yq
+
+LIMIT = 60_000  # the CI example's comment must stay under this (GitHub refuses over 65,536)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return spec_repo(tmp_path)
+
+
+def comment(repo, base="main"):
+    """What examples/ci/github-actions.yml posts: plan, a blank line (echo), diff."""
+    plan = ts("plan", "--git", base, "specs/", "--format", "markdown", cwd=repo, check=True).stdout
+    diff = ts("diff", "--git", base, "specs/", "--format", "markdown", cwd=repo, check=True).stdout
+    return plan + "\n" + diff
+
+
+def commit(repo, message):
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", message, cwd=repo)
+
+
+class Html(HTMLParser):
+    """What a browser would see of rendered markdown: tags, comments, text, table rows."""
+
+    def __init__(self, html):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.comments, self.chunks, self.rows, self.headings = [], [], [], [], []
+        self._heading = None
+        self.feed(html)
+        self.text = "".join(self.chunks)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "tr":
+            self.rows.append(0)
+        elif tag in ("td", "th"):
+            self.rows[-1] += 1
+        elif re.fullmatch(r"h[1-6]", tag):
+            self._heading = []
+
+    def handle_endtag(self, tag):
+        if re.fullmatch(r"h[1-6]", tag) and self._heading is not None:
+            self.headings.append((tag, "".join(self._heading)))
+            self._heading = None
+
+    def handle_comment(self, data):
+        self.comments.append(data)
+
+    def handle_data(self, data):
+        self.chunks.append(data)
+        if self._heading is not None:
+            self._heading.append(data)
+
+
+def render(markdown):
+    from markdown_it import MarkdownIt
+
+    return Html(MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(markdown))
+
+
+# what markdown-it makes of our markdown: nothing else (no raw HTML from a value)
+OUR_TAGS = {"h1", "h2", "h3", "p", "ul", "li", "code", "pre", "strong", "em", "table", "thead", "tbody",
+            "tr", "th", "td"}
+
+
+# --- runtime files are summarised ---------------------------------------------------------------
+
+RUNTIME = ("trainspec_shim.py", "trainspec_ray_driver.py", "trainspec_procs.py")
+
+
+def test_a_new_ray_job_shows_its_runtime_files_as_name_size_sha256_and_version(repo):
+    shutil.copy(REPO / "specs" / "ray-lightning.yaml", repo / "specs" / "ray-lightning.yaml")
+    commit(repo, "a Ray job")
+    ts("compile", "specs/ray-lightning.yaml", "-o", str(repo / "compiled"), cwd=repo, check=True)
+    files = {name: (repo / "compiled" / "ray-lightning" / "ray" / name).read_bytes() for name in RUNTIME}
+    shim_line = "class _Election:"  # any line of the shim's source: it must not be printed
+    assert shim_line.encode() in files["trainspec_shim.py"]
+    for fmt in ("text", "markdown"):
+        out = ts("diff", "--git", "HEAD~1", "--format", fmt, cwd=repo, check=True).stdout
+        assert shim_line not in out and "def main" not in out
+        for name, data in files.items():
+            line = next(l for l in out.splitlines() if f"build/ray-lightning/ray/{name}" in l)
+            assert f"{len(data):,} bytes" in line and hashlib.sha256(data).hexdigest() in line
+            assert "trainspec runtime v0.1.0 (new job)" in line
+        assert "+++ b/build/ray-lightning/ray/cluster.yaml" in out  # the job's own files: diffed whole
+    data = json.loads(ts("diff", "--git", "HEAD~1", "--format", "json", cwd=repo, check=True).stdout)
+    runtime = {Path(f["path"]).name: f["runtime"] for f in data["jobs"][0]["files"] if f["runtime"]}
+    assert set(runtime) == set(RUNTIME)
+    shim = runtime["trainspec_shim.py"]
+    assert shim["sha256"] == hashlib.sha256(files["trainspec_shim.py"]).hexdigest()
+    assert shim["size"] == len(files["trainspec_shim.py"])
+    assert (shim["version_before"], shim["version_after"]) == (None, "0.1.0")
+    assert shim["summary"] == "trainspec runtime v0.1.0 (new job)"
+    # the comment of that pull request: one comment, well under GitHub's limit (106,661 before)
+    text = comment(repo, "HEAD~1")
+    assert len(text) < 20_000 and "Cut to fit" not in text
+
+
+def test_a_changed_job_names_its_unchanged_runtime_and_a_changed_runtime_says_which_versions(repo):
+    from trainspec.build import build
+    from trainspec.review import diff_outcomes, render_diffs
+
+    edit(repo / "specs" / "single-node.yaml", "  nodes: 1\n", "  nodes: 2\n")
+    commit(repo, "two nodes")
+    out = ts("diff", "--git", "HEAD~1", cwd=repo, check=True).stdout
+    assert "\nbuild/single-node/azureml/trainspec_shim.py: unchanged trainspec runtime v0.1.0\n" in out + "\n"
+    data = json.loads(ts("diff", "--git", "HEAD~1", "--format", "json", cwd=repo, check=True).stdout)
+    unchanged = data["jobs"][0]["runtime_unchanged"][0]["runtime"]
+    shim_data = (REPO / "trainspec" / "runtime" / "shim.py").read_bytes()
+    assert (unchanged["size"], unchanged["sha256"]) == (len(shim_data), hashlib.sha256(shim_data).hexdigest())
+    # a job compiled by another trainspec: its runtime file is summarised, versions on both sides
+    head = build(str(REPO / "specs" / "ray-lightning.yaml"), Path("build"))
+    old_ray = head.artifacts[0]
+    shim = old_ray.file("trainspec_shim.py")
+    older = replace(shim, data=shim.data.replace(b"class _Election:", b"class _OldElection:"), runtime="0.0.9")
+    base = replace(head, artifacts=[replace(old_ray, files=tuple(older if f is shim else f for f in old_ray.files))])
+    result = diff_outcomes(base, head, "build")
+    assert result.status == "changed" and [f.output for f in result.files] == ["ray/trainspec_shim.py"]
+    changed = result.files[0].runtime
+    assert changed.summary == "changed: trainspec runtime v0.0.9 -> v0.1.0"
+    assert changed.sha256 == hashlib.sha256(shim.data).hexdigest()
+    assert changed.sha256_before == hashlib.sha256(older.data).hexdigest()
+    for fmt in ("text", "markdown"):
+        shown = render_diffs([result], fmt)
+        shown = render(shown).text if fmt == "markdown" else shown
+        assert "changed: trainspec runtime v0.0.9 -> v0.1.0" in shown and "_OldElection" not in shown
+        assert "unchanged trainspec runtime v0.1.0" in shown  # the driver and procs
+    as_json = json.loads(render_diffs([result], "json"))["jobs"][0]
+    assert as_json["files"][0]["runtime"]["version_before"] == "0.0.9"
+    assert {Path(f["path"]).name for f in as_json["runtime_unchanged"]} == {"trainspec_ray_driver.py",
+                                                                           "trainspec_procs.py"}
+
+
+# --- one comment, whatever the change -----------------------------------------------------------
+
+def assert_one_comment(text, names):
+    assert len(text) < LIMIT, len(text)
+    seen = render(text)
+    for name in names:
+        assert name in seen.text, name
+    return seen
+
+
+def test_thirty_new_jobs_fit_one_comment_and_every_job_is_named(repo):
+    template = (repo / "specs" / "single-node.yaml").read_text()
+    names = [f"job-{i:02d}" for i in range(30)]
+    for name in names:
+        (repo / "specs" / f"{name}.yaml").write_text(template.replace("single-node", name))
+    commit(repo, "thirty jobs")
+    text = comment(repo, "HEAD~1")
+    seen = assert_one_comment(text, names)
+    assert "Cut to fit one comment" in text
+    assert "trainspec diff --git 'HEAD~1' --format text" in seen.text
+    assert not seen.comments and set(seen.tags) <= OUR_TAGS
+    # the full diff is where the note says: every job's job.yml, whole
+    full = ts("diff", "--git", "HEAD~1", "--format", "text", cwd=repo, check=True).stdout
+    assert all(f"+++ b/build/{name}/azureml/job.yml" in full for name in names)
+    assert "left out for length" not in full
+    # --max-chars: the same document within any budget, in text too; 0: not cut
+    for budget in (1000, 5000, 12000):
+        small = ts("diff", "--git", "HEAD~1", "--format", "text", "--max-chars", str(budget), cwd=repo,
+                   check=True).stdout
+        assert len(small.rstrip("\n")) <= budget and "trainspec diff --git 'HEAD~1' --format text" in small
+    assert ts("diff", "--git", "HEAD~1", "--format", "markdown", "--max-chars", "5000", cwd=repo).stdout.count(
+        "job-") >= 30
+    uncut = ts("diff", "--git", "HEAD~1", "--format", "markdown", "--max-chars", "0", cwd=repo, check=True).stdout
+    assert len(uncut) > 50_000 and "Cut to fit" not in uncut and "left out for length" not in uncut
+    bad = ts("diff", "--git", "HEAD~1", "--max-chars", "10", cwd=repo)
+    assert bad.returncode == 2 and "--max-chars: 10 is too small" in bad.stderr
+
+
+def test_a_huge_env_value_fits_one_comment(repo):
+    spec = repo / "specs" / "mnist-lightning.yaml"
+    huge = "".join(f"{i:06d}," for i in range(30_000))  # 210,000 characters
+    edit(spec, "  NCCL_DEBUG: WARN\n", f"  NCCL_DEBUG: WARN\n  BIG: {huge}\n")
+    commit(repo, "a huge value")
+    text = comment(repo, "HEAD~1")
+    seen = assert_one_comment(text, ["mnist-lightning"])
+    assert "(210,000 characters in all)" in seen.text  # the value cut, saying how long it is
+    assert "+  BIG: 000000,000001," in seen.text  # the diff's start is still there
+    assert "Cut to fit one comment" in text
+    full = ts("diff", "--git", "HEAD~1", cwd=repo, check=True).stdout
+    assert huge in full  # text: the whole diff
+
+
+def test_many_jobs_that_cannot_all_be_shown_are_still_named(repo):
+    """Past what even headings allow: the other jobs by name, then how many more."""
+    template = (repo / "specs" / "single-node.yaml").read_text()
+    names = [f"job-{i:03d}" for i in range(120)]
+    for name in names:
+        (repo / "specs" / f"{name}.yaml").write_text(template.replace("single-node", name))
+    commit(repo, "many jobs")
+    out = ts("diff", "--git", "HEAD~1", "--format", "markdown", "--max-chars", "1000", cwd=repo, check=True).stdout
+    assert len(out.rstrip("\n")) <= 1000
+    seen = render(out)
+    named = [n for n in names if n in seen.text]
+    assert named == names[:len(named)] and len(named) > 30
+    assert f"and {len(names) - len(named)} more" in seen.text
+
+
+# --- no spec value can forge the comment --------------------------------------------------------
+
+HOSTILE = ["ok\n<!--", "a`b``c", "x|y", "<script>alert(1)</script>", "</details>", "```\nfence\n```",
+           "ok\n::error::forged", "&amp; *em* _u_ [l](http://x) ~~s~~ \\| \\` # <b>"]
+
+
+def hostile_spec(values, name):
+    env = "".join(f"  V{i}: {yq(v)}\n" for i, v in enumerate(values))
+    inputs = "".join(f"  in{i}:\n    value: {yq(v)}\n" for i, v in enumerate(values))
+    return (f"version: 1\nname: {name}\ncode: ../examples/mnist\ncommand: python train.py\nframework: pytorch\n"
+            "resources:\n  nodes: 1\n  gpus_per_node: 2\n  sku: Standard_NC48ads_A100_v4\n"
+            f"environment:\n  image: {yq('img`x|y<!--')}\nenv:\n{env}inputs:\n{inputs}")
+
+
+def shown(value):
+    """How a value reads in the comment: as written, or with its line breaks escaped (JSON)."""
+    return json.dumps(value) if "\n" in value else value
+
+
+def test_no_spec_value_can_forge_the_comment(repo):
+    (repo / "specs" / "hostile.yaml").write_text(hostile_spec(["plain"] * len(HOSTILE), "hostile"))
+    commit(repo, "a plain job")
+    (repo / "specs" / "hostile.yaml").write_text(hostile_spec(HOSTILE, "hostile"))
+    odd_file = "new `x`|y<!--.yaml"  # a spec's file name is shown too
+    (repo / "specs" / odd_file).write_text(hostile_spec(HOSTILE, "fresh"))
+    edit(repo / "specs" / "single-node.yaml", "  nodes: 1\n", "  nodes: 2\n")  # a third job, after them
+    text = comment(repo, "HEAD")
+    seen = assert_one_comment(text, ["hostile", "fresh", "single-node"])
+    assert not seen.comments and set(seen.tags) <= OUR_TAGS, (seen.comments, set(seen.tags) - OUR_TAGS)
+    headings = [h for tag, h in seen.headings if tag == "h2"]
+    for job in ("fresh", "hostile", "single-node"):  # every job's heading, in plan and in diff
+        assert sum(h.startswith(f"{job} (") for h in headings) == 2, headings
+    assert f"fresh (specs/{odd_file})" in headings
+    assert all(cells == 2 for cells in seen.rows), seen.rows  # every table row: a label and a value
+    for value in HOSTILE:
+        assert shown(value) in seen.text, value  # the value's text, verbatim (line breaks escaped)
+    assert 'V0 plain → "ok\\n<!--"' in seen.text  # the diff's summary line
+    assert "```\nfence\n```" not in text.replace(json.dumps("```\nfence\n```"), "")  # never a raw fence line
+    # text (a CI log): no line can be read as a workflow command
+    for command in ("plan", "diff"):
+        out = ts(command, "--git", "HEAD", "specs/", cwd=repo, check=True).stdout
+        assert not [line for line in out.splitlines() if line.lstrip().startswith("::")]
+        assert '"ok\\n::error::forged"' in out
+    # a warning starts with its spec's path: a file named like a workflow command is quoted
+    spec = repo / "specs" / "::error::x.yaml"
+    spec.write_text((repo / "specs" / "single-node.yaml").read_text().replace("  pip:", "  python: '3.10'\n  pip:"))
+    out = ts("plan", spec.name, cwd=spec.parent, check=True).stdout
+    assert '  "::error::x.yaml:' in out and not [line for line in out.splitlines() if line.lstrip().startswith("::")]
+
+
+# --- plan shows the env the job gets ------------------------------------------------------------
+
+def test_plan_shows_env_values_rendered_as_the_compiled_job_has_them(repo, tmp_path):
+    from ruamel.yaml import YAML
+
+    spec = repo / "specs" / "single-node.yaml"
+    edit(spec, "framework: lightning\n", "framework: lightning\nvars:\n  lr: 2e-05\nenv:\n"
+         "  LR: \"{{ vars.lr }}\"\n  RUN: \"{{ name }}-{{ nodes }}x{{ procs_per_node }}\"\n")
+    plan = json.loads(ts("plan", "specs/single-node.yaml", "--format", "json", cwd=repo, check=True).stdout)
+    env = plan["jobs"][0]["targets"][0]["ranks"]["first"]
+    assert (env["LR"], env["RUN"]) == ("2e-05", "single-node-1x2")
+    ts("compile", "specs/single-node.yaml", "-o", str(tmp_path), cwd=repo, check=True)
+    job = YAML(typ="safe").load((tmp_path / "single-node" / "azureml" / "job.yml").read_text())
+    assert {k: job["environment_variables"][k] for k in ("LR", "RUN")} == {"LR": "2e-05", "RUN": "single-node-1x2"}
+    text = ts("plan", "specs/single-node.yaml", "--var", "lr=3e-4", cwd=repo, check=True).stdout
+    ts("compile", "specs/single-node.yaml", "--var", "lr=3e-4", "-o", str(tmp_path), cwd=repo, check=True)
+    job = YAML(typ="safe").load((tmp_path / "single-node" / "azureml" / "job.yml").read_text())
+    assert f" LR={job['environment_variables']['LR']} " in text and "{{" not in text
