@@ -62,10 +62,10 @@ def _summary(count: int, errors: int, warnings: int) -> str:
     return f"{n(count, 'spec')}: {n(errors, 'error')}, {n(warnings, 'warning')}"
 
 
-def _specs(paths: Sequence[str]) -> List[str]:
+def _specs(paths: Sequence[str], known=None) -> List[str]:
     from .build import find_specs
 
-    files = find_specs(paths)
+    files = find_specs(paths, known)
     if not files:
         raise UsageError(f"no spec files (*.yaml, *.yml) in {' '.join(paths)}")
     return files
@@ -193,19 +193,33 @@ def check(args: argparse.Namespace) -> int:
     (its spec changed), hand-edited, missing, orphaned (its spec is gone) or foreign (not
     written by trainspec), each with the command that fixes it."""
     from .build import build
+    from .cache import Cache, options_of, outputs_match
     from .review import KINDS, check_outputs
 
-    files = _specs(args.paths)
     out_path = Path(args.out)
-    outcomes = [build(f, out_path, args.targets, sets=args.sets, variables=args.variables) for f in files]
+    cache = Cache(out_path, options_of(args.targets, args.sets, args.variables))
+    files = _specs(args.paths, cache.extends)
+    outcomes = []
+    verified = {}  # output folder -> its spec: what the cache proves equal, from bytes alone
+    for file in files:
+        record = cache.lookup(file)
+        if record is not None:
+            folders = {out_path / record["name"] / target: hashes for target, hashes in record["outputs"].items()}
+            if all(outputs_match(folder, hashes) for folder, hashes in folders.items()):
+                verified.update(dict.fromkeys(folders, record["display"]))
+                continue
+        outcome = build(file, out_path, args.targets, sets=args.sets, variables=args.variables)
+        cache.remember(outcome)
+        outcomes.append(outcome)
+    cache.save()
     errors, warnings = _report([o for o in outcomes if not o.ok], False)
     if errors:
         _err(_summary(len(files), errors, warnings) + "; fix the specs first")
         return 1
-    findings = check_outputs(outcomes, out_path, _fix_command(args), args.targets)
+    findings = check_outputs(outcomes, out_path, _fix_command(args), args.targets, verified)
     for finding in findings:
         print(finding.render())
-    count = sum(len(o.artifacts) for o in outcomes)
+    count = sum(len(o.artifacts) for o in outcomes) + len(verified)
     if findings:
         kinds = ", ".join(f"{n} {k}" for k in KINDS for n in [sum(f.kind == k for f in findings)] if n)
         fixes = list(dict.fromkeys(f.fix for f in findings))
