@@ -3,7 +3,8 @@
     python benchmarks/check_500.py [--specs 500] [--runs 7] [--keep DIR]
 
 The repository is what a team keeps (README, GitOps): specs/ extending a shared base in bases/,
-a team catalog trainspec-skus.yaml at the root, a conda file and the training code in examples/,
+a team catalog trainspec-skus.yaml at the root, a shared conda file in envs/, the training code
+in examples/,
 and build/ compiled by trainspec and committed, in a git repository under a temporary folder.
 Measured as a user runs it, whole processes: `trainspec check specs/ --out build/` cold (an
 empty check cache, TRAINSPEC_CACHE_DIR pointing at a fresh folder each run) and warm (the cache
@@ -34,7 +35,7 @@ resources:
   sku: Standard_ND96isr_H100_v5
 environment:
   image: mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04
-  conda_file: ../examples/ddp/environment.yml
+  conda_file: ../envs/ddp.yml
 env:
   NCCL_DEBUG: WARN
 targets:
@@ -80,6 +81,8 @@ def make_repository(root: Path, count: int) -> Path:
     (root / "examples").mkdir()
     shutil.copytree(REPO / "examples" / "ddp", root / "examples" / "ddp",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "envs").mkdir()
+    shutil.copy(REPO / "examples" / "ddp" / "environment.yml", root / "envs" / "ddp.yml")
     (root / "bases" / "gpu.yaml").write_text(BASE)
     (root / "trainspec-skus.yaml").write_text(TEAM_SKUS)
     for i in range(count):
