@@ -471,12 +471,13 @@ def import_(args: argparse.Namespace) -> int:
 
 
 def schema(args: argparse.Namespace) -> int:
-    """Print the JSON Schema of the spec (for editors: yaml-language-server)."""
+    """Print the JSON Schema of the spec (for editors: yaml-language-server). --base: the schema
+    of a base that specs extend (every field optional, names and types checked)."""
     import json
 
-    from .schema.model import Spec
+    from .schema.model import Spec, base_json_schema
 
-    print(json.dumps(Spec.model_json_schema(), indent=2, sort_keys=True))
+    print(json.dumps(base_json_schema() if args.base else Spec.model_json_schema(), indent=2, sort_keys=True))
     return 0
 
 
@@ -609,7 +610,9 @@ def parser() -> argparse.ArgumentParser:
     targets(sub)
     overrides(sub)
 
-    command(schema)
+    sub = command(schema)
+    sub.add_argument("--base", action="store_true",
+                     help="the schema of a base (a file specs extend): every field optional, names and types checked")
 
     sub = command(import_, "import")
     sub.add_argument("job", metavar="JOB.yml", help="an Azure ML command job (the file `az ml job create` reads)")
