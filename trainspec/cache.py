@@ -21,9 +21,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -52,24 +54,39 @@ def sha256_file(path: Path) -> Optional[str]:
         return None
 
 
+@lru_cache(maxsize=1)
 def _trainspec_identity() -> str:
     """trainspec itself, by the bytes of its source (an edited checkout is another trainspec),
     with Python's and its libraries' versions."""
-    from importlib import metadata
-
     digest = hashlib.sha256(f"{FORMAT} {__version__} {sys.version}".encode())
     package = Path(__file__).resolve().parent
     for path in sorted(package.rglob("*")):
         if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
             digest.update(path.relative_to(package).as_posix().encode() + b"\0")
             digest.update(path.read_bytes() + b"\0")
-    for name in _LIBRARIES:
-        try:
-            version = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            version = "-"
-        digest.update(f"{name}={version}\0".encode())
+    digest.update(repr(_library_versions()).encode())
     return digest.hexdigest()
+
+
+def _library_versions() -> List[Tuple[str, str]]:
+    """The installed versions of _LIBRARIES, from their .dist-info folders on sys.path, first one
+    wins as for imports (importlib.metadata would cost ~40 ms of imports at every start)."""
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "_", name).lower()
+
+    wanted = {norm(name) for name in _LIBRARIES}
+    found: Dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info"):
+                dist, _, version = name[:-len(".dist-info")].partition("-")
+                if norm(dist) in wanted:
+                    found.setdefault(norm(dist), version)
+    return sorted(found.items())
 
 
 @dataclass
@@ -125,11 +142,9 @@ class Cache:
     def __init__(self, out: Path, options: Dict[str, Any]):
         self.facts = Facts()
         self.records: Dict[str, Any] = {}
-        self.extends: Dict[str, Optional[str]] = {}  # sha256 of a file's bytes -> its `extends` (build.find_specs)
         self.changed = False
         self.file: Optional[Path] = None
         self.key = ""
-        self.extends_loaded = 0
         base = folder()
         if base is None:
             return
@@ -142,14 +157,11 @@ class Cache:
         self.file = base / f"check-{FORMAT}" / f"{name}.json"
         try:
             loaded = json.loads(self.file.read_text(encoding="utf-8"))
-            if isinstance(loaded, dict) and loaded.get("key") == key and isinstance(loaded.get("records"), dict) \
-                    and isinstance(loaded.get("extends"), dict) \
-                    and all(v is None or isinstance(v, str) for v in loaded["extends"].values()):
-                self.records, self.extends = loaded["records"], loaded["extends"]
+            if isinstance(loaded, dict) and loaded.get("key") == key and isinstance(loaded.get("records"), dict):
+                self.records = loaded["records"]
         except (OSError, ValueError, UnicodeDecodeError):
             pass  # no cache yet, or one that cannot be read: every spec is compiled
         self.key = key
-        self.extends_loaded = len(self.extends)
 
     def lookup(self, file: str) -> Optional[Dict[str, Any]]:
         """The record of the spec in ``file`` when every fact it was made from still holds."""
@@ -195,20 +207,54 @@ class Cache:
 
     def save(self) -> None:
         """Write the records (atomically; a cache that cannot be written is left as it was)."""
-        if self.file is None or not (self.changed or len(self.extends) != self.extends_loaded):
-            return
+        if self.file is not None and self.changed:
+            _write(self.file, {"key": self.key, "records": self.records})
+
+
+def _write(file: Path, data: Any) -> None:
+    """Atomically; a cache that cannot be written is left as it was."""
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=file.parent)
         try:
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            fd, temporary = tempfile.mkstemp(prefix=".check-", dir=self.file.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh)
+            os.replace(temporary, file)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError:
+        pass
+
+
+class Extends(dict):
+    """What spec files name in `extends:`, by the sha256 of their bytes (build.find_specs and
+    build.dependents parse a file only when its bytes are new): a fact of the bytes alone, so
+    shared by every command and repository of one trainspec (its parser decides)."""
+
+    LIMIT = 100_000  # entries; then it starts again
+
+    def __init__(self) -> None:
+        super().__init__()
+        base = folder()
+        self.file = None
+        if base is not None:
             try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump({"key": self.key, "records": self.records, "extends": self.extends}, fh)
-                os.replace(temporary, self.file)
-            except BaseException:
-                os.unlink(temporary)
-                raise
-        except OSError:
+                self.file = base / f"extends-{FORMAT}-{_trainspec_identity()[:16]}.json"
+            except OSError:
+                pass
+        try:
+            loaded = json.loads(self.file.read_text(encoding="utf-8")) if self.file is not None else {}
+            if isinstance(loaded, dict) and len(loaded) < self.LIMIT and all(
+                    isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in loaded.items()):
+                self.update(loaded)
+        except (OSError, ValueError, UnicodeDecodeError):
             pass
+        self.loaded = len(self)
+
+    def save(self) -> None:
+        if self.file is not None and len(self) != self.loaded:
+            _write(self.file, dict(self))
 
 
 def outputs_match(folder: Path, expected: Dict[str, str]) -> bool:

@@ -77,7 +77,7 @@ def validate(args: argparse.Namespace) -> int:
     """Check specs and print every problem as file:line:col: severity: message (hint)."""
     from .build import build
 
-    files = _specs(args.paths)
+    files = _instead_of_bases(_specs(args.paths), args.paths)
     outcomes = [build(f, Path("build"), args.targets, lower=False, sets=args.sets, variables=args.variables)
                 for f in files]
     if args.format == "text":
@@ -86,6 +86,37 @@ def validate(args: argparse.Namespace) -> int:
         errors, warnings = _report_for_machines(outcomes, args.format, args.strict)
     _err(_summary(len(files), errors, warnings) + _strict_note(args.strict, errors, warnings))
     return 1 if errors or (args.strict and warnings) else 0
+
+
+def _instead_of_bases(files: List[str], named: Sequence[str]) -> List[str]:
+    """A file named on the command line that specs in its repository extend (at any depth) is a
+    base, not a spec: what it means is checked by validating those specs (a hook passes a changed
+    base by its name). The repository: from the first folder with a .git above the file, else
+    from the current folder."""
+    from .build import dependents
+    from .cache import Extends
+
+    known = None
+    result: List[str] = []
+    for file in files:
+        if file not in named or not Path(file).is_file():
+            result.append(file)
+            continue
+        known = known if known is not None else Extends()
+        found = dependents(file, _search_root(Path(file)), known)
+        if found:
+            _err(f"{file}: a base of {len(found)} spec(s): validating them instead")
+        result += found or [file]
+    if known is not None:
+        known.save()
+    return list(dict.fromkeys(result))
+
+
+def _search_root(file: Path) -> str:
+    start = file.resolve().parent
+    root = next((p for p in (start, *start.parents) if (p / ".git").exists()), Path.cwd())
+    shown = os.path.relpath(root)
+    return str(root) if shown.startswith("..") else shown
 
 
 def _strict_note(strict: bool, errors: int, warnings: int) -> str:
@@ -193,12 +224,14 @@ def check(args: argparse.Namespace) -> int:
     (its spec changed), hand-edited, missing, orphaned (its spec is gone) or foreign (not
     written by trainspec), each with the command that fixes it."""
     from .build import build
-    from .cache import Cache, options_of, outputs_match
+    from .cache import Cache, Extends, options_of, outputs_match
     from .review import KINDS, check_outputs
 
     out_path = Path(args.out)
     cache = Cache(out_path, options_of(args.targets, args.sets, args.variables))
-    files = _specs(args.paths, cache.extends)
+    known = Extends()
+    files = _specs(args.paths, known)
+    known.save()
     outcomes = []
     verified = {}  # output folder -> its spec: what the cache proves equal, from bytes alone
     for file in files:
