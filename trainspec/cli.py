@@ -91,10 +91,13 @@ def validate(args: argparse.Namespace) -> int:
 def _instead_of_bases(files: List[str], named: Sequence[str]) -> List[str]:
     """A file named on the command line that specs in its repository extend (at any depth) is a
     base, not a spec: what it means is checked by validating those specs (a hook passes a changed
-    base by its name). The repository: from the first folder with a .git above the file, else
+    base by its name). The team catalog (trainspec-skus.yaml) means the specs that read it. The
+    repository: from the first folder with a .git above the file, else
     from the current folder."""
-    from .build import dependents
+    from .build import dependents, find_specs
     from .cache import Extends
+    from .review import looks_like_spec
+    from .schema.skus import TEAM_FILE, team_file_for
 
     known = None
     result: List[str] = []
@@ -103,13 +106,22 @@ def _instead_of_bases(files: List[str], named: Sequence[str]) -> List[str]:
             result.append(file)
             continue
         known = known if known is not None else Extends()
+        if Path(file).name == TEAM_FILE:  # the team catalog: the specs that look sizes up in it
+            found = [f for f in find_specs([_search_root(Path(file))], known) if looks_like_spec(Path(f))
+                     and team_file_for(Path(f).resolve().parent) == Path(file).resolve()]
+            _err(f"{file}: the team catalog of {len(found)} spec(s): validating them")
+            result += found
+            continue
         found = dependents(file, _search_root(Path(file)), known)
         if found:
             _err(f"{file}: a base of {len(found)} spec(s): validating them instead")
         result += found or [file]
     if known is not None:
         known.save()
-    return list(dict.fromkeys(result))
+    unique = {}  # one spec once, however it was named
+    for file in result:
+        unique.setdefault(Path(file).resolve(), file)
+    return list(unique.values())
 
 
 def _search_root(file: Path) -> str:
