@@ -31,8 +31,8 @@ def test_a_warm_cache_is_used_and_lives_only_in_the_cache_folder(team, tmp_path)
     cache = tmp_path / "cache"
     before = sorted(p.relative_to(team) for p in team.rglob("*") if ".git" not in p.parts)
     assert check(team, cache) == (0, "", "trainspec check: 6 output folder(s) in build/ match their specs\n")
-    written = list(cache.rglob("*.json"))
-    assert len(written) == 1
+    written = list(cache.glob("check-*/*.json"))
+    assert len(written) == 1 and len(list(cache.glob("extends-*.json"))) == 1
     records = json.loads(written[0].read_text())["records"]
     assert sorted(Path(k).name for k in records) == [f"job-{i:04d}.yaml" for i in range(6)]
     assert sorted(p.relative_to(team) for p in team.rglob("*") if ".git" not in p.parts) == before  # nothing in -o
@@ -67,7 +67,7 @@ def test_default_cache_folder_follows_xdg(team, tmp_path):
     env = path_env(XDG_CACHE_HOME=str(tmp_path / "xdg"))
     env.pop("TRAINSPEC_CACHE_DIR", None)
     assert ts("check", "specs/", "--out", "build/", cwd=team, env=env).returncode == 0
-    assert len(list((tmp_path / "xdg" / "trainspec").rglob("*.json"))) == 1
+    assert len(list((tmp_path / "xdg" / "trainspec").glob("check-*/*.json"))) == 1
 
 
 CHANGES = {
@@ -131,12 +131,15 @@ def test_a_damaged_cache_is_ignored(team, tmp_path, damage):
     cache = tmp_path / "cache"
     check(team, cache)
     edit(team / "build" / "job-0002" / "azureml" / "job.yml", "instance_count: 3", "instance_count: 4")
-    (file,) = cache.rglob("*.json")
+    (file,) = cache.glob("check-*/*.json")
+    (extends,) = cache.glob("extends-*.json")
     data = json.loads(file.read_text())
     if damage == "garbage":
         file.write_bytes(b"\x00\xff{not json")
+        extends.write_bytes(b"\x00\xff{not json")
     elif damage == "wrong shape":
         file.write_text(json.dumps([1, 2, 3]))
+        extends.write_text(json.dumps({"a": 1}))
     else:
         for record in data["records"].values():
             record["outputs"] = {"azureml": 7}

@@ -125,11 +125,13 @@ class Facts:
 def probes(outcome) -> List[str]:
     """The paths whose kind validation checks for a spec (schema/validate.py _check_paths and
     _check_environment; a target's local inputs), absolute."""
+    from .schema.fields import is_remote
+
     valid = outcome.valid
     spec = valid.spec
     paths = [valid.resolve(spec.code)]
-    paths += [valid.resolve(item.path) for item in spec.inputs.values()
-              if item.path is not None and "://" not in item.path and not item.path.startswith("azureml:")]
+    paths += [valid.resolve(item.path) for item in spec.inputs.values() if item.path is not None
+              and not is_remote(item.path)]
     build = spec.environment.build
     if build is not None:
         paths += [valid.resolve(build.path), valid.resolve(build.path) / build.dockerfile_path]

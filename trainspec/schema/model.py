@@ -167,7 +167,7 @@ class Spec(Model):
 
 def base_json_schema() -> dict:
     """The JSON Schema of a base (a file other specs `extends`, e.g. bases/gpu.yaml): a part of a
-    spec, so no field is required at any depth (a base may set only targets.ray.location, the
+    spec, so no field is required at any depth (a base may set one setting of a target, the
     spec the rest), while every field it does set keeps its type, and a key the spec does not
     have is still an error."""
     schema = Spec.model_json_schema()
