@@ -12,6 +12,13 @@ REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "specs"
 
 
+@pytest.fixture(autouse=True)
+def _own_check_cache(tmp_path, monkeypatch):
+    """Every test's `trainspec check` caches in its own folder, never in the user's ~/.cache
+    (tests that study the cache set their own)."""
+    monkeypatch.setenv("TRAINSPEC_CACHE_DIR", str(tmp_path / ".trainspec-cache"))
+
+
 @pytest.fixture
 def repo() -> Path:
     return REPO

@@ -2,6 +2,7 @@
 schema, actionlint, shellcheck on every `run:` script, and the scripts
 themselves run by bash on real git histories of a user's repository."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from conftest import REPO, edit, git, run, spec_repo, ts
+from test_review import BASE, child
 
 WORKFLOW = REPO / "examples" / "ci" / "github-actions.yml"
 BIN = Path(sys.executable).parent
@@ -117,15 +119,46 @@ def test_comment_step_on_a_pull_request_branch(repo):
     assert run_step("review", "Gate - the committed outputs are what the specs compile to", repo).returncode == 0
 
 
-def changed_jobs(repo, before, tmp_path):
+def planned(repo, before, tmp_path):
+    """What the submit job's plan step leaves for the submit step: the plan's Azure ML submit commands."""
     output = tmp_path / "github_output"
     output.write_text("")
-    proc = run_step("submit", "Jobs whose compiled outputs changed in this push", repo, BEFORE=before,
-                    GITHUB_OUTPUT=str(output))
+    proc = run_step("submit", "Jobs the plan lists for this push", repo, BEFORE=before, GITHUB_OUTPUT=str(output))
     assert proc.returncode == 0, proc.stderr
-    jobs = (repo / "changed-jobs.txt").read_text().split()
-    assert output.read_text() == f"count={len(jobs)}\n"
-    return jobs
+    commands = (repo / "submit.txt").read_text().splitlines()
+    assert output.read_text() == f"count={len(commands)}\n"
+    return commands
+
+
+def submitted(repo, before, tmp_path):
+    """The job files the submit job hands to `az ml job create` for a push from ``before`` (az
+    itself needs Azure: a stand-in on PATH records its arguments)."""
+    planned(repo, before, tmp_path)
+    stub = tmp_path / "bin" / "az"
+    stub.parent.mkdir(exist_ok=True)
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$AZ_LOG"\n')
+    stub.chmod(0o755)
+    log = tmp_path / "az.log"
+    log.write_text("")
+    proc = run_step("submit", "Submit them to Azure ML", repo, AZ_LOG=str(log), AZUREML_RESOURCE_GROUP="rg",
+                    AZUREML_WORKSPACE="ws")
+    assert proc.returncode == 0, proc.stderr
+    lines = log.read_text().splitlines()
+    assert lines[0] == "extension add -n ml --only-show-errors"
+    files = []
+    for line in lines[1:]:
+        words = line.split()
+        assert words[:4] == ["ml", "job", "create", "--file"] and words[5:] == ["--resource-group", "rg",
+                                                                              "--workspace-name", "ws"], line
+        files.append(words[4])
+    return files
+
+
+def plan_lists(repo, before):
+    """The Azure ML job files `trainspec plan --git BEFORE` lists, read from its JSON independently."""
+    data = json.loads(ts("plan", "--git", before, "specs/", "--format", "json", cwd=repo, check=True).stdout)
+    return [f"build/{job['name']}/azureml/job.yml" for job in data["jobs"]
+            for target in job["targets"] if target["target"] == "azureml"]
 
 
 def test_submit_only_the_jobs_a_merge_changed(repo, tmp_path):
@@ -141,30 +174,71 @@ def test_submit_only_the_jobs_a_merge_changed(repo, tmp_path):
     git("commit", "-q", "-m", "change jobs", cwd=repo)
     git("checkout", "-q", "main", cwd=repo)
     git("merge", "-q", "--no-ff", "-m", "merge", "change", cwd=repo)
-    assert changed_jobs(repo, first, tmp_path) == ["build/mnist-lightning/azureml/job.yml",
-                                                    "build/one-more/azureml/job.yml"]
+    jobs = ["build/mnist-lightning/azureml/job.yml", "build/one-more/azureml/job.yml"]
+    assert submitted(repo, first, tmp_path) == jobs == plan_lists(repo, first)
+    assert planned(repo, first, tmp_path) == [f"az ml job create --file {job}" for job in jobs]  # as plan prints it
     # the first push of a branch (before = zeros): every Azure ML job
-    assert changed_jobs(repo, "0" * 40, tmp_path) == ["build/mnist-lightning/azureml/job.yml",
-                                                       "build/one-more/azureml/job.yml"]
-    # a push that changes only a spec's comment: nothing to submit
+    assert submitted(repo, "0" * 40, tmp_path) == jobs
+    # a push that changes only a spec's comment: what the plan lists
     head = git("rev-parse", "HEAD", cwd=repo).strip()
-    edit(repo / "specs" / "one-more.yaml", "# One node", "# Still one node")
+    edit(repo / "specs" / "mnist-lightning.yaml", "# The Lightning trap", "# The trap")
     git("commit", "-q", "-am", "comment", cwd=repo)
-    assert changed_jobs(repo, head, tmp_path) == []
+    assert submitted(repo, head, tmp_path) == plan_lists(repo, head)
 
-    # the submit step hands exactly those files to `az ml job create` (az itself needs Azure: a
-    # stand-in records its arguments)
-    changed_jobs(repo, first, tmp_path)
-    stub = tmp_path / "bin" / "az"
-    stub.parent.mkdir(exist_ok=True)
-    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$AZ_LOG"\n')
-    stub.chmod(0o755)
-    log = tmp_path / "az.log"
-    proc = run_step("submit", "Submit them to Azure ML", repo, AZ_LOG=str(log), AZUREML_RESOURCE_GROUP="rg",
-                    AZUREML_WORKSPACE="ws")
-    assert proc.returncode == 0, proc.stderr
-    assert log.read_text().splitlines() == [
-        "extension add -n ml --only-show-errors",
-        "ml job create --file build/mnist-lightning/azureml/job.yml --resource-group rg --workspace-name ws",
-        "ml job create --file build/one-more/azureml/job.yml --resource-group rg --workspace-name ws",
-    ]
+
+def team_repo(repo):
+    """The README's layout: specs extending a base in bases/, a team catalog at the root."""
+    (repo / "bases").mkdir()
+    (repo / "bases" / "gpu.yaml").write_text(BASE)
+    (repo / "trainspec-skus.yaml").write_text("skus:\n  Standard_ND96isr_H200_v5: {gpus: 8, gpu: H200, "
+                                              "infiniband: true}\n")
+    for name in ("job-a", "job-b", "job-c"):
+        (repo / "specs" / f"{name}.yaml").write_text(child(name))
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "three jobs on one base", cwd=repo)
+    return git("rev-parse", "HEAD", cwd=repo).strip()
+
+
+def test_a_conda_file_change_submits_the_jobs_the_plan_lists(repo, tmp_path):
+    before = team_repo(repo)
+    with open(repo / "examples" / "ddp" / "environment.yml", "a") as fh:
+        fh.write("# pinned differently\n")
+    git("commit", "-q", "-am", "conda", cwd=repo)
+    jobs = [f"build/job-{x}/azureml/job.yml" for x in "abc"]
+    assert plan_lists(repo, before) == jobs  # the plan lists them (the jobs read the file) ...
+    assert submitted(repo, before, tmp_path) == jobs  # ... and exactly those are submitted
+
+
+def test_a_base_change_submits_every_job_on_it(repo, tmp_path):
+    before = team_repo(repo)
+    edit(repo / "bases" / "gpu.yaml", "nodes: 2", "nodes: 3")
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    git("commit", "-q", "-am", "bigger base", cwd=repo)
+    assert submitted(repo, before, tmp_path) == [f"build/job-{x}/azureml/job.yml" for x in "abc"] \
+        == plan_lists(repo, before)
+
+
+def rename(repo):
+    before = team_repo(repo)
+    git("mv", "specs/job-b.yaml", "specs/team-b.yaml", cwd=repo)  # same job, another file
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    git("commit", "-q", "-am", "rename", cwd=repo)
+    return before
+
+
+def test_a_rename_submits_what_the_plan_lists(repo, tmp_path):
+    before = rename(repo)
+    assert submitted(repo, before, tmp_path) == plan_lists(repo, before)
+
+
+def test_a_pure_rename_submits_nothing(repo, tmp_path):
+    before = rename(repo)
+    assert submitted(repo, before, tmp_path) == []
+
+
+def test_a_comment_only_change_submits_nothing(repo, tmp_path):
+    head = git("rev-parse", "HEAD", cwd=repo).strip()
+    edit(repo / "specs" / "mnist-lightning.yaml", "# The Lightning trap", "# The trap")
+    git("commit", "-q", "-am", "comment", cwd=repo)
+    assert submitted(repo, head, tmp_path) == []

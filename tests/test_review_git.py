@@ -39,6 +39,7 @@ def commit(repo, message):
 # --- one job name, one spec ------------------------------------------------------------------------
 
 def test_a_copied_spec_that_keeps_its_name_is_an_error_in_every_command(repo):
+    assert ts("check", "specs/", "--out", "build/", cwd=repo).returncode == 0  # check's cache is warm
     shutil.copy(repo / "specs" / "single-node.yaml", repo / "specs" / "a-copy.yaml")  # sorts first
     edit(repo / "specs" / "a-copy.yaml", "  nodes: 1\n", "  nodes: 2\n")
     blame = "specs/a-copy.yaml:4:7: error: name: job name 'single-node' is also the name of specs/single-node.yaml:4"

@@ -7,12 +7,17 @@ import subprocess
 from conftest import REPO, SPECS, trainspec_cmd
 
 SCHEMA = REPO / "schema" / "trainspec.schema.json"
+BASE_SCHEMA = REPO / "schema" / "trainspec.base.schema.json"
 
 
 def test_committed_schema_is_current():
     printed = subprocess.run([*trainspec_cmd(), "schema"], capture_output=True, text=True, check=True).stdout
     assert SCHEMA.read_text() == printed, "schema/trainspec.schema.json is stale: run trainspec schema > " \
                                           "schema/trainspec.schema.json"
+    printed = subprocess.run([*trainspec_cmd(), "schema", "--base"], capture_output=True, text=True,
+                             check=True).stdout
+    assert BASE_SCHEMA.read_text() == printed, "schema/trainspec.base.schema.json is stale: run trainspec schema " \
+                                               "--base > schema/trainspec.base.schema.json"
 
 
 def _fields(schema):
@@ -117,3 +122,82 @@ def test_check_jsonschema_accepts_the_schema_and_every_spec():
     specs = sorted(str(p) for p in [*SPECS.glob("*.yaml"), *(REPO / "tests" / "specs").glob("*.yaml")])
     proc = subprocess.run([tool, "--schemafile", str(SCHEMA), *specs], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- bases: the files specs extend, checked by schema/trainspec.base.schema.json -------------------
+
+def _base_errors(data):
+    schema = json.loads(BASE_SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return sorted((list(e.absolute_path), e.message) for e in jsonschema.Draft202012Validator(schema).iter_errors(data))
+
+
+def _base_where(data):
+    schema = json.loads(BASE_SCHEMA.read_text())
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
+    return list(error.absolute_path), error.message
+
+
+def real_bases():
+    """Base files as teams write them: bases/ of this repository, the bases the extends tests
+    compose, and the base of the 500-spec benchmark repository."""
+    import sys
+
+    from test_compose import ROOT
+    from test_review import BASE as REVIEW_BASE
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from check_500 import BASE as BENCH_BASE
+
+    texts = {str(p): p.read_text() for p in sorted((REPO / "bases").glob("*.yaml"))}
+    assert texts, "bases/ holds an example base"
+    texts.update({"test_compose ROOT": ROOT, "test_review BASE": REVIEW_BASE, "check_500 BASE": BENCH_BASE,
+                  "test_compose middle": "extends: ../base/root.yaml\nname: middle\nresources:\n  nodes: 4\n",
+                  "a part of target settings": "targets:\n  ray:\n    location: eastus\n  hpcpack:\n"
+                                               "    node_group: LinuxNodes\n"})
+    return texts
+
+
+def test_base_schema_accepts_real_bases_the_spec_schema_rejects():
+    bases = real_bases()
+    assert {name: _base_errors(YAML(typ="rt").load(text)) for name, text in bases.items()} == \
+        dict.fromkeys(bases, [])
+    assert _errors(YAML(typ="rt").load(bases[str(REPO / "bases" / "gpu-cluster.yaml")])) != []  # why a second schema
+    assert (REPO / "bases" / "gpu-cluster.yaml").read_text().startswith(
+        "# yaml-language-server: $schema=../schema/trainspec.base.schema.json\n")
+
+
+def test_base_schema_accepts_every_full_spec_too():
+    specs = sorted([*SPECS.glob("*.yaml"), *(REPO / "tests" / "specs").glob("*.yaml")])
+    assert {str(s): _base_errors(_load(s)) for s in specs} == {str(s): [] for s in specs}
+
+
+def test_base_schema_rejects_misspelt_keys_and_wrong_types_where_they_are():
+    assert [path for path, _ in _base_errors({"resourcse": {"nodes": 2}})] == [[]]
+    assert [path for path, _ in _base_errors({"resources": {"node": 2}})] == [["resources"]]
+    assert [path for path, _ in _base_errors({"resources": {"nodes": "two"}})] == [["resources", "nodes"]]
+    assert _base_where({"targets": {"azureml": {"compute": 7}}})[0] == ["targets", "azureml", "compute"]
+    assert _base_where({"targets": {"ray": {"locaton": "eastus"}}}) == \
+        (["targets", "ray"], "Additional properties are not allowed ('locaton' was unexpected)")
+    assert [path for path, _ in _base_errors({"version": 2})] == [["version"]]
+    assert [path for path, _ in _base_errors({"env": {"A": True}})] == [["env", "A"]]
+    assert _base_errors(["not", "a", "mapping"]) != []
+
+
+def test_check_jsonschema_accepts_the_base_schema_and_real_bases(tmp_path):
+    import shutil
+    import sys
+    from pathlib import Path
+
+    tool = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent))
+    files = []
+    for i, text in enumerate(real_bases().values()):
+        files.append(tmp_path / f"base-{i}.yaml")
+        files[-1].write_text(text)
+    proc = subprocess.run([tool, "--schemafile", str(BASE_SCHEMA), *map(str, files)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    files[0].write_text("resources:\n  nodez: 2\n")
+    proc = subprocess.run([tool, "--schemafile", str(BASE_SCHEMA), str(files[0])], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1 and "'nodez'" in proc.stdout, proc.stdout

@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from .compiler import DEFAULT_TARGET, TARGETS, target
 from .compiler.base import Artifact
@@ -37,10 +38,11 @@ class Outcome:
         return not any(d.is_error for d in self.diagnostics)
 
 
-def find_specs(paths: Iterable[str]) -> List[str]:
+def find_specs(paths: Iterable[str], known: Optional[Dict[str, Optional[str]]] = None) -> List[str]:
     """Spec files named directly, plus every *.yaml / *.yml below a named directory (sorted),
     except the bases: a file that another found spec `extends` is composed into it, not
-    compiled by itself."""
+    compiled by itself. ``known``: the `extends` value of files by the sha256 of their bytes,
+    used and filled (check's cache: what a file extends follows from its bytes)."""
     found: List[str] = []
     searched: List[str] = []
     for name in paths:
@@ -53,29 +55,62 @@ def find_specs(paths: Iterable[str]) -> List[str]:
                     searched.append(str(child))
         else:
             found.append(name)
-    bases = _extended(searched)
+    bases = _extended(searched, {} if known is None else known)
     return [f for f in found if not (f in searched and Path(f).resolve() in bases)]
 
 
-def _extended(files: Iterable[str]) -> set:
+def _extended(files: Iterable[str], known: Dict[str, Optional[str]]) -> set:
     """The resolved paths that any of ``files`` (found in a folder, so regular files) names in
     `extends:`."""
-    from .diagnostics import SpecError
-    from .schema.loader import MAX_BYTES, load_file
-
     bases = set()
     for file in files:
-        try:
-            with open(file, "rb") as fh:
-                if b"extends:" not in fh.read(MAX_BYTES + 1):
-                    continue  # the common case, without parsing
-            data = load_file(file).data
-        except (OSError, SpecError):
-            continue  # build() reports it
-        parent = data.get("extends") if isinstance(data, dict) else None
-        if isinstance(parent, str) and parent:
+        parent = extends_of(file, known)
+        if parent:
             bases.add((Path(file).parent / parent).resolve())
     return bases
+
+
+def extends_of(file: str, known: Optional[Dict[str, Optional[str]]] = None) -> Optional[str]:
+    """What the spec in ``file`` names in `extends:` (None: nothing, or a file that cannot be
+    read or parsed: build() reports it). ``known``: by the sha256 of a file's bytes, used and filled."""
+    import hashlib
+
+    from .diagnostics import SpecError
+    from .schema.loader import MAX_BYTES, load_bytes
+
+    known = {} if known is None else known
+    try:
+        with open(file, "rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+        if b"extends:" not in raw:
+            return None  # the common case, without parsing
+        digest = hashlib.sha256(raw).hexdigest()
+        if digest not in known:
+            data = load_bytes(raw, file).data  # the bytes the digest is of
+            parent = data.get("extends") if isinstance(data, dict) else None
+            known[digest] = parent if isinstance(parent, str) and parent else None
+        return known[digest]
+    except (OSError, SpecError):
+        return None
+
+
+def dependents(base: str, root: str, known: Optional[Dict[str, Optional[str]]] = None) -> List[str]:
+    """The specs under ``root`` (found as a folder search finds them) whose extends chain, at any
+    depth, reaches the file ``base``."""
+    target = Path(base).resolve()
+    found = []
+    for spec in find_specs([root], known):
+        current, seen = spec, 0
+        while seen < 16:  # compose's own limit reports longer chains
+            parent = extends_of(current, known)
+            if parent is None:
+                break
+            current = os.path.join(os.path.dirname(current), parent)
+            seen += 1
+            if Path(current).resolve() == target:
+                found.append(spec)
+                break
+    return found
 
 
 def targets_for(valid: ValidSpec, requested: Optional[Sequence[str]]) -> List[str]:

@@ -62,10 +62,10 @@ def _summary(count: int, errors: int, warnings: int) -> str:
     return f"{n(count, 'spec')}: {n(errors, 'error')}, {n(warnings, 'warning')}"
 
 
-def _specs(paths: Sequence[str]) -> List[str]:
+def _specs(paths: Sequence[str], known=None) -> List[str]:
     from .build import find_specs
 
-    files = find_specs(paths)
+    files = find_specs(paths, known)
     if not files:
         raise UsageError(f"no spec files (*.yaml, *.yml) in {' '.join(paths)}")
     return files
@@ -77,7 +77,7 @@ def validate(args: argparse.Namespace) -> int:
     """Check specs and print every problem as file:line:col: severity: message (hint)."""
     from .build import build_all
 
-    files = _specs(args.paths)
+    files = _instead_of_bases(_specs(args.paths), args.paths)
     outcomes = build_all(files, Path("build"), args.targets, lower=False, sets=args.sets, variables=args.variables)
     if args.format == "text":
         errors, warnings = _report(outcomes, args.strict)
@@ -85,6 +85,49 @@ def validate(args: argparse.Namespace) -> int:
         errors, warnings = _report_for_machines(outcomes, args.format, args.strict)
     _err(_summary(len(files), errors, warnings) + _strict_note(args.strict, errors, warnings))
     return 1 if errors or (args.strict and warnings) else 0
+
+
+def _instead_of_bases(files: List[str], named: Sequence[str]) -> List[str]:
+    """A file named on the command line that specs in its repository extend (at any depth) is a
+    base, not a spec: what it means is checked by validating those specs (a hook passes a changed
+    base by its name). The team catalog (trainspec-skus.yaml) means the specs that read it. The
+    repository: from the first folder with a .git above the file, else
+    from the current folder."""
+    from .build import dependents, find_specs
+    from .cache import Extends
+    from .review import looks_like_spec
+    from .schema.skus import TEAM_FILE, team_file_for
+
+    known = None
+    result: List[str] = []
+    for file in files:
+        if file not in named or not Path(file).is_file():
+            result.append(file)
+            continue
+        known = known if known is not None else Extends()
+        if Path(file).name == TEAM_FILE:  # the team catalog: the specs that look sizes up in it
+            found = [f for f in find_specs([_search_root(Path(file))], known) if looks_like_spec(Path(f))
+                     and team_file_for(Path(f).resolve().parent) == Path(file).resolve()]
+            _err(f"{file}: the team catalog of {len(found)} spec(s): validating them")
+            result += found
+            continue
+        found = dependents(file, _search_root(Path(file)), known)
+        if found:
+            _err(f"{file}: a base of {len(found)} spec(s): validating them instead")
+        result += found or [file]
+    if known is not None:
+        known.save()
+    unique = {}  # one spec once, however it was named
+    for file in result:
+        unique.setdefault(Path(file).resolve(), file)
+    return list(unique.values())
+
+
+def _search_root(file: Path) -> str:
+    start = file.resolve().parent
+    root = next((p for p in (start, *start.parents) if (p / ".git").exists()), Path.cwd())
+    shown = os.path.relpath(root)
+    return str(root) if shown.startswith("..") else shown
 
 
 def _strict_note(strict: bool, errors: int, warnings: int) -> str:
@@ -174,20 +217,49 @@ def check(args: argparse.Namespace) -> int:
     """CI gate: recompile in memory and fail (exit 1) for every output under OUT that is stale
     (its spec changed), hand-edited, missing, orphaned (its spec is gone) or foreign (not
     written by trainspec), each with the command that fixes it."""
-    from .build import build_all
+    from .build import build, claim_names
+    from .cache import Cache, Extends, options_of, outputs_match
     from .review import KINDS, check_outputs
 
-    files = _specs(args.paths)
     out_path = Path(args.out)
-    outcomes = build_all(files, out_path, args.targets, sets=args.sets, variables=args.variables)
+    cache = Cache(out_path, options_of(args.targets, args.sets, args.variables))
+    known = Extends()
+    files = _specs(args.paths, known)
+    known.save()
+    built = {}
+    cached = {}  # file -> its record: what the cache proves equal, from bytes alone
+    for file in files:
+        record = cache.lookup(file)
+        if record is not None:
+            folders = {out_path / record["name"] / target: hashes for target, hashes in record["outputs"].items()}
+            if all(outputs_match(folder, hashes) for folder, hashes in folders.items()):
+                cached[file] = record
+                continue
+        built[file] = build(file, out_path, args.targets, sets=args.sets, variables=args.variables)
+    # one job name, one spec: a cached spec that shares its name with another is compiled again,
+    # so that the error is located like every other
+    names = [r["name"] for r in cached.values()] + [o.valid.name for o in built.values() if o.valid is not None]
+    for file, record in list(cached.items()):
+        if names.count(record["name"]) > 1:
+            del cached[file]
+            built[file] = build(file, out_path, args.targets, sets=args.sets, variables=args.variables)
+    outcomes = [built[f] for f in files if f in built]
+    claim_names(outcomes)
+    for outcome in outcomes:
+        cache.remember(outcome)
+    cache.save()
+    verified = {}  # output folder -> its spec
+    for record in cached.values():
+        verified.update(dict.fromkeys((out_path / record["name"] / target for target in record["outputs"]),
+                                      record["display"]))
     errors, warnings = _report([o for o in outcomes if not o.ok], False)
     if errors:
         _err(_summary(len(files), errors, warnings) + "; fix the specs first")
         return 1
-    findings = check_outputs(outcomes, out_path, _fix_command(args), args.targets)
+    findings = check_outputs(outcomes, out_path, _fix_command(args), args.targets, verified)
     for finding in findings:
         print(finding.render())
-    count = sum(len(o.artifacts) for o in outcomes)
+    count = sum(len(o.artifacts) for o in outcomes) + len(verified)
     if findings:
         kinds = ", ".join(f"{n} {k}" for k in KINDS for n in [sum(f.kind == k for f in findings)] if n)
         fixes = list(dict.fromkeys(f.fix for f in findings))
@@ -443,12 +515,13 @@ def import_(args: argparse.Namespace) -> int:
 
 
 def schema(args: argparse.Namespace) -> int:
-    """Print the JSON Schema of the spec (for editors: yaml-language-server)."""
+    """Print the JSON Schema of the spec (for editors: yaml-language-server). --base: the schema
+    of a base that specs extend (every field optional, names and types checked)."""
     import json
 
-    from .schema.model import Spec
+    from .schema.model import Spec, base_json_schema
 
-    print(json.dumps(Spec.model_json_schema(), indent=2, sort_keys=True))
+    print(json.dumps(base_json_schema() if args.base else Spec.model_json_schema(), indent=2, sort_keys=True))
     return 0
 
 
@@ -597,7 +670,9 @@ def parser() -> argparse.ArgumentParser:
     targets(sub)
     overrides(sub)
 
-    command(schema)
+    sub = command(schema)
+    sub.add_argument("--base", action="store_true",
+                     help="the schema of a base (a file specs extend): every field optional, names and types checked")
 
     sub = command(import_, "import")
     sub.add_argument("job", metavar="JOB.yml", help="an Azure ML command job (the file `az ml job create` reads)")

@@ -119,18 +119,21 @@ FixCommand = Callable[[Optional[Sequence[str]], bool], str]
 
 
 def check_outputs(outcomes: Sequence[Outcome], out: Path, fix: FixCommand,
-                  targets: Sequence[str] = ()) -> List[Finding]:
+                  targets: Sequence[str] = (), verified: Optional[Dict[Path, str]] = None) -> List[Finding]:
     """Every way the files under ``out`` differ from what ``outcomes`` compile to, each with
-    what it is and the command that fixes it."""
+    what it is and the command that fixes it. ``verified``: output folders already known to hold
+    exactly what their spec compiles to (trainspec/cache.py), by the spec they are written from."""
     findings: List[Finding] = []
-    expected: Dict[Path, Tuple[Outcome, base.Artifact]] = {}
+    expected: Dict[Path, Any] = dict.fromkeys(verified or {})
+    compiled: Dict[Path, Tuple[Outcome, base.Artifact]] = {}
     for outcome in outcomes:
         for artifact in outcome.artifacts:
-            expected[target_dir(out, artifact)] = (outcome, artifact)
-    for folder, (outcome, artifact) in expected.items():
+            compiled[target_dir(out, artifact)] = (outcome, artifact)
+    expected.update(compiled)
+    for folder, (outcome, artifact) in compiled.items():
         findings += _compare(folder, outcome, artifact, fix([outcome.file], False))
     prune = fix(None, True)
-    for folder, header in orphans(outcomes, out, targets):
+    for folder, header in orphans(outcomes, out, targets, verified):
         findings.append(Finding("orphaned", folder, f"written from {header.spec}, which is gone or no longer "
                                 "produces it; compile --prune removes it", prune))
     for path in _foreign(out, expected):
@@ -177,12 +180,14 @@ def _compare(folder: Path, outcome: Outcome, artifact: base.Artifact, fix: str) 
     return found
 
 
-def orphans(outcomes: Sequence[Outcome], out: Path, targets: Sequence[str] = ()) -> List[Tuple[Path, Header]]:
+def orphans(outcomes: Sequence[Outcome], out: Path, targets: Sequence[str] = (),
+            verified: Optional[Dict[Path, str]] = None) -> List[Tuple[Path, Header]]:
     """Output folders trainspec wrote (by their header) for a spec that is gone, or for a spec of
     this run that no longer produces them. Outputs of specs outside this run are not touched;
-    with ``targets``, only those targets' folders are considered."""
-    expected = {target_dir(out, a) for o in outcomes for a in o.artifacts}
-    in_run = {o.valid.source.display for o in outcomes if o.valid is not None}
+    with ``targets``, only those targets' folders are considered. ``verified``: more folders of
+    this run (folder -> its spec), known from the check cache."""
+    expected = {target_dir(out, a) for o in outcomes for a in o.artifacts} | set(verified or {})
+    in_run = {o.valid.source.display for o in outcomes if o.valid is not None} | set((verified or {}).values())
     root = repo_root(out.resolve())
     found = []
     for folder in _folders(out):

@@ -163,3 +163,29 @@ class Spec(Model):
     targets: Targets = Field(default_factory=Targets,
                              description="Per-target settings; a target listed here is compiled by default.",
                              examples=[{DEFAULT_TARGET: target(DEFAULT_TARGET).SETTINGS_EXAMPLE}])
+
+
+def base_json_schema() -> dict:
+    """The JSON Schema of a base (a file other specs `extends`, e.g. bases/gpu.yaml): a part of a
+    spec, so no field is required at any depth (a base may set one setting of a target, the
+    spec the rest), while every field it does set keeps its type, and a key the spec does not
+    have is still an error."""
+    schema = Spec.model_json_schema()
+    for key in ("if", "else"):
+        schema.pop(key, None)
+    schema["title"] = "Spec base"
+    schema["description"] = ("A base that specs extend (extends: ../bases/x.yaml): any part of a spec. "
+                             "Every field is optional; names and types are a spec's.")
+
+    def optional(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("required"), list):
+                del node["required"]
+            for value in node.values():
+                optional(value)
+        elif isinstance(node, list):
+            for value in node:
+                optional(value)
+
+    optional(schema)
+    return schema
