@@ -91,6 +91,14 @@ def test_review_job_comments_once_and_gates_on_check():
     assert review["steps"][comment]["uses"].startswith("marocchino/sticky-pull-request-comment@")
     assert review["steps"][comment]["with"]["path"] == "comment.md"
     assert review["steps"][gate]["run"] == "trainspec check specs/ --out build/"
+    # the gate runs with check's cache restored, in the folder trainspec reads on a runner
+    kept = next(s for s in review["steps"] if s.get("uses", "").startswith("actions/cache@"))
+    assert names.index(kept.get("name")) < gate
+    home = Path("/home/runner")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRAINSPEC_CACHE_DIR", "XDG_CACHE_HOME")}
+    where = subprocess.run([sys.executable, "-c", "from trainspec import cache; print(cache.folder())"],
+                           env={**env, "HOME": str(home)}, capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(kept["with"]["path"].replace("~", str(home), 1)) == Path(where)
     install = step("review", "Install trainspec")
     assert install["run"] == 'pip install "$TRAINSPEC_REQUIREMENT"'  # no made-up package name
     assert install["env"]["TRAINSPEC_REQUIREMENT"] == "${{ vars.TRAINSPEC_REQUIREMENT }}"
