@@ -50,6 +50,13 @@ SUBMIT = "az ml job create --file {dir}/" + JOB_FILE
 
 _COMPUTE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,14}[A-Za-z0-9]$")
 _EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
+# What Azure ML (and Azure Batch, Open MPI, TF_CONFIG under it) sets in a process that no other
+# target's platform does, and the portable name to read instead (None: there is none): another
+# target's command that reads one is an error there.
+PLATFORM_VARIABLES = {"OMPI_COMM_WORLD_RANK": "$RANK", "OMPI_COMM_WORLD_SIZE": "$WORLD_SIZE",
+                      "OMPI_COMM_WORLD_LOCAL_RANK": "$LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE": "$LOCAL_WORLD_SIZE",
+                      "AZ_BATCH_MASTER_NODE": "$MASTER_ADDR:$MASTER_PORT", "AZ_BATCHAI_MPI_MASTER_NODE": "$MASTER_ADDR",
+                      "AZ_BATCH*": None, "AZUREML_*": None, "OMPI_*": None, "TF_CONFIG": None}
 
 
 # --- settings: targets.azureml in a spec -------------------------------------------------------
@@ -57,7 +64,8 @@ _EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
 SETTINGS_DESCRIPTION = 'Azure ML v2 command job settings.'
 SETTINGS_EXAMPLE = {'compute': 'gpu-cluster'}
 # for a bad spec (schema/explain.py): a hint per field below targets.azureml, and what a pattern means
-HINTS = {("timeout",): "e.g. 2d, 12h, 1h30m or 3600"}
+HINTS = {("timeout",): "e.g. 2d, 12h, 1h30m or 3600", ("python",): base.PYTHON_HINT}
+PATTERN_WORDS = {("python",): base.PYTHON_PATTERN_WORDS}
 
 
 @functools.lru_cache(maxsize=None)
@@ -68,7 +76,6 @@ def settings_model():
 
     from pydantic import Field
 
-    from ..schema.fields import SHELL_WORD
     from ..schema.types import Duration, Model
 
     class Identity(Model):
@@ -106,10 +113,7 @@ def settings_model():
         services: Dict[str, Service] = Field(
             default_factory=dict, description="Interactive services (TensorBoard, SSH, JupyterLab, VS Code).",
             examples=[{"tensorboard": {"type": "tensor_board", "log_dir": "outputs/tb"}}])
-        python: str = Field("python", pattern="^" + SHELL_WORD + "+$",
-                            description="The image's interpreter that starts the shim (python3 where only that "
-                            "exists).",
-                            examples=["python3"])
+        python: str = base.python_field("python", "in the image")
         parameter_server_count: int = Field(0, ge=0, le=1024,
                                             description="TensorFlow parameter servers (framework: tensorflow).",
                                             examples=[1])
@@ -184,6 +188,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
                              "local inputs from this machine",
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
     launcher = base.launcher(valid, LAUNCHERS)
+    out += base.command_variable_errors(NAME, valid, launcher)
     if launcher == "per-node" and spec.framework != "lightning":
         out += base.torchrun_errors(valid, refs, "per-node launch wraps the command in torchrun",
                                     "write `python train.py ...`, or use launcher: per-process")
@@ -271,7 +276,7 @@ def _command(valid: ValidSpec, launcher: str) -> str:
         command = base.torchrun_line(
             valid, command, rendezvous="--node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT")
     python = spec.targets.azureml.python if spec.targets.azureml else "python"
-    return base.under_shim(f"{python} {' '.join(base.SHIM_FLAGS)} {refs('inputs', SHIM_INPUT)}", command)
+    return base.under_shim(f"{python} {' '.join(base.SHIM_FLAGS)} {refs('inputs', SHIM_INPUT)}", command, valid)
 
 
 def _distribution(valid: ValidSpec, launcher: str) -> Dict[str, Any]:
@@ -411,9 +416,9 @@ def plan_port(valid: ValidSpec) -> str:
 
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     """What a reviewer should see of targets.azureml beyond the world: the environment build,
-    identity, services, interpreter, parameter servers."""
+    what starts the shim, identity, services, parameter servers."""
     settings = valid.spec.targets.azureml
-    shown: Dict[str, str] = {"environment": environment_kind(valid)}
+    shown: Dict[str, str] = {"environment": environment_kind(valid), "shim": base.plan_shim(_python_words(valid)[0])}
     if settings is None:
         return shown
     if settings.identity is not None:
@@ -422,8 +427,6 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     if settings.services:
         shown["services"] = ", ".join(f"{name} ({s.type}{', all nodes' if s.nodes else ''})"
                                       for name, s in settings.services.items())
-    if settings.python != "python":
-        shown["interpreter"] = settings.python
     if settings.parameter_server_count:
         shown["parameter servers"] = str(settings.parameter_server_count)
     return shown
