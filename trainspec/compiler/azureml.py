@@ -65,7 +65,6 @@ SETTINGS_DESCRIPTION = 'Azure ML v2 command job settings.'
 SETTINGS_EXAMPLE = {'compute': 'gpu-cluster'}
 # for a bad spec (schema/explain.py): a hint per field below targets.azureml, and what a pattern means
 HINTS = {("timeout",): "e.g. 2d, 12h, 1h30m or 3600", ("python",): base.PYTHON_HINT}
-PATTERN_WORDS = {("python",): base.PYTHON_PATTERN_WORDS}
 
 
 @functools.lru_cache(maxsize=None)
@@ -124,7 +123,7 @@ def settings_model():
 def settings_errors(spec) -> List[Diagnostic]:
     """What targets.azureml may not say, whatever is compiled (run by validation)."""
     settings = spec.targets.azureml
-    out: List[Diagnostic] = []
+    out: List[Diagnostic] = base.python_errors(NAME, settings)
     if settings.parameter_server_count and spec.framework != "tensorflow":
         out.append(error(("targets", "azureml", "parameter_server_count"),
                          "parameter servers are TensorFlow's: this job's framework is " + spec.framework,
@@ -275,7 +274,7 @@ def _command(valid: ValidSpec, launcher: str) -> str:
         # $NODE_RANK, $MASTER_ADDR, $MASTER_PORT: set by Azure ML on each node, expanded by its shell
         command = base.torchrun_line(
             valid, command, rendezvous="--node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT")
-    python = spec.targets.azureml.python if spec.targets.azureml else "python"
+    python = shlex.join(_python_words(valid))
     return base.under_shim(f"{python} {' '.join(base.SHIM_FLAGS)} {refs('inputs', SHIM_INPUT)}", command, valid)
 
 
@@ -418,7 +417,8 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     """What a reviewer should see of targets.azureml beyond the world: the environment build,
     what starts the shim, identity, services, parameter servers."""
     settings = valid.spec.targets.azureml
-    shown: Dict[str, str] = {"environment": environment_kind(valid), "shim": base.plan_shim(_python_words(valid)[0])}
+    shown: Dict[str, str] = {"environment": environment_kind(valid),
+                             "shim": base.plan_shim(shlex.join(_python_words(valid)))}
     if settings is None:
         return shown
     if settings.identity is not None:

@@ -24,26 +24,34 @@ SHIM_FLAGS = ("-I", "-S")
 
 
 # targets.<name>.python on every target: the interpreter that starts the shim (and, on the
-# nodes' own software, the user's `python` where a target names it). One word, so that it goes
-# into a shell line, a Dockerfile or an argv unquoted; the shim needs Python 3.8+, stdlib only.
-PYTHON_PATTERN_WORDS = "is not one word: an interpreter's name or path, without spaces or shell characters"
-PYTHON_HINT = "e.g. python3 or /opt/conda/envs/torch/bin/python: the shim needs Python 3.8+ there"
+# nodes' own software, the user's `python` where a target names it), written as the shell reads
+# it ('/opt/my env/bin/python', `conda run -n torch python`): split by shlex, each word quoted
+# again wherever it goes. The shim needs Python 3.8+, standard library only.
+PYTHON_HINT = "e.g. python3 or /opt/conda/envs/torch/bin/python (quote a path with spaces): the shim needs Python 3.8+"
 
 
 def python_field(default: str, where: str):
     """The ``python`` setting of a target's model (pydantic, imported only with the models)."""
     from pydantic import Field
 
-    from ..schema.fields import SHELL_WORD
+    return Field(default, min_length=1, description=f"The interpreter {where} that starts the shim (Python 3.8+, "
+                 "standard library only), as the shell reads it: a name on PATH or a path.", examples=["python3"])
 
-    return Field(default, pattern="^" + SHELL_WORD + "+$",
-                 description=f"The interpreter {where} that starts the shim (Python 3.8+, standard library only): "
-                 "one word, a name on PATH or a path.", examples=["python3"])
+
+def python_errors(target: str, settings) -> List[Diagnostic]:
+    """targets.<target>.python must be shell words naming something: the rule of every target."""
+    from ..schema.fields import split_command
+
+    try:
+        words = split_command(settings.python)
+    except ValueError as exc:
+        return [error(("targets", target, "python"), f"is not shell words: {exc}", PYTHON_HINT)]
+    return [] if words else [error(("targets", target, "python"), "names no interpreter", PYTHON_HINT)]
 
 
 def plan_shim(python: str) -> str:
-    """What ``plan`` says starts the shim."""
-    return f"{python} {' '.join(SHIM_FLAGS)} {SHIM_FILE} (needs Python 3.8+)"
+    """What ``plan`` says starts the shim (``python``: the target's setting)."""
+    return f"{shlex.join(shlex.split(python))} {' '.join(SHIM_FLAGS)} {SHIM_FILE} (needs Python 3.8+)"
 
 
 @dataclass(frozen=True)

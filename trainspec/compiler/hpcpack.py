@@ -65,8 +65,7 @@ SETTINGS_EXAMPLE = {'shared_dir': '/app', 'node_group': 'LinuxNodes'}
 HINTS = {("runtime",): "e.g. 2d, 12h, 1h30m or 3600",
          ("shared_dir",): "an absolute path without spaces or shell characters, e.g. /app",
          ("python",): base.PYTHON_HINT}
-PATTERN_WORDS = {("shared_dir",): "is not an absolute path the node agent can use unquoted",
-                 ("python",): base.PYTHON_PATTERN_WORDS}
+PATTERN_WORDS = {("shared_dir",): "is not an absolute path the node agent can use unquoted"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -110,8 +109,8 @@ def settings_model():
 
 
 def settings_errors(spec) -> List[Diagnostic]:
-    """What targets.hpcpack may not say, whatever is compiled (run by validation): the model says it all."""
-    return []
+    """What targets.hpcpack may not say, whatever is compiled (run by validation)."""
+    return base.python_errors(NAME, spec.targets.hpcpack)
 
 
 def _settings(valid: ValidSpec):

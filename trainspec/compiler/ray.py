@@ -83,7 +83,6 @@ SETTINGS_DESCRIPTION = 'Ray cluster on Azure settings.'
 SETTINGS_EXAMPLE = {'location': 'eastus', 'resource_group': 'rg-training'}
 # for a bad spec (schema/explain.py): a hint per field below targets.ray, and what a pattern means
 HINTS = {("python",): base.PYTHON_HINT}
-PATTERN_WORDS = {("python",): base.PYTHON_PATTERN_WORDS}
 
 
 @functools.lru_cache(maxsize=None)
@@ -129,8 +128,8 @@ def settings_model():
 
 
 def settings_errors(spec) -> List[Diagnostic]:
-    """What targets.ray may not say, whatever is compiled (run by validation): the model says it all."""
-    return []
+    """What targets.ray may not say, whatever is compiled (run by validation)."""
+    return base.python_errors(NAME, spec.targets.ray)
 
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:

@@ -60,8 +60,7 @@ PATTERN_WORDS = {("partition",): "is not a Slurm name (letters, digits, _ . , + 
                  ("account",): "is not a Slurm name (letters, digits, _ . , + - : = @ % /)",
                  ("qos",): "is not a Slurm name (letters, digits, _ . , + - : = @ % /)",
                  ("logs",): "is not a folder name sbatch can read unquoted",
-                 ("constraint",): "is not a Slurm feature expression (features joined by & | , without spaces)",
-                 ("python",): base.PYTHON_PATTERN_WORDS}
+                 ("constraint",): "is not a Slurm feature expression (features joined by & | , without spaces)"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -107,8 +106,8 @@ def settings_model():
 
 
 def settings_errors(spec) -> List[Diagnostic]:
-    """What targets.slurm may not say, whatever is compiled (run by validation): the model says it all."""
-    return []
+    """What targets.slurm may not say, whatever is compiled (run by validation)."""
+    return base.python_errors(NAME, spec.targets.slurm)
 
 
 def _settings(valid: ValidSpec):
