@@ -14,7 +14,8 @@ mpi            distribution mpi, process_count_per_instance = procs_per_node; th
 tensorflow     distribution tensorflow, worker_count = nodes (TF_CONFIG per worker)
 =============  ==========================================================================
 
-Every process runs ``python <shim> -- <command>``; the shim travels as the ``uri_file``
+Every process runs ``python <shim> -- <command>`` (``-- bash -c '<command>'`` when it needs a shell:
+base.under_shim); the shim travels as the ``uri_file``
 input ``trainspec_runtime`` written next to job.yml, so the user's code directory is never
 touched.
 """

@@ -253,7 +253,8 @@ def under_shim(shim: str, command: str, valid: ValidSpec) -> str:
 # What the shim exports in every process (per node, all but the workers' own four): the names a
 # command reads on every target. The spec's env is portable too.
 PORTABLE = ("NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
-PER_WORKER = {"RANK": None, "LOCAL_RANK": None, "WORLD_SIZE": "{{ world_size }}", "LOCAL_WORLD_SIZE": "{{ procs_per_node }}"}
+PER_WORKER = {"RANK": None, "LOCAL_RANK": None, "WORLD_SIZE": "{{ world_size }}",
+              "LOCAL_WORLD_SIZE": "{{ procs_per_node }}"}  # and the template to write instead
 
 
 def command_variable_errors(target: str, valid: ValidSpec, launcher_name: str) -> List[Diagnostic]:
@@ -263,8 +264,9 @@ def command_variable_errors(target: str, valid: ValidSpec, launcher_name: str) -
     from . import platform_variable
 
     out: List[Diagnostic] = []
-    _, names, expands = _shell_scan(_user_command(valid))
-    spawner = own_spawner(_user_command(valid))
+    command = _user_command(valid)
+    _, names, expands = _shell_scan(command)
+    spawner = own_spawner(command)
     if expands and spawner and launcher_name == "per-node":
         out.append(error(("command",), f"per node the shim hands {spawner} the world as flags, which it cannot add "
                          "to a command that needs a shell (it expands $...)",

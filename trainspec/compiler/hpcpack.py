@@ -7,7 +7,7 @@ the shape of the job:
   pinned by cgroup to the cores it was allocated, and GPUs are not a schedulable resource;
 - one Basic task per node (``MinNodes=MaxNodes=1``): a multi-node task runs its command on the
   first node only. Each task runs ``<python> <shim> -- <python> -m torch.distributed.run ...``
-  through bash, as the job owner, with the agent's PATH (nothing activated: ``python`` and
+  (``-- bash -c '...'`` when the command expands ``$...``: base.under_shim) through bash, as the job owner, with the agent's PATH (nothing activated: ``python`` and
   ``setup`` say what to use);
 - rendezvous: each task carries its node rank (``TRAINSPEC_NODE_RANK``). With explicit
   ``nodes`` the first node's name is baked in as the master; otherwise the shim elects node

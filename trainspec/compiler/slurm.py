@@ -12,7 +12,9 @@ per-node        ``--ntasks-per-node=1``: one task per node runs torchrun (the sh
 The script: ``#SBATCH`` lines for the job's shape (nodes, tasks per node, GPUs, CPUs, time,
 logs, partition, account, qos, constraint, exclusive nodes), then bash: the job's variables
 exported, the user's ``setup`` line, then one ``srun`` step running the spec's command under
-the shim in the code directory (``--kill-on-bad-exit``: the first failing task ends the step).
+the shim in the code directory (``--kill-on-bad-exit``: the first failing task ends the step); a
+command that needs a shell runs as ``bash -c`` under the shim (base.under_shim), so the batch
+script's own shell never expands it.
 With ``container_image``, srun runs every task in it (pyxis/enroot). Every string of ours or
 the spec's reaches the script through shlex; ``setup`` and the command after its interpreter
 are shell the user wrote, kept verbatim. sbatch runs a copy of the script, so it asks Slurm
