@@ -187,3 +187,39 @@ def sigterm_when(command, env, ready, *env_items: str, timeout: float = 40.0):
             left = processes_with(*env_items)
             kill_processes_with(*env_items)
     return runner.returncode, errors, left
+
+
+# --- a command that reads the platform's variables (issue 21) ----------------------------------
+
+WORLD_PROBE = """import json, os, sys
+import torch, torch.distributed as dist
+node_rank, master = sys.argv[1:3]  # $NODE_RANK "$MASTER_ADDR", expanded by the command's shell
+dist.init_process_group("gloo")
+store = dist.distributed_c10d._get_default_store()
+while hasattr(store, "underlying_store"):
+    store = store.underlying_store
+total = torch.ones(1)
+dist.all_reduce(total)
+print("TRAINSPEC_RESULT " + json.dumps({"rank": dist.get_rank(), "world_size": dist.get_world_size(),
+    "node_rank": node_rank, "master": master, "torch_master": store.host, "allreduce": int(total.item())}), flush=True)
+dist.destroy_process_group()
+"""
+PROBE_COMMAND = 'python probe.py $NODE_RANK "$MASTER_ADDR"'
+
+
+def world_probe(folder: Path) -> Path:
+    """A code folder whose probe.py checks, under a real gloo group, what the command's shell
+    expanded: every rank prints the NODE_RANK and MASTER_ADDR it was given and the master torch used."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "probe.py").write_text(WORLD_PROBE)
+    return folder
+
+
+def assert_probed(results, *, master, world=4, per_node=2):
+    """Every rank ran, formed one group, and its command read torch's own node rank and master."""
+    found = sorted(results, key=lambda r: r["rank"])
+    assert [r["rank"] for r in found] == list(range(world)), found
+    for r in found:
+        assert (r["world_size"], r["allreduce"]) == (world, world)
+        assert r["node_rank"] == str(r["rank"] // per_node), r
+        assert r["master"] == r["torch_master"] == master, r

@@ -110,7 +110,7 @@ def test_plan_shows_them(project):
     settings = data["targets"][0]["settings"]
     assert settings["identity"] == "managed (00000000-0000-0000-0000-0000000000aa)"
     assert settings["services"] == "tb (tensor_board), shell (ssh, all nodes), lab (jupyter_lab), editor (vs_code)"
-    assert settings["interpreter"] == "python3"
+    assert settings["shim"] == "python3 -I -S trainspec_shim.py (needs Python 3.8+)"
     text = run("plan", "job.yaml", cwd=project).stdout
     assert "input epochs   literal 5" in text and "identity: managed" in text
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SPECS, loopback_only
+from conftest import PROBE_COMMAND, REPO, SPECS, assert_probed, loopback_only, world_probe
 
 pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
 pytest.importorskip("lightning", reason="lightning is a test extra")
@@ -66,3 +66,25 @@ targets:
 """)
     proc = simulate(spec, tmp_path / "work", start_delays={0: 3})
     check_world(proc, "mnist")
+
+
+def test_a_command_reads_the_node_rank_and_master_the_shim_set(tmp_path):
+    """`python probe.py $NODE_RANK "$MASTER_ADDR"` per node (issue 21): the task's bash used to
+    expand both before the shim, where HPC Pack sets neither, and torchrun's workers got nothing.
+    Now they expand under the shim, after node 0's host was elected."""
+    spec = tmp_path / "probe.yaml"
+    spec.write_text(f"""version: 1
+name: hpc-probe
+code: {world_probe(tmp_path / "code")}
+command: {PROBE_COMMAND}
+framework: pytorch
+resources: {{nodes: 2, gpus_per_node: 2}}
+distribution: {{backend: gloo}}
+env: {{OMP_NUM_THREADS: 1}}
+targets:
+  hpcpack: {{shared_dir: /app}}
+""")
+    proc = simulate(spec, tmp_path / "work")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = [json.loads(m) for m in RESULT.findall(proc.stdout)]
+    assert_probed(found, master="127.0.0.2")

@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
-from conftest import (REPO, SPECS, in_background, kill_processes_with, loopback_only, path_env, processes_with,
-                      sigterm_when, trainspec_cmd)
+from conftest import (PROBE_COMMAND, REPO, SPECS, assert_probed, in_background, kill_processes_with, loopback_only,
+                      path_env, processes_with, sigterm_when, trainspec_cmd, world_probe)
 
 pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
 pytest.importorskip("lightning", reason="lightning is a test extra")
@@ -93,6 +93,29 @@ def test_slurm_jobs_play_without_slurm(tmp_path, spec, launcher, script):
     proc = run(args, tmp_path / "work")
     assert_world(proc, script=script)
     assert "trainspec: slurm detected; world 4 = 2 node(s) x 2 process(es)" in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize("target, launcher", [("slurm", "per-process"), ("azureml", "mpi")])
+def test_a_command_reads_the_world_the_shim_set(tmp_path, target, launcher):
+    """`python probe.py $NODE_RANK "$MASTER_ADDR"` expands after the shim set them (issue 21): on
+    Slurm the batch script's `set -u` shell used to expand it before srun (`NODE_RANK: unbound
+    variable`); under Azure ML's MPI distribution, which sets neither, it expanded to nothing."""
+    spec = tmp_path / "probe.yaml"
+    spec.write_text(f"""version: 1
+name: probe
+code: {world_probe(tmp_path / "code")}
+command: {PROBE_COMMAND}
+framework: pytorch
+resources: {{nodes: 2, gpus_per_node: 2}}
+distribution: {{backend: gloo, launcher: {launcher}}}
+environment: {{image: pytorch/pytorch:latest}}
+env: {{OMP_NUM_THREADS: 1}}
+targets:
+  {target}: {{}}
+""")
+    proc = run([str(spec), "-t", target], tmp_path / "work")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_probed(results(proc), master="127.0.0.2")
 
 
 def test_lightning_under_per_node_torchrun(tmp_path):

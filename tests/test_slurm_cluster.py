@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, ts
+from conftest import PROBE_COMMAND, REPO, assert_probed, ts, world_probe
 from slurm_cluster import GPUS_PER_NODE, SlurmCluster, missing
 
 pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
@@ -87,6 +87,16 @@ def test_ddp_per_process_srun_starts_every_rank(cluster, tmp_path):
     code, _, stdout, stderr = submit(cluster, folder, tmp_path)
     assert_world(code, stdout, stderr, script="ddp")
     assert "trainspec: slurm detected; world 4 = 2 node(s) x 2 process(es) [per-process]; master n1:6105" in stderr
+
+
+def test_a_command_reads_node_rank_and_master_addr_after_the_shim(cluster, tmp_path):
+    """`python probe.py $NODE_RANK "$MASTER_ADDR"` (issue 21): it used to stay in job.sbatch's srun
+    line, where the batch script's `set -u` shell expanded it before any shim ran
+    (`NODE_RANK: unbound variable`). Now each task's shell expands it under the shim."""
+    folder = job(tmp_path, name="probe", code=world_probe(tmp_path / "code"), command=PROBE_COMMAND)
+    code, _, stdout, stderr = submit(cluster, folder, tmp_path)
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
+    assert_probed([json.loads(m) for m in RESULT.findall(stdout)], master="n1")
 
 
 def test_ddp_per_node_under_torchrun(cluster, tmp_path):

@@ -20,6 +20,10 @@ Artifact, the shim, who starts the processes) and emit.py (YAML, shell). It expo
 ``lower(valid, out_dir) -> Artifact``      the files, pure: no I/O, no clock, no randomness
 ``refs_for(valid)``                        how ``{{ inputs.x }}`` / ``{{ outputs.x }}`` render
                                            in its job (``base.spec_env``: the env ``plan`` shows)
+``PLATFORM_VARIABLES``                     the variables only its platform sets in a process
+                                           (``SLURM_*``: a prefix), each with the portable
+                                           name to read instead, or None; a command that
+                                           reads one is an error on the other targets
 ``plan_port(valid)``                       the rendezvous port as ``plan`` shows it
 ``plan_settings(valid)``                   its own settings a reviewer should see in ``plan``
 ``local_settings(settings, workdir)``      ``run --local``: the settings rewritten for this
@@ -60,3 +64,15 @@ def launcher(valid, name: str) -> str:
     from .base import launcher as resolve
 
     return resolve(valid, target(name).LAUNCHERS)
+
+
+def platform_variable(name: str):
+    """(the target, the portable name or None) when only that target's platform sets the variable
+    ``name`` (its ``PLATFORM_VARIABLES``), else None. Asks every target: only for a command that
+    reads a variable trainspec does not set itself."""
+    for target_name in TARGETS:
+        table = target(target_name).PLATFORM_VARIABLES
+        for pattern in sorted(table, key=lambda p: p.endswith("*")):  # exact names before prefixes
+            if name == pattern or (pattern.endswith("*") and name.startswith(pattern[:-1])):
+                return target_name, table[pattern]
+    return None

@@ -14,7 +14,8 @@ mpi            distribution mpi, process_count_per_instance = procs_per_node; th
 tensorflow     distribution tensorflow, worker_count = nodes (TF_CONFIG per worker)
 =============  ==========================================================================
 
-Every process runs ``python <shim> -- <command>``; the shim travels as the ``uri_file``
+Every process runs ``python <shim> -- <command>`` (``-- bash -c '<command>'`` when it needs a shell:
+base.under_shim); the shim travels as the ``uri_file``
 input ``trainspec_runtime`` written next to job.yml, so the user's code directory is never
 touched.
 """
@@ -50,6 +51,13 @@ SUBMIT = "az ml job create --file {dir}/" + JOB_FILE
 
 _COMPUTE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,14}[A-Za-z0-9]$")
 _EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
+# What Azure ML (and Azure Batch, Open MPI, TF_CONFIG under it) sets in a process that no other
+# target's platform does, and the portable name to read instead (None: there is none): another
+# target's command that reads one is an error there.
+PLATFORM_VARIABLES = {"OMPI_COMM_WORLD_RANK": "$RANK", "OMPI_COMM_WORLD_SIZE": "$WORLD_SIZE",
+                      "OMPI_COMM_WORLD_LOCAL_RANK": "$LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE": "$LOCAL_WORLD_SIZE",
+                      "AZ_BATCH_MASTER_NODE": "$MASTER_ADDR:$MASTER_PORT", "AZ_BATCHAI_MPI_MASTER_NODE": "$MASTER_ADDR",
+                      "AZ_BATCH*": None, "AZUREML_*": None, "OMPI_*": None, "TF_CONFIG": None}
 
 
 # --- settings: targets.azureml in a spec -------------------------------------------------------
@@ -57,7 +65,7 @@ _EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
 SETTINGS_DESCRIPTION = 'Azure ML v2 command job settings.'
 SETTINGS_EXAMPLE = {'compute': 'gpu-cluster'}
 # for a bad spec (schema/explain.py): a hint per field below targets.azureml, and what a pattern means
-HINTS = {("timeout",): "e.g. 2d, 12h, 1h30m or 3600"}
+HINTS = {("timeout",): "e.g. 2d, 12h, 1h30m or 3600", ("python",): base.PYTHON_HINT}
 
 
 @functools.lru_cache(maxsize=None)
@@ -68,7 +76,6 @@ def settings_model():
 
     from pydantic import Field
 
-    from ..schema.fields import SHELL_WORD
     from ..schema.types import Duration, Model
 
     class Identity(Model):
@@ -116,10 +123,7 @@ def settings_model():
         services: Dict[str, Service] = Field(
             default_factory=dict, description="Interactive services (TensorBoard, SSH, JupyterLab, VS Code).",
             examples=[{"tensorboard": {"type": "tensor_board", "log_dir": "outputs/tb"}}])
-        python: str = Field("python", pattern="^" + SHELL_WORD + "+$",
-                            description="The image's interpreter that starts the shim (python3 where only that "
-                            "exists).",
-                            examples=["python3"])
+        python: str = base.python_field("python", "in the image")
         docker_args: Optional[str] = Field(None, min_length=1,
                                            description="Extra arguments for `docker run` of the job's container.",
                                            examples=["--ipc=host --ulimit memlock=-1"])
@@ -134,7 +138,7 @@ def settings_errors(spec) -> List[Diagnostic]:
     """What targets.azureml may not say, whatever is compiled (run by validation, beside the spec's
     other checks: a bad compute name shows up with a missing folder, not after it is fixed)."""
     settings = spec.targets.azureml
-    out: List[Diagnostic] = []
+    out: List[Diagnostic] = base.python_errors(NAME, settings)
     if settings.parameter_server_count and spec.framework != "tensorflow":
         out.append(error(("targets", "azureml", "parameter_server_count"),
                          "parameter servers are TensorFlow's: this job's framework is " + spec.framework,
@@ -205,6 +209,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
                              "local inputs from this machine",
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
     launcher = base.launcher(valid, LAUNCHERS)
+    out += base.command_variable_errors(NAME, valid, launcher)
     if launcher == "per-node" and spec.framework != "lightning":
         out += base.torchrun_errors(valid, refs, "per-node launch wraps the command in torchrun",
                                     "write `python train.py ...`, or use launcher: per-process")
@@ -296,8 +301,8 @@ def _command(valid: ValidSpec, launcher: str) -> str:
         # $NODE_RANK, $MASTER_ADDR, $MASTER_PORT: set by Azure ML on each node, expanded by its shell
         command = base.torchrun_line(
             valid, command, rendezvous="--node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT")
-    python = spec.targets.azureml.python if spec.targets.azureml else "python"
-    return base.under_shim(f"{python} {' '.join(base.SHIM_FLAGS)} {refs('inputs', SHIM_INPUT)}", command)
+    python = shlex.join(_python_words(valid))
+    return base.under_shim(f"{python} {' '.join(base.SHIM_FLAGS)} {refs('inputs', SHIM_INPUT)}", command, valid)
 
 
 def _distribution(valid: ValidSpec, launcher: str) -> Dict[str, Any]:
@@ -439,9 +444,10 @@ def plan_port(valid: ValidSpec) -> str:
 
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     """What a reviewer should see of targets.azureml beyond the world: the environment build,
-    identity, services, interpreter, parameter servers."""
+    what starts the shim, identity, services, parameter servers."""
     settings = valid.spec.targets.azureml
-    shown: Dict[str, str] = {"environment": environment_kind(valid)}
+    shown: Dict[str, str] = {"environment": environment_kind(valid),
+                             "shim": base.plan_shim(shlex.join(_python_words(valid)))}
     if settings is None:
         return shown
     if settings.identity is not None:
@@ -450,8 +456,6 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     if settings.services:
         shown["services"] = ", ".join(f"{name} ({s.type}{', all nodes' if s.nodes else ''})"
                                       for name, s in settings.services.items())
-    if settings.python != "python":
-        shown["interpreter"] = settings.python
     if settings.docker_args is not None:
         shown["docker args"] = settings.docker_args
     if settings.parameter_server_count:

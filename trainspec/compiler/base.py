@@ -14,13 +14,44 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..diagnostics import Diagnostic, SpecPath, error, warning
 from ..runtime import shim as contract  # the TRAINSPEC_* names and default ports, written once
-from ..schema.validate import TENSORFLOW, ValidSpec
+from ..schema.validate import TENSORFLOW, ValidSpec, neutral_refs
 
 SHIM_FILE = "trainspec_shim.py"
 # The shim starts isolated: no site-packages, no PYTHON* variables, no user site. It needs only
 # the standard library, so nothing in the job's Python environment can break it, and skipping
 # site halves its start-up (README, "Speed"). The command it execs gets the environment as is.
 SHIM_FLAGS = ("-I", "-S")
+
+
+# targets.<name>.python on every target: the interpreter that starts the shim (and, on the
+# nodes' own software, the user's `python` where a target names it), written as the shell reads
+# it ('/opt/my env/bin/python', `conda run -n torch python`): split by shlex, each word quoted
+# again wherever it goes. The shim needs Python 3.8+, standard library only.
+PYTHON_HINT = "e.g. python3 or /opt/conda/envs/torch/bin/python (quote a path with spaces): the shim needs Python 3.8+"
+
+
+def python_field(default: str, where: str):
+    """The ``python`` setting of a target's model (pydantic, imported only with the models)."""
+    from pydantic import Field
+
+    return Field(default, min_length=1, description=f"The interpreter {where} that starts the shim (Python 3.8+, "
+                 "standard library only), as the shell reads it: a name on PATH or a path.", examples=["python3"])
+
+
+def python_errors(target: str, settings) -> List[Diagnostic]:
+    """targets.<target>.python must be shell words naming something: the rule of every target."""
+    from ..schema.fields import split_command
+
+    try:
+        words = split_command(settings.python)
+    except ValueError as exc:
+        return [error(("targets", target, "python"), f"is not shell words: {exc}", PYTHON_HINT)]
+    return [] if words else [error(("targets", target, "python"), "names no interpreter", PYTHON_HINT)]
+
+
+def plan_shim(python: str) -> str:
+    """What ``plan`` says starts the shim (``python``: the target's setting)."""
+    return f"{shlex.join(shlex.split(python))} {' '.join(SHIM_FLAGS)} {SHIM_FILE} (needs Python 3.8+)"
 
 
 @dataclass(frozen=True)
@@ -201,33 +232,112 @@ def runtime_file(name: str, source: Path) -> OutFile:
 
 
 _PYTHON = re.compile(r"^\s*(?P<python>python(?:3(?:\.\d+)?)?)\s+(?P<rest>\S.*)$", re.S)
-def _has_shell_operator(command: str) -> bool:
-    """An unquoted, unescaped ; & | < > ( ) or newline -- more than one simple command. shlex cannot
-    tell ``';'`` (an argument) from ``;`` (an operator) once it removed the quotes."""
+_VARIABLE = re.compile(r"\$(?:\{[!#]?)?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _shell_scan(command: str) -> Tuple[bool, List[str], bool]:
+    """(an operator, the names of the variables it expands, any expansion at all) as bash reads
+    ``command``: an unquoted, unescaped ; & | < > ( ) or newline is an operator (more than one
+    simple command); a ``$`` or backquote outside single quotes expands. shlex cannot tell ``';'``
+    (an argument) from ``;`` (an operator) once it removed the quotes."""
     quote = None
-    escaped = False
-    for char in command:
+    escaped = operator = expands = False
+    names: List[str] = []
+    for i, char in enumerate(command):
         if escaped:
             escaped = False
         elif char == "\\" and quote != "'":
             escaped = True
+        elif quote == "'":
+            quote = None if char == "'" else quote
+        elif char in "$`":
+            expands = True
+            found = _VARIABLE.match(command, i)
+            if found:
+                names.append(found.group(1))
         elif quote:
-            if char == quote:
-                quote = None
+            quote = None if char == quote else quote
         elif char in "'\"":
             quote = char
         elif char in ";&|<>()\n":
-            return True
-    return False
+            operator = True
+    return operator, names, expands
 
 
-def under_shim(shim: str, command: str) -> str:
-    """``<shim> -- <command>``: the shim execs its arguments, so a shell line with several
-    commands (``cd src && python train.py``, a newline) must run as one ``bash -c`` under it --
-    otherwise only its first command would see the shim's variables."""
-    if _has_shell_operator(command):
+def _has_shell_operator(command: str) -> bool:
+    return _shell_scan(command)[0]
+
+
+def _user_command(valid: ValidSpec) -> str:
+    """The command as the user wrote it, templates rendered without any target's references: what
+    it expands is the user's, not a target's own ``$job_dir`` or ``${{inputs.x}}``."""
+    return valid.render(("command",), valid.spec.command, neutral_refs)
+
+
+def under_shim(shim: str, command: str, valid: ValidSpec) -> str:
+    """``<shim> -- <command>``. The shim execs its arguments, so a command that needs a shell --
+    several commands (``cd src && python train.py``, a newline), or an expansion (``$NODE_RANK``,
+    which the shim sets) -- runs as one ``bash -c`` under it: every command sees the shim's
+    variables, and every ``$`` expands after the shim set them, on every target alike."""
+    if _has_shell_operator(command) or _shell_scan(_user_command(valid))[2]:
         return f"{shim} -- bash -c {shlex.quote(command)}"
     return f"{shim} -- {command}"
+
+
+# What the shim exports in every process (per node, all but the workers' own four): the names a
+# command reads on every target. The spec's env is portable too.
+PORTABLE = ("NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+PER_WORKER = {"RANK": None, "LOCAL_RANK": None, "WORLD_SIZE": "{{ world_size }}",
+              "LOCAL_WORLD_SIZE": "{{ procs_per_node }}"}  # and the template to write instead
+
+
+def command_variable_errors(target: str, valid: ValidSpec, launcher_name: str) -> List[Diagnostic]:
+    """An error at ``command`` for each variable it reads that will not be set when it expands
+    (after the shim, on ``target``): another platform's own (``$SLURM_PROCID`` on Azure ML), or,
+    per node, a worker's (``$RANK``: the command starts the workers). The spec's env always is."""
+    from . import platform_variable
+
+    out: List[Diagnostic] = []
+    command = _user_command(valid)
+    _, names, expands = _shell_scan(command)
+    spawner = own_spawner(command)
+    missing = _world_flags_missing(command, spawner) if expands and spawner else []
+    if missing and launcher_name == "per-node":
+        out.append(error(("command",), f"per node the shim hands {spawner} the world as flags, which it cannot add "
+                         f"to a command that needs a shell (it expands $...); it lacks {', '.join(missing)}",
+                         "write them yourself, from $NODE_RANK, $MASTER_ADDR and $MASTER_PORT (set before the "
+                         "shell expands them) and templates ({{ nodes }}), or expand the rest in a script"))
+    for name in dict.fromkeys(names):
+        if name in valid.spec.env or name in PORTABLE:
+            continue
+        if name in PER_WORKER:
+            if launcher_name == "per-node":
+                out.append(error(("command",), f"reads ${name}, but per node the command starts the node's workers: "
+                                 f"{name} is each worker's, set only when they start",
+                                 f"write {PER_WORKER[name]}" if PER_WORKER[name] else
+                                 "read it in the script (os.environ), or use $NODE_RANK"))
+            continue
+        owner = platform_variable(name)
+        if owner is not None and owner[0] != target:
+            out.append(error(("command",), f"reads ${name}, which only {owner[0]} jobs set: compiled for {target}, "
+                             "the command would read it empty",
+                             f"use {owner[1]}, which every target sets" if owner[1] else
+                             "every target sets $NODE_RANK, $MASTER_ADDR, $MASTER_PORT, $RANK, $WORLD_SIZE, "
+                             "$LOCAL_RANK and the spec's env; use those"))
+    return out
+
+
+def _world_flags_missing(command: str, spawner: str) -> List[str]:
+    """The flags through which ``spawner`` (accelerate, deepspeed) learns the world that
+    ``command`` does not give itself (a command run through a shell gets none from the shim)."""
+    from ..schema.fields import split_command
+
+    try:
+        words = split_command(command)
+    except ValueError:
+        return []
+    flags = contract._ACCELERATE if spawner == "accelerate" else (*contract._DEEPSPEED, "--no_ssh")
+    return [f for f in flags if not any(w == f or w.startswith(f + "=") for w in words)]
 
 
 def own_spawner(command: str) -> Optional[str]:

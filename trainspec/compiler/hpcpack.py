@@ -7,7 +7,7 @@ the shape of the job:
   pinned by cgroup to the cores it was allocated, and GPUs are not a schedulable resource;
 - one Basic task per node (``MinNodes=MaxNodes=1``): a multi-node task runs its command on the
   first node only. Each task runs ``<python> <shim> -- <python> -m torch.distributed.run ...``
-  through bash, as the job owner, with the agent's PATH (nothing activated: ``python`` and
+  (``-- bash -c '...'`` when the command expands ``$...``: base.under_shim) through bash, as the job owner, with the agent's PATH (nothing activated: ``python`` and
   ``setup`` say what to use);
 - rendezvous: each task carries its node rank (``TRAINSPEC_NODE_RANK``). With explicit
   ``nodes`` the first node's name is baked in as the master; otherwise the shim elects node
@@ -52,6 +52,9 @@ SUBMIT = "job submit /jobfile:{dir}/" + JOB_FILE + "  (after: bash {dir}/" + STA
 # C1 controls and the Unicode line separators are turned into line ends by readers.
 _XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff\ud800-\udfff]")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# What the node agent sets in a task that no other target's platform does, and the portable name
+# to read instead (None: there is none): another target's command that reads one is an error there.
+PLATFORM_VARIABLES = {"CCP_TASKID": "$NODE_RANK (one task per node)", "CCP_*": None}
 
 
 # --- settings: targets.hpcpack in a spec -------------------------------------------------------
@@ -60,7 +63,8 @@ SETTINGS_DESCRIPTION = 'HPC Pack job settings.'
 SETTINGS_EXAMPLE = {'shared_dir': '/app', 'node_group': 'LinuxNodes'}
 # for a bad spec (schema/explain.py): a hint per field below targets.hpcpack, and what a pattern means
 HINTS = {("runtime",): "e.g. 2d, 12h, 1h30m or 3600",
-         ("shared_dir",): "an absolute path without spaces or shell characters, e.g. /app"}
+         ("shared_dir",): "an absolute path without spaces or shell characters, e.g. /app",
+         ("python",): base.PYTHON_HINT}
 PATTERN_WORDS = {("shared_dir",): "is not an absolute path the node agent can use unquoted"}
 
 
@@ -85,9 +89,7 @@ def settings_model():
         nodes: Optional[list[str]] = Field(
             None, description="Explicit node names, one per resources.nodes: the first is the rendezvous host.",
             examples=[["GPUNODE-000", "GPUNODE-001"]])
-        python: str = Field("python3", min_length=1,
-                            description="Interpreter on the nodes (no conda or venv is active in a task).",
-                            examples=["/opt/conda/envs/torch/bin/python"])
+        python: str = base.python_field("python3", "on the nodes (no conda or venv is active in a task)")
         setup: Optional[str] = Field(None, min_length=1,
                                      description="Shell line run before training on every node, e.g. an activation.",
                                      examples=["source /opt/conda/bin/activate torch"])
@@ -107,8 +109,8 @@ def settings_model():
 
 
 def settings_errors(spec) -> List[Diagnostic]:
-    """What targets.hpcpack may not say, whatever is compiled (run by validation): the model says it all."""
-    return []
+    """What targets.hpcpack may not say, whatever is compiled (run by validation)."""
+    return base.python_errors(NAME, spec.targets.hpcpack)
 
 
 def _settings(valid: ValidSpec):
@@ -134,6 +136,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
                          "add targets: {hpcpack: {shared_dir: /app}} -- storage every node mounts"))
         return out
     launcher = base.launcher(valid, LAUNCHERS)
+    out += base.command_variable_errors(NAME, valid, launcher)
     if spec.framework == "tensorflow":
         out.append(base.unsupported(NAME, ("framework",), "TensorFlow multi-worker jobs (nothing sets TF_CONFIG)",
                                     "run TensorFlow on Azure ML"))
@@ -308,14 +311,14 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
     settings = _settings(valid)
     python = _python(valid)
     user = valid.render(("command",), spec.command, refs_for(valid)).strip()
-    shim = shlex.join([*python, *base.SHIM_FLAGS, layout.shim, "--"])
+    shim = shlex.join([*python, *base.SHIM_FLAGS, layout.shim])
     if base.own_spawner(user):  # accelerate launch / deepspeed: the shim hands it the world as flags
-        line = f"{shim} {user}"
+        line = base.under_shim(shim, user, valid)
     else:
         # node rank, master address and port (TRAINSPEC_MASTER_PORT = rdzv_port) reach torchrun
         # from the shim as PET_NODE_RANK / PET_MASTER_ADDR / PET_MASTER_PORT
         torchrun = base.torchrun_line(valid, user, (*python, "-m", "torch.distributed.run"), python=shlex.join(python))
-        line = f"{shim} {torchrun}"
+        line = base.under_shim(shim, torchrun, valid)
     if settings.setup:
         line = f"{settings.setup} && {line}"
     return line
@@ -360,7 +363,7 @@ def plan_port(valid: ValidSpec) -> str:
 
 
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
-    return {}
+    return {"shim": base.plan_shim(_settings(valid).python)}
 
 
 def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:

@@ -60,6 +60,9 @@ IMAGE = {"imagePublisher": "microsoft-dsvm", "imageOffer": "ubuntu-hpc", "imageS
 AZURE_SDK = ("azure-cli-core", "azure-core", "azure-identity", "azure-mgmt-compute", "azure-mgmt-network",
              "azure-mgmt-resource", "azure-common", "msrest", "msrestazure")
 RUNTIME = Path(__file__).resolve().parents[1] / "runtime"
+# What Ray sets in an actor's process that no other target's platform does (None: no portable
+# name to read instead): another target's command that reads one is an error there.
+PLATFORM_VARIABLES = {"RAY_*": None}
 _REMOTE_DATA = re.compile(r"^(https?://|wasbs?://|abfss?://|s3://|gs://)")
 
 # Azure regions that offer GPU VM sizes (az account list-locations, 2026): a misspelt
@@ -78,6 +81,8 @@ AZURE_REGIONS = (
 
 SETTINGS_DESCRIPTION = 'Ray cluster on Azure settings.'
 SETTINGS_EXAMPLE = {'location': 'eastus', 'resource_group': 'rg-training'}
+# for a bad spec (schema/explain.py): a hint per field below targets.ray, and what a pattern means
+HINTS = {("python",): base.PYTHON_HINT}
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,8 +118,7 @@ def settings_model():
                                                examples=["~/.ssh/id_rsa"])
         ssh_public_key: Optional[str] = Field(None, description="The public half of ssh_private_key.",
                                               examples=["~/.ssh/id_rsa.pub"])
-        python: str = Field("python", min_length=1, description="Interpreter on the nodes (or in the image).",
-                            examples=["python3"])
+        python: str = base.python_field("python", "on the nodes (or in the image)")
         ray_version: str = Field("2.60.0", pattern=r"^\d+\.\d+\.\d+$", description="Ray installed on the nodes.",
                                  examples=["2.60.0"])
         idle_timeout_minutes: int = Field(10, ge=0, description="Minutes before idle workers are removed.",
@@ -124,8 +128,8 @@ def settings_model():
 
 
 def settings_errors(spec) -> List[Diagnostic]:
-    """What targets.ray may not say, whatever is compiled (run by validation): the model says it all."""
-    return []
+    """What targets.ray may not say, whatever is compiled (run by validation)."""
+    return base.python_errors(NAME, spec.targets.ray)
 
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
@@ -152,6 +156,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
         which = "ssh_public_key" if settings.ssh_public_key is None else "ssh_private_key"
         out.append(error(("targets", "ray", which), "give both ssh keys or neither (Ray generates a pair)"))
     launcher = base.launcher(valid, LAUNCHERS)
+    out += base.command_variable_errors(NAME, valid, launcher)
     if spec.framework == "tensorflow":
         out.append(base.unsupported(NAME, ("framework",), "TensorFlow jobs (the launcher sets torch's variables)",
                                     "run TensorFlow on Azure ML"))
@@ -324,7 +329,8 @@ def _command(valid: ValidSpec) -> str:
     if per_node and spec.framework != "lightning" and not base.own_spawner(command):
         # node rank, master address and port reach torchrun from the shim as PET_*
         command = base.torchrun_line(valid, command, python=shlex.join(python))
-    return base.under_shim(f"{shlex.join([*python, *base.SHIM_FLAGS])} $HOME/trainspec/{base.SHIM_FILE}", command)
+    return base.under_shim(f"{shlex.join([*python, *base.SHIM_FLAGS])} $HOME/trainspec/{base.SHIM_FILE}", command,
+                           valid)
 
 
 def job_request(valid: ValidSpec) -> Dict[str, Any]:
@@ -397,7 +403,7 @@ def plan_port(valid: ValidSpec) -> str:
 
 
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
-    return {}
+    return {"shim": base.plan_shim(valid.spec.targets.ray.python)}
 
 
 # run --local: a Ray job needs a Ray cluster, which this machine does not pretend to be

@@ -12,7 +12,9 @@ per-node        ``--ntasks-per-node=1``: one task per node runs torchrun (the sh
 The script: ``#SBATCH`` lines for the job's shape (nodes, tasks per node, GPUs, CPUs, time,
 logs, partition, account, qos, constraint, exclusive nodes), then bash: the job's variables
 exported, the user's ``setup`` line, then one ``srun`` step running the spec's command under
-the shim in the code directory (``--kill-on-bad-exit``: the first failing task ends the step).
+the shim in the code directory (``--kill-on-bad-exit``: the first failing task ends the step); a
+command that needs a shell runs as ``bash -c`` under the shim (base.under_shim), so the batch
+script's own shell never expands it.
 With ``container_image``, srun runs every task in it (pyxis/enroot). Every string of ours or
 the spec's reaches the script through shlex; ``setup`` and the command after its interpreter
 are shell the user wrote, kept verbatim. sbatch runs a copy of the script, so it asks Slurm
@@ -41,6 +43,12 @@ SUBMIT = "sbatch {dir}/" + JOB_FILE
 # Values that go into #SBATCH lines, which sbatch reads itself (no shell): no spaces, quotes or #
 _SBATCH_WORD = r"^[A-Za-z0-9_.,+:=@%/-]+$"
 _CONSTRAINT = r"^[A-Za-z0-9_.,&|*()\[\]!:-]+$"
+# What srun sets in a task that no other target's platform does, and the portable name to read
+# instead (None: there is none): another target's command that reads one is an error there.
+PLATFORM_VARIABLES = {"SLURM_PROCID": "$RANK", "SLURM_LOCALID": "$LOCAL_RANK", "SLURM_NODEID": "$NODE_RANK",
+                      "SLURM_NTASKS": "$WORLD_SIZE", "SLURM_NTASKS_PER_NODE": "$LOCAL_WORLD_SIZE",
+                      "SLURM_JOB_NUM_NODES": "{{ nodes }}", "SLURM_NNODES": "{{ nodes }}",
+                      "SLURM_JOB_NODELIST": "$MASTER_ADDR (node 0)", "SLURM*": None}
 
 # --- settings: targets.slurm in a spec ---------------------------------------------------
 
@@ -48,7 +56,8 @@ SETTINGS_DESCRIPTION = "Slurm batch job settings."
 SETTINGS_EXAMPLE = {"partition": "gpu", "time": "12h"}
 # for a bad spec (schema/explain.py): a hint per field below targets.slurm, and what a pattern means
 HINTS = {("time",): "e.g. 2d, 12h, 1h30m or 3600",
-         ("logs",): "a folder that exists when the job starts, e.g. logs or /shared/logs"}
+         ("logs",): "a folder that exists when the job starts, e.g. logs or /shared/logs",
+         ("python",): base.PYTHON_HINT}
 PATTERN_WORDS = {("partition",): "is not a Slurm name (letters, digits, _ . , + - : = @ % /)",
                  ("account",): "is not a Slurm name (letters, digits, _ . , + - : = @ % /)",
                  ("qos",): "is not a Slurm name (letters, digits, _ . , + - : = @ % /)",
@@ -64,7 +73,6 @@ def settings_model():
 
     from pydantic import Field
 
-    from ..schema.fields import SHELL_WORD
     from ..schema.types import Duration, Model
 
     class SlurmTarget(Model):
@@ -90,9 +98,7 @@ def settings_model():
                                     examples=["logs"])
         setup: Optional[str] = Field(None, min_length=1, description="Shell line run before srun, e.g. `module "
                                      "load cuda` or an activation.", examples=["source ~/venvs/torch/bin/activate"])
-        python: str = Field("python3", pattern="^" + SHELL_WORD + "+$",
-                            description="Interpreter on the nodes (or in the container) that starts the shim.",
-                            examples=["python"])
+        python: str = base.python_field("python3", "on the nodes (or in the container)")
         container_image: Optional[str] = Field(
             None, pattern=r"""^[^\s'"]+$""",
             description="Run every task in this image (pyxis/enroot: srun --container-image).",
@@ -102,8 +108,8 @@ def settings_model():
 
 
 def settings_errors(spec) -> List[Diagnostic]:
-    """What targets.slurm may not say, whatever is compiled (run by validation): the model says it all."""
-    return []
+    """What targets.slurm may not say, whatever is compiled (run by validation)."""
+    return base.python_errors(NAME, spec.targets.slurm)
 
 
 def _settings(valid: ValidSpec):
@@ -133,6 +139,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     out: List[Diagnostic] = []
     out += base.data_in_env(NAME, valid)  # ${{outputs.x}} in a variable is Azure ML's alone
     launcher = base.launcher(valid, LAUNCHERS)
+    out += base.command_variable_errors(NAME, valid, launcher)
     if spec.framework == "tensorflow":
         out.append(base.unsupported(NAME, ("framework",), "TensorFlow multi-worker jobs (nothing sets TF_CONFIG)",
                                     "run TensorFlow on Azure ML"))
@@ -230,14 +237,14 @@ def _script(valid: ValidSpec, code: str) -> str:
              "# sbatch runs a copy of this script: Slurm says where the original (and the shim beside it) lies",
              "job_dir=$(scontrol show job \"$SLURM_JOB_ID\" 2>/dev/null | sed -n 's|^ *Command=\\(.*\\)/[^/]*$|\\1|p' "
              "|| true)",
-             'job_dir=${job_dir:-$SLURM_SUBMIT_DIR}',
+             'export job_dir=${job_dir:-$SLURM_SUBMIT_DIR}  # exported: a command run through bash reads it',
              f'code_dir=$(cd "$job_dir"/{shlex.quote(code)} && pwd)',
              *[f"export {key}={shlex.quote(value)}" for key, value in env.items()]]
     if any(item.path is None for item in spec.outputs.values()):
         lines.append('mkdir -p "$job_dir"/outputs/"$SLURM_JOB_ID"')
     if settings.setup:
         lines.append(settings.setup)
-    lines += ['cd "$code_dir"', base.under_shim(f"{' '.join(srun)} {shim}", command)]
+    lines += ['cd "$code_dir"', base.under_shim(f"{' '.join(srun)} {shim}", command, valid)]
     return "\n".join(lines) + "\n"
 
 
@@ -248,8 +255,8 @@ def plan_port(valid: ValidSpec) -> str:
 
 
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
-    """The #SBATCH lines a cluster admin reviews."""
-    return {"sbatch": " ".join(sbatch_options(valid))}
+    """The #SBATCH lines a cluster admin reviews, and what starts the shim."""
+    return {"sbatch": " ".join(sbatch_options(valid)), "shim": base.plan_shim(_settings(valid).python)}
 
 
 def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:

@@ -172,7 +172,7 @@ def _pattern_words(path: SpecPath) -> str:
         return "is not a valid job name"
     if path[-1:] == ("shm_size",):
         return "is not a size like 16g"
-    if path[-1:] == ("python",):
+    if tuple(path) == ("environment", "python"):  # a target's python is an interpreter: its own words below
         return "expected a Python version like 3.11"
     own, below = _target_table(path, "PATTERN_WORDS")
     return own.get(tuple(p for p in below if isinstance(p, str)), "has the wrong format")
