@@ -63,9 +63,12 @@ def _summary(count: int, errors: int, warnings: int) -> str:
 
 
 def _specs(paths: Sequence[str]) -> List[str]:
-    from .build import find_specs
+    from .build import SearchError, find_specs
 
-    files = find_specs(paths)
+    try:
+        files = find_specs(paths)
+    except SearchError as exc:
+        raise UsageError(str(exc)) from None
     if not files:
         raise UsageError(f"no spec files (*.yaml, *.yml) in {' '.join(paths)}")
     return files
