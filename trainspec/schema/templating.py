@@ -226,7 +226,14 @@ def _only_values(value: Any) -> Any:
     if isinstance(value, Undefined):
         return value  # printing it raises UndefinedError, reported as an undefined name
     check(value, 0)
+    if isinstance(value, str) and _ADDRESS.search(value):  # `obj | string`, `'x' ~ obj`
+        raise TemplateProblem("the template renders a Python object's memory address "
+                              f"({_ADDRESS.search(value).group(0).strip()}): different on every run",
+                              "render text, numbers or lists of them")
     return value
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{4,}>")
 
 
 
