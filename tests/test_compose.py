@@ -1,9 +1,16 @@
 """extends chains, --set and --var: merged before validation, and every error points at the
 file (or the override) that wrote the value."""
 
+import contextlib
+import os
+import signal
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, ts
+from trainspec.diagnostics import SpecError
+from trainspec.schema.compose import compose
 
 ROOT = f"""version: 1
 name: base
@@ -98,15 +105,6 @@ def test_vars_from_the_command_line(tmp_path):
 
 # ---------------------------------------------------------------- hostile extends (issue 20)
 
-import contextlib
-import os
-import signal
-
-import pytest
-
-from trainspec.diagnostics import SpecError
-from trainspec.schema.compose import compose
-
 
 @contextlib.contextmanager
 def no_hang(seconds: float = 10):
@@ -125,7 +123,7 @@ def no_hang(seconds: float = 10):
 @pytest.mark.parametrize("kind, message", [
     ("fifo", "'base.yaml' is a FIFO (named pipe), not a regular file"),
     ("/dev/stdin", "'/dev/stdin' names a device or a process's stream, not a file"),
-    ("/dev/zero", "'/dev/zero' names a device or a process's stream, not a file"),
+    ("/dev/zero", "'/dev/zero' is a device, not a regular file"),
     ("folder", "'base.yaml' is a directory, not a spec file"),
     ("loop", "'base.yaml' is a symbolic link loop"),
     ("nul", "the path contains a NUL character"),

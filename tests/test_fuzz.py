@@ -26,7 +26,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 

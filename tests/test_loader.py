@@ -6,6 +6,10 @@ These tests pin what a spec means (YAML 1.2, not 1.1), that every key and value 
 position, and that every error is located.
 """
 
+import contextlib
+import os
+import signal
+
 import pytest
 
 from conftest import REPO, SPECS
@@ -99,10 +103,6 @@ def test_errors_are_located():
 
 # ---------------------------------------------------------------- hostile input (issue 20)
 
-import contextlib
-import os
-import signal
-
 
 @contextlib.contextmanager
 def no_hang(seconds: float = 10):
@@ -163,8 +163,10 @@ def test_only_regular_files_are_read_and_nothing_blocks(tmp_path, kind):
     path = str(tmp_path / "spec.yaml")
     if kind == "fifo":
         os.mkfifo(path)
-    elif kind in ("dev-zero", "dev-stdin"):
-        os.symlink("/dev/" + kind[4:], path)
+    elif kind == "dev-zero":
+        os.symlink("/dev/zero", path)
+    elif kind == "dev-stdin":  # by its name: what fd 0 is (a tty, a pipe, a file) does not matter
+        path = "/dev/stdin"
     elif kind == "directory":
         os.mkdir(path)
     elif kind == "symlink-loop":
@@ -176,8 +178,8 @@ def test_only_regular_files_are_read_and_nothing_blocks(tmp_path, kind):
         path = str(tmp_path / ("x" * 300))
     else:
         path = "/".join([str(tmp_path)] + ["d" * 200] * 25)
-    expected = {"fifo": "is a FIFO (named pipe), not a regular file", "dev-zero": "names a device",
-                "dev-stdin": "names a device", "directory": "is a directory, not a spec file",
+    expected = {"fifo": "is a FIFO (named pipe), not a regular file", "dev-zero": "is a device, not a regular file",
+                "dev-stdin": "names a device or a process's stream, not a file", "directory": "is a directory, not a spec file",
                 "symlink-loop": "is a symbolic link loop", "nul": "the path contains a NUL character",
                 "long-part": "has a part of 300 bytes", "long-path": "a path has at most 4095"}[kind]
     with no_hang(), pytest.raises(SpecError) as caught:

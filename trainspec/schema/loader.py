@@ -89,8 +89,10 @@ class ReadProblem(Exception):
         self.missing = missing
 
 
-# what trainspec never reads, whatever a link or a spec names: the process's own streams, devices
-_SPECIAL = ("/dev/", "/proc/", "/sys/")
+# what trainspec never reads, even when it is a regular file behind the name: the process's own
+# streams (`/dev/stdin` is the file a shell redirected, when it is one) and the kernel's files
+_STREAMS = ("/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/", "/sys/")
+_KERNEL = ("/proc/", "/sys/")
 
 
 def path_text_problem(text: str) -> Optional[str]:
@@ -149,8 +151,9 @@ def read_bounded(file, limit: int = MAX_BYTES) -> bytes:
     if problem:
         raise ReadProblem(f"the path {problem}")
     try:
-        if any(real_path(text).as_posix().startswith(p) for p in _SPECIAL) \
-                or any(os.path.abspath(text).startswith(p) for p in _SPECIAL):
+        shown = os.path.abspath(text)
+        if any(shown == p or shown.startswith(p) for p in _STREAMS) \
+                or any(real_path(text).as_posix().startswith(p) for p in _KERNEL):
             raise ReadProblem("names a device or a process's stream, not a file",
                               "a spec and the files it names are regular files")
         _regular(os.stat(text))
