@@ -1,9 +1,16 @@
 """extends chains, --set and --var: merged before validation, and every error points at the
 file (or the override) that wrote the value."""
 
+import contextlib
+import os
+import signal
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, ts
+from trainspec.diagnostics import SpecError
+from trainspec.schema.compose import compose
 
 ROOT = f"""version: 1
 name: base
@@ -94,3 +101,65 @@ def test_vars_from_the_command_line(tmp_path):
     assert proc.returncode == 0 and "train.py --steps 99" in (tmp_path / "out/leaf/azureml/job.yml").read_text()
     proc = ts("validate", leaf.name, "--set", "command=python train.py {{ vars.nope }}", cwd=tmp_path)
     assert "undefined template name: vars.nope (the spec's vars: steps)" in proc.stderr
+
+
+# ---------------------------------------------------------------- hostile extends (issue 20)
+
+
+@contextlib.contextmanager
+def no_hang(seconds: float = 10):
+    def ring(signum, frame):
+        raise AssertionError(f"no answer within {seconds} s (a hang)")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("fifo", "'base.yaml' is a FIFO (named pipe), not a regular file"),
+    ("/dev/stdin", "'/dev/stdin' names a device or a process's stream, not a file"),
+    ("/dev/zero", "'/dev/zero' is a device, not a regular file"),
+    ("folder", "'base.yaml' is a directory, not a spec file"),
+    ("loop", "'base.yaml' is a symbolic link loop"),
+    ("nul", "the path contains a NUL character"),
+    ("long-part", "the path has a part of 300 bytes (a file name has at most 255)"),
+    ("long-path", "bytes long (a path has at most 4095)"),
+])
+def test_extends_must_name_a_regular_file(tmp_path, kind, message):
+    """Bugs: `extends:` naming a FIFO blocked forever; `/dev/stdin` was read as the base (an empty
+    one, from a closed stdin); a loop ended in "internal error: RuntimeError", a NUL in
+    "internal error: ValueError"; a long name was reported at the base's own 1:1, not at extends."""
+    ref = {"/dev/stdin": "/dev/stdin", "/dev/zero": "/dev/zero", "nul": "a\\0b.yaml", "long-part": "x" * 300,
+           "long-path": "/".join(["d" * 200] * 25) + "/base.yaml"}.get(kind, "base.yaml")
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "base.yaml")
+    elif kind == "folder":
+        (tmp_path / "base.yaml").mkdir()
+    elif kind == "loop":
+        (tmp_path / "base.yaml").symlink_to("other.yaml")
+        (tmp_path / "other.yaml").symlink_to("base.yaml")
+    (tmp_path / "spec.yaml").write_text(f'version: 1\nextends: "{ref}"\nname: x\n')
+    with no_hang(), pytest.raises(SpecError) as caught:
+        compose(str(tmp_path / "spec.yaml"))
+    [d] = caught.value.diagnostics
+    assert (d.file, d.line, d.col, d.field) == (str(tmp_path / "spec.yaml"), 2, 10, "extends"), d
+    assert message in d.message, d
+
+
+def test_a_build_context_in_a_base_is_relative_to_the_base(tmp_path):
+    """Bug: `environment.build.path: docker` in base/root.yaml was looked up next to the spec that
+    extends it ("'docker' is not a folder"), while code and conda_file were rebased."""
+    (tmp_path / "base" / "docker").mkdir(parents=True)
+    (tmp_path / "base" / "docker" / "Dockerfile").write_text("FROM python:3.11\n")
+    (tmp_path / "base" / "root.yaml").write_text(
+        ROOT.replace("environment:\n  image: pytorch:latest\n", "environment:\n  build: {path: docker}\n"))
+    (tmp_path / "job.yaml").write_text("extends: base/root.yaml\nname: leaf\n")
+    proc = ts("compile", "job.yaml", "-o", "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    job = (tmp_path / "out" / "leaf" / "azureml" / "job.yml").read_text()
+    assert "path: ../../../base/docker" in job, job

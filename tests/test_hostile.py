@@ -566,8 +566,11 @@ def test_binary_files_get_one_clear_error(tmp_path, kind):
     assert_clean_error(proc)
     errors = [l for l in proc.stderr.splitlines() if ": error: " in l]
     assert len(errors) == 1 and errors[0].startswith("spec.yaml:"), proc.stderr[-2000:]
-    assert re.search(r"NUL bytes|not valid UTF-8|larger than|invalid YAML|a spec is a YAML mapping", errors[0]), \
-        errors[0]
+    if kind.startswith("dev-"):  # a device is refused from its stat, before a byte is read
+        assert "is a device, not a regular file" in errors[0], errors[0]
+    else:
+        assert re.search(r"NUL bytes|not valid UTF-8|larger than|invalid YAML|a spec is a YAML mapping",
+                         errors[0]), errors[0]
     assert proc.cpu < 10, f"took {proc.cpu:.1f} s of CPU"
     assert changed(before, snapshot(tmp_path)) == []
 
@@ -745,3 +748,133 @@ def test_a_newline_in_an_env_value_is_carried_exactly(tmp_path, target):
         pairs, _ = ray_request(folder, tmp_path)
         got = [{k: pairs[k] for k in NEWLINES}]
     assert got and all(values == NEWLINES for values in got), got
+
+
+# ---------------------------------------------------------------- issue 20: what outsiders found
+
+
+def test_a_fifo_as_the_spec_is_an_error_not_a_hang(tmp_path):
+    """Bug: `trainspec validate spec.yaml` with spec.yaml a FIFO blocked in open() until someone wrote
+    to it (the subprocess timeout turns such a hang into a failure here)."""
+    os.mkfifo(tmp_path / "spec.yaml")
+    proc = ts("validate", "spec.yaml", cwd=tmp_path, timeout=60)
+    assert_clean_error(proc, fragment="spec.yaml:1:1: error: is a FIFO (named pipe), not a regular file")
+
+
+@pytest.mark.parametrize("kind", ["link-to-root", "root"])
+def test_a_spec_folder_that_is_the_root_is_a_usage_error(tmp_path, kind):
+    """Bug: `trainspec validate root` with root -> / walked the whole file system (rglob) and ended in
+    "internal error: FileNotFoundError: ... root/proc/7040" after minutes."""
+    (tmp_path / "root").symlink_to("/", target_is_directory=True)
+    proc = ts("validate", "root" if kind == "link-to-root" else "/", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "will not search the whole file system for specs" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_a_folder_search_does_not_follow_symlinked_folders(tmp_path):
+    """A link to `/` or a loop below a searched folder is not walked: the spec beside it is found."""
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "s.yaml").write_text(spec_text(name="s", code=str(CODE)))
+    (tmp_path / "specs" / "root").symlink_to("/", target_is_directory=True)
+    (tmp_path / "specs" / "loop").symlink_to(".", target_is_directory=True)
+    proc = ts("validate", "specs", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0 and "1 spec: 0 errors" in proc.stderr, proc.stderr
+
+
+def test_a_symlink_loop_as_the_spec_is_a_located_error(tmp_path):
+    """Bug: "internal error: RuntimeError: Symlink loop from ..." (Path.resolve), exit 70."""
+    (tmp_path / "spec.yaml").symlink_to("other.yaml")
+    (tmp_path / "other.yaml").symlink_to("spec.yaml")
+    proc = ts("validate", "spec.yaml", cwd=tmp_path, timeout=60)
+    assert_clean_error(proc, fragment="spec.yaml:1:1: error: is a symbolic link loop")
+
+
+@pytest.mark.parametrize("field, value, where", [
+    ("code", "a\0b", "code: 'a\\x00b': the path contains a NUL character"),
+    ("code", "x" * 300, "code: '" + "x" * 80 + "...': the path has a part of 300 bytes"),
+    ("code", "/", "code: '/' is the file-system root (/)"),
+    ("environment.conda_file", "fifo", "environment.conda_file: 'fifo' is a FIFO (named pipe), not a regular file"),
+    ("environment.conda_file", "a\0b", "environment.conda_file: 'a\\x00b': the path contains a NUL character"),
+    ("inputs.data.path", "y" * 300, "inputs.data.path: '" + "y" * 80 + "...': the path has a part of 300 bytes"),
+])
+def test_hostile_paths_in_fields_are_located_errors_at_the_field(tmp_path, field, value, where):
+    """Bugs: a NUL in a path field ended in "internal error: ValueError: embedded null byte", a
+    300-byte name in "OSError: File name too long" (exit 70); `code: /` was accepted (the job
+    would upload the machine); a FIFO as the conda file was called missing."""
+    os.mkfifo(tmp_path / "fifo")
+    extra = ""
+    code = str(CODE)
+    if field == "code":
+        code = value
+    elif field == "environment.conda_file":
+        extra = f"environment: {{image: pytorch:latest, conda_file: {yq(value)}}}"
+    else:
+        extra = f"inputs: {{data: {{path: {yq(value)}}}}}"
+    text = spec_text(code=code)
+    if extra.startswith("environment"):
+        text = text.replace("environment: {image: pytorch:latest}\n", "")
+    (tmp_path / "spec.yaml").write_text(text + extra + "\n")
+    proc = ts("validate", "spec.yaml", cwd=tmp_path, timeout=60)
+    assert_clean_error(proc, fragment=f": error: {where}")
+    line = next(l for l in proc.stderr.splitlines() if where in l)
+    assert re.match(r"spec\.yaml:\d+:\d+: error: ", line), line
+
+
+def test_code_above_the_repository_root_is_an_error_at_code(tmp_path):
+    """`code: ../..` from repo/specs/ is the folder that holds the repository: the job would upload
+    everything beside it. Inside the repository (`../code`) it is fine; outside any repository
+    only `/` is refused (test_code_outside_the_spec_directory_...)."""
+    repo = tmp_path / "repo"
+    (repo / "specs").mkdir(parents=True)
+    (repo / "code").mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=60)
+    (repo / "specs" / "up.yaml").write_text(spec_text(name="up", code="../.."))
+    (repo / "specs" / "in.yaml").write_text(spec_text(name="in", code="../code"))
+    proc = ts("validate", "specs/up.yaml", cwd=repo, timeout=60)
+    assert_clean_error(proc, fragment=f"specs/up.yaml:3:7: error: code: '../..' is {tmp_path.resolve()}, above the "
+                                      f"repository root {repo.resolve()}")
+    assert ts("validate", "specs/in.yaml", cwd=repo, timeout=60).returncode == 0
+
+
+@pytest.mark.parametrize("link", ["name", "target", "name-inside"])
+def test_compile_never_writes_through_a_link_that_leaves_out(tmp_path, link):
+    """Bug: with out/hostile -> ../elsewhere, `compile -o out` wrote its files into elsewhere/. A link
+    in OUT/<name> or OUT/<name>/<target> that leaves -o is an error naming it, and nothing is
+    written anywhere; a link that stays inside -o still works."""
+    (tmp_path / "spec.yaml").write_text(spec_text())
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    if link == "name":
+        (tmp_path / "out" / "hostile").symlink_to("../elsewhere", target_is_directory=True)
+    elif link == "target":
+        (tmp_path / "out" / "hostile").mkdir()
+        (tmp_path / "out" / "hostile" / "azureml").symlink_to("../../elsewhere", target_is_directory=True)
+    else:
+        (tmp_path / "out" / "real").mkdir()
+        (tmp_path / "out" / "hostile").symlink_to("real", target_is_directory=True)
+    before = snapshot(tmp_path)
+    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path, timeout=120)
+    if link == "name-inside":
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / "out" / "real" / "azureml" / "job.yml").is_file()
+        assert_only_under(before, snapshot(tmp_path), "out/real")
+        return
+    where = "out/hostile" if link == "name" else "out/hostile/azureml"
+    assert_clean_error(proc, fragment=f"cannot write {where}: is a symbolic link to {(tmp_path / 'elsewhere').resolve()}, "
+                                      "outside the output folder out")
+    assert changed(before, snapshot(tmp_path)) == []
+
+
+def test_text_diagnostics_escape_control_characters(tmp_path):
+    """Bug: a key written with a newline came out raw: `env: {"A\\n::error file=x::pwned": 1}` printed a
+    line `::error file=x::pwned...`, which a GitHub runner reads as a workflow command (and an
+    escape sequence reaches the terminal). Text diagnostics show them escaped, on one line."""
+    (tmp_path / "spec.yaml").write_text(spec_text(env={"A\n::error file=x::pwned": "1", "B\x1b[2J": "2"}))
+    proc = ts("validate", "spec.yaml", cwd=tmp_path, timeout=60)
+    assert_clean_error(proc)
+    assert not any(line.startswith("::") for line in proc.stderr.splitlines()), proc.stderr
+    assert "\x1b" not in proc.stderr
+    assert "error: env.A\\n::error file=x::pwned: 'A\\n::error file=x::pwned' is not a valid environment variable " \
+           "name" in proc.stderr, proc.stderr
+    assert "error: env.B\\x1b[2J: " in proc.stderr, proc.stderr

@@ -6,6 +6,10 @@ These tests pin what a spec means (YAML 1.2, not 1.1), that every key and value 
 position, and that every error is located.
 """
 
+import contextlib
+import os
+import signal
+
 import pytest
 
 from conftest import REPO, SPECS
@@ -95,3 +99,90 @@ def test_errors_are_located():
             loader.load_bytes(text.encode(), "x.yaml")
         diagnostic = caught.value.diagnostics[0]
         assert fragment in diagnostic.message and diagnostic.line is not None, diagnostic
+
+
+# ---------------------------------------------------------------- hostile input (issue 20)
+
+
+@contextlib.contextmanager
+def no_hang(seconds: float = 10):
+    """Fail instead of hanging: a blocked open() or a runaway format is interrupted by the alarm."""
+    def ring(signum, frame):
+        raise AssertionError(f"no answer within {seconds} s (a hang)")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _error(text: str):
+    with no_hang(), pytest.raises(SpecError) as caught:
+        loader.load_bytes(text.encode(), "x.yaml")
+    return caught.value.diagnostics[0]
+
+
+def test_a_duplicate_key_names_the_line_the_key_was_first_written_on():
+    """Bug: `resources:\\n  sku: x\\n  nodes: 2\\n  nodes: 4` said "first defined on line 1": ruamel's
+    context mark is where the mapping starts, not where the key first was."""
+    d = _error("version: 1\nresources:\n  sku: x\n  nodes: 2\n  nodes: 4\n")
+    assert (d.line, d.col) == (5, 3) and d.message == 'duplicate key "nodes" (first defined on line 4)', d
+
+
+def test_a_duplicated_key_holding_an_alias_bomb_fails_fast():
+    """Bug: ruamel formats both values into its duplicate-key message; for `env: *l11` twice, an
+    alias chain of 10**11 items, that format never ends (the spec is 1 KiB)."""
+    bomb = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n" for i in range(1, 12))
+    d = _error(bomb + "env: *l11\nenv: *l11\n")
+    assert d.message.startswith('duplicate key "env" (first defined on line 13)') and d.line == 14, d
+
+
+@pytest.mark.parametrize("written, digits", [("9" * 5000, 5000), ("0x" + "f" * 5000, 5000), ("-" + "1" * 4301, 4301),
+                                             ("0" * 4400 + "2", 4401), ("1" * 101, 101)])
+def test_integers_of_any_length_are_located_errors_at_their_field(written, digits):
+    """Bug: `nodes: 999...9` (over 4,300 digits) ended in "internal error: ValueError: Exceeds the
+    limit (4300 digits) for integer string conversion" (exit 70); hex digits have no such limit
+    in int() and failed later, wherever the number was printed."""
+    d = _error(f"version: 1\nresources:\n  nodes: {written}\n")
+    assert (d.path, d.line, d.col) == (("resources", "nodes"), 3, 10), d
+    assert d.message == f"an integer of {digits:,} digits is out of range", d
+    assert "at most 100 digits" in d.hint
+    # a hundred digits is still a number (the schema says what range the field takes)
+    assert loader.load_bytes(f"a: {'9' * 100}\n".encode(), "x.yaml").data["a"] == int("9" * 100)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "dev-stdin", "directory", "symlink-loop", "nul", "long-part",
+                                  "long-path"])
+def test_only_regular_files_are_read_and_nothing_blocks(tmp_path, kind):
+    """Bug: a FIFO as a spec blocked forever in open(); /dev/zero was read; a symlink loop ended in
+    "internal error: RuntimeError: Symlink loop" (Path.resolve), a NUL in "ValueError"."""
+    path = str(tmp_path / "spec.yaml")
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        os.symlink("/dev/zero", path)
+    elif kind == "dev-stdin":  # by its name: what fd 0 is (a tty, a pipe, a file) does not matter
+        path = "/dev/stdin"
+    elif kind == "directory":
+        os.mkdir(path)
+    elif kind == "symlink-loop":
+        os.symlink("other.yaml", path)
+        os.symlink("spec.yaml", tmp_path / "other.yaml")
+    elif kind == "nul":
+        path += "\0x"
+    elif kind == "long-part":
+        path = str(tmp_path / ("x" * 300))
+    else:
+        path = "/".join([str(tmp_path)] + ["d" * 200] * 25)
+    expected = {"fifo": "is a FIFO (named pipe), not a regular file", "dev-zero": "is a device, not a regular file",
+                "dev-stdin": "names a device or a process's stream, not a file", "directory": "is a directory, not a spec file",
+                "symlink-loop": "is a symbolic link loop", "nul": "the path contains a NUL character",
+                "long-part": "has a part of 300 bytes", "long-path": "a path has at most 4095"}[kind]
+    with no_hang(), pytest.raises(SpecError) as caught:
+        loader.load_file(path)
+    d = caught.value.diagnostics[0]
+    assert expected in d.message and (d.file, d.line, d.col) == (path, 1, 1), d

@@ -100,3 +100,47 @@ def test_a_template_over_a_limit_is_a_located_error(tmp_path, name):
 ])
 def test_templates_within_the_limits_render_as_jinja_does(text):
     assert templating.render(text, CONTEXT) == jinja(text)
+
+
+# --- what a template may print: values, never a Python object's repr ------------------------------
+
+OBJECTS = {
+    "generator": ("{{ ['a', 'b'] | map('upper') }}", "the template renders a Python generator object, not a value"),
+    "batch": ("{{ [1, 2] | batch(1) }}", "the template renders a Python generator object, not a value"),
+    "macro": ("{% macro m() %}x{% endmacro %}{{ m }}", "the template renders a Python Macro object, not a value"),
+    "method": ("{{ (name).upper }}", "the template renders a Python builtin_function_or_method object, not a value"),
+    "address as text": ("{{ (name).upper | string }}", "the template renders a Python object's memory address"),
+    "address joined": ("{{ 'x' ~ cycler(1) }}", "the template renders a Python object's memory address"),
+    "cycler": ("{{ cycler(1, 2) }}", "the template renders a Python Cycler object, not a value"),
+    "range": ("{{ range(3) }}", "the template renders a Python range object, not a value"),
+    "undefined in a list": ("{{ [1, vars.nope] }}", "undefined template name: "),
+    "items": ("{{ {'a': 1}.items() }}", "the template renders a Python dict_items object, not a value"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTS))
+def test_a_template_that_renders_an_object_is_an_error(name):
+    """Bug: `{{ xs|map('upper') }}` rendered `<generator object sync_do_map at 0x7f...>` into the job:
+    not what was meant, and different bytes on every compile (so `check` failed right after
+    `compile`). Every `{{ }}` must give text, a number, a boolean, none, or lists/mappings of them."""
+    text, message = OBJECTS[name]
+    with pytest.raises(templating.TemplateProblem) as err:
+        templating.render(text, CONTEXT)
+    assert err.value.message.startswith(message), err.value.message
+    # values and containers of values still render exactly as Jinja does
+    text = "{{ [nodes, 'a', none, true, 1.5] }} {{ {'k': [1]} }} {{ ['a'] | map('upper') | join(' ') }}"
+    assert templating.render(text, CONTEXT) == jinja(text)
+
+
+def test_compile_refuses_a_generator_in_the_command_and_writes_nothing(tmp_path):
+    (tmp_path / "code").mkdir()
+    (tmp_path / "spec.yaml").write_text(
+        "version: 1\nname: t\ncode: code\nvars: {xs: ab}\n"
+        "command: \"python t.py {{ vars.xs | map('upper') }}\"\n"
+        "resources: {gpus_per_node: 0}\nenvironment: {image: python:3.11}\n"
+        "targets: {azureml: {compute: cpu-cluster}}\n")
+    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "spec.yaml:5:10: error: command: the template renders a Python generator object, not a value " \
+           "(hint: add `| list` or `| join(' ')` after the filter)" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()

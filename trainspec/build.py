@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from .compiler import DEFAULT_TARGET, TARGETS, target
 from .compiler.base import Artifact
+from .compiler.write import landing
 from .diagnostics import Diagnostic, SpecError
 from .schema.compose import compose
 from .schema.validate import ValidSpec, validate
@@ -38,25 +39,77 @@ class Outcome:
         return not any(d.is_error for d in self.diagnostics)
 
 
+MAX_SEARCH = 100_000  # entries looked at below the folders named: a repository, not a file system
+
+
+class SearchError(ValueError):
+    """A folder on the command line that trainspec will not search (the file-system root, or one
+    so large that it cannot be a repository of specs): a usage error."""
+
+
 def find_specs(paths: Iterable[str], known: Optional[Dict[str, Optional[str]]] = None) -> List[str]:
     """Spec files named directly, plus every *.yaml / *.yml below a named directory (sorted),
     except the bases: a file that another found spec `extends` is composed into it, not
-    compiled by itself. ``known``: the `extends` value of files by the sha256 of their bytes,
-    used and filled (check's cache: what a file extends follows from its bytes)."""
+    compiled by itself. The walk skips hidden folders, never follows a symlinked folder below
+    the one named (no loops, no escape to `/`) and stops with SearchError after MAX_SEARCH
+    entries; a named folder that is, or links to, the file-system root is refused. ``known``: the
+    `extends` value of files by the sha256 of their bytes, used and filled (check's cache: what a
+    file extends follows from its bytes)."""
     found: List[str] = []
     searched: List[str] = []
     for name in paths:
         path = Path(name)
-        if path.is_dir():
-            for child in sorted(path.rglob("*")):
-                if child.suffix in SPEC_SUFFIXES and child.is_file() \
-                        and not any(p.startswith(".") for p in child.relative_to(path).parts):
-                    found.append(str(child))
-                    searched.append(str(child))
+        if _is_dir(path):
+            for child in _walk(name):
+                found.append(child)
+                searched.append(child)
         else:
             found.append(name)
     bases = _extended(searched, {} if known is None else known)
-    return [f for f in found if not (f in searched and Path(f).resolve() in bases)]
+    return [f for f in found if not (f in searched and _real(f) in bases)]
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL: not a folder; build() reports the file
+        return False
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _walk(top: str) -> List[str]:
+    import os
+
+    if os.path.realpath(top) == os.path.realpath(os.sep):
+        raise SearchError(f"{top}: will not search the whole file system for specs; name the specs' folder")
+    found: List[str] = []
+    seen = 0
+    for folder, dirnames, filenames in os.walk(top, followlinks=False):
+        seen += len(dirnames) + len(filenames)
+        if seen > MAX_SEARCH:
+            raise SearchError(f"{top}: more than {MAX_SEARCH:,} files and folders below it; "
+                              "name the specs' folder (or the spec files) instead")
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for file in filenames:
+            child = Path(folder, file)
+            if not file.startswith(".") and child.suffix in SPEC_SUFFIXES and _is_file(child):
+                found.append(child)
+    return [str(f) for f in sorted(found)]
+
+
+def _real(file: str) -> Optional[Path]:
+    from .schema.loader import ReadProblem, real_path
+
+    try:
+        return real_path(file)
+    except ReadProblem:
+        return None
 
 
 def _extended(files: Iterable[str], known: Dict[str, Optional[str]]) -> set:
@@ -66,7 +119,9 @@ def _extended(files: Iterable[str], known: Dict[str, Optional[str]]) -> set:
     for file in files:
         parent = extends_of(file, known)
         if parent:
-            bases.add((Path(file).parent / parent).resolve())
+            real = _real(str(Path(file).parent / parent))
+            if real is not None:
+                bases.add(real)
     return bases
 
 
@@ -76,12 +131,11 @@ def extends_of(file: str, known: Optional[Dict[str, Optional[str]]] = None) -> O
     import hashlib
 
     from .diagnostics import SpecError
-    from .schema.loader import MAX_BYTES, load_bytes
+    from .schema.loader import ReadProblem, load_bytes, read_bounded
 
     known = {} if known is None else known
     try:
-        with open(file, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
+        raw = read_bounded(file)
         if b"extends:" not in raw:
             return None  # the common case, without parsing
         digest = hashlib.sha256(raw).hexdigest()
@@ -90,14 +144,14 @@ def extends_of(file: str, known: Optional[Dict[str, Optional[str]]] = None) -> O
             parent = data.get("extends") if isinstance(data, dict) else None
             known[digest] = parent if isinstance(parent, str) and parent else None
         return known[digest]
-    except (OSError, SpecError):
+    except (OSError, ReadProblem, SpecError):
         return None
 
 
 def dependents(base: str, root: str, known: Optional[Dict[str, Optional[str]]] = None) -> List[str]:
     """The specs under ``root`` (found as a folder search finds them) whose extends chain, at any
     depth, reaches the file ``base``."""
-    target = Path(base).resolve()
+    target = _real(base)
     found = []
     for spec in find_specs([root], known):
         current, seen = spec, 0
@@ -107,7 +161,7 @@ def dependents(base: str, root: str, known: Optional[Dict[str, Optional[str]]] =
                 break
             current = os.path.join(os.path.dirname(current), parent)
             seen += 1
-            if Path(current).resolve() == target:
+            if target is not None and _real(current) == target:
                 found.append(spec)
                 break
     return found
@@ -147,9 +201,9 @@ def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lo
             found.extend(target(name).cannot_express(valid))
         if lower and not any(d.is_error for d in found):
             for name in names:
-                # resolve(): where the files really land (through a symlinked -o), so that their
+                # landing(): where the files really land (through a symlinked -o), so that their
                 # relative references (code, conda file) are right from there
-                artifact = target(name).lower(valid, (out / valid.name / name).resolve())
+                artifact = target(name).lower(valid, landing(out / valid.name / name))
                 outcome.artifacts.append(artifact)
         outcome.valid = valid
         conda = valid.spec.environment.conda_file

@@ -63,9 +63,12 @@ def _summary(count: int, errors: int, warnings: int) -> str:
 
 
 def _specs(paths: Sequence[str], known=None) -> List[str]:
-    from .build import find_specs
+    from .build import SearchError, find_specs
 
-    files = find_specs(paths, known)
+    try:
+        files = find_specs(paths, known)
+    except SearchError as exc:
+        raise UsageError(str(exc)) from None
     if not files:
         raise UsageError(f"no spec files (*.yaml, *.yml) in {' '.join(paths)}")
     return files
@@ -93,7 +96,7 @@ def _instead_of_bases(files: List[str], named: Sequence[str]) -> List[str]:
     base by its name). The team catalog (trainspec-skus.yaml) means the specs that read it. The
     repository: from the first folder with a .git above the file, else
     from the current folder."""
-    from .build import dependents, find_specs
+    from .build import _is_file, _real, dependents, find_specs
     from .cache import Extends
     from .review import looks_like_spec
     from .schema.skus import TEAM_FILE, team_file_for
@@ -101,7 +104,7 @@ def _instead_of_bases(files: List[str], named: Sequence[str]) -> List[str]:
     known = None
     result: List[str] = []
     for file in files:
-        if file not in named or not Path(file).is_file():
+        if file not in named or not _is_file(Path(file)):
             result.append(file)
             continue
         known = known if known is not None else Extends()
@@ -119,7 +122,7 @@ def _instead_of_bases(files: List[str], named: Sequence[str]) -> List[str]:
         known.save()
     unique = {}  # one spec once, however it was named
     for file in result:
-        unique.setdefault(Path(file).resolve(), file)
+        unique.setdefault(_real(file) or file, file)  # a link loop or a NUL stays a name: build() reports it
     return list(unique.values())
 
 

@@ -40,14 +40,41 @@ class Diagnostic:
         return replace(self, file=file, line=line, col=col)
 
     def render(self) -> str:
-        where = self.file or "<spec>"
+        """One line of text. Control characters (a key or a value the user wrote with a newline,
+        an escape sequence, a bidi override) are escaped: a CI runner would otherwise read a
+        line starting with `::error` as a workflow command, and a terminal would obey escapes."""
+        where = printable(self.file or "<spec>")
         if self.line is not None:
             where = f"{where}:{self.line}:{self.col}"
-        field = f"{self.field}: " if self.path else ""
-        text = f"{where}: {self.severity}: {field}{self.message}"
+        field = f"{printable(self.field)}: " if self.path else ""
+        text = f"{where}: {self.severity}: {field}{printable(self.message)}"
         if self.hint:
-            text += f" (hint: {self.hint})"
+            text += f" (hint: {printable(self.hint)})"
         return text
+
+
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# bidi embeddings, overrides and isolates: they reorder what a terminal or a review page shows
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (C0, DEL, C1), line and paragraph separators and bidi
+    controls written as escapes (``\\n``, ``\\x1b``, ``\\u2028``); everything else unchanged."""
+    if text.isprintable() and not _BIDI.intersection(text):
+        return text
+    import unicodedata
+
+    out = []
+    for ch in text:
+        if ch in _NAMED_ESCAPES:
+            out.append(_NAMED_ESCAPES[ch])
+        elif ch in _BIDI or unicodedata.category(ch) in ("Cc", "Zl", "Zp"):
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def dotted(path: SpecPath) -> str:

@@ -4,6 +4,7 @@ a failure (disk full, read-only, interrupted) leaves the previous outputs as the
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -17,12 +18,47 @@ def target_dir(out: Path, artifact: Artifact) -> Path:
     return out / artifact.name / artifact.target
 
 
+def landing(folder: Path) -> Path:
+    """Where files written into ``folder`` really land (symlinks resolved; a loop stays as it is
+    and fails at the write): what relative references in the outputs are computed from."""
+    return Path(os.path.realpath(folder))
+
+
 def write_all(out: Path, artifacts: Iterable[Artifact]) -> List[Path]:
-    """Write every artifact; returns the directories written."""
+    """Write every artifact; returns the directories written. Before anything is written, every
+    target folder is checked to stay inside ``out`` once symlinks are followed (``out`` itself may
+    be a link: that is the user's choice of place); OSError otherwise, naming the link."""
+    artifacts = list(artifacts)
+    for artifact in artifacts:
+        inside(out, target_dir(out, artifact))
     written = []
     for artifact in artifacts:
         written.append(write(target_dir(out, artifact), artifact))
     return written
+
+
+def inside(out: Path, final: Path) -> None:
+    """OSError unless ``final`` (below ``out``), with every symlink in ``OUT/<name>/<target>``
+    followed, is still below ``out``: a link there would make compile write elsewhere."""
+    root = os.path.realpath(out)
+    relative = final.relative_to(out)
+    step = Path(out)
+    for part in relative.parts:
+        step = step / part
+        if not os.path.islink(step):
+            continue
+        try:
+            real = os.path.realpath(step, strict=True)
+        except FileNotFoundError:  # a dangling link: where it points to decides
+            real = os.path.realpath(step)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise OSError(errno.ELOOP, "is a symbolic link loop; nothing written (remove the link)", str(step)) \
+                from None
+        if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+            raise OSError(errno.EXDEV, f"is a symbolic link to {real}, outside the output folder {out}; "
+                          "nothing written (remove the link)", str(step))
 
 
 def write(final: Path, artifact: Artifact) -> Path:

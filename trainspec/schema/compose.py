@@ -17,10 +17,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..diagnostics import SpecError, SpecPath, error
 from .fields import is_remote
-from .loader import Document, load_file
+from .loader import Document, ReadProblem, load_bytes, path_text_problem, read_bounded, real_path
 
 MAX_CHAIN = 16
-_PATH_FIELDS: Tuple[SpecPath, ...] = (("code",), ("environment", "conda_file"))
+_PATH_FIELDS: Tuple[SpecPath, ...] = (("code",), ("environment", "conda_file"), ("environment", "build", "path"))
 
 
 def compose(file: str, sets: Sequence[str] = (), variables: Sequence[str] = ()) -> Document:
@@ -62,7 +62,18 @@ def _chain(file: str) -> List[Document]:
     current: Optional[str] = file
     via: Optional[Tuple[Document, str]] = None
     while current is not None:
-        resolved = Path(current).resolve()
+        try:
+            resolved = real_path(current)
+            raw = read_bounded(current)
+        except ReadProblem as exc:
+            if via is None:  # the spec itself, as the command line named it
+                raise SpecError([error((), exc.message, exc.hint).at(current, 1, 1)]) from None
+            parent, text = via
+            if exc.missing:
+                raise SpecError([parent.locate(error(("extends",), f"extended file '{text}' does not exist",
+                                                     "extends is relative to the file it is written in"))]) from None
+            raise SpecError([parent.locate(error(("extends",), f"'{text}' {exc.message}",
+                                                 exc.hint or "extends names a base spec file"))]) from None
         if resolved in seen:
             names = " -> ".join([*(str(p) for p in seen), str(resolved)])
             doc, _ = via
@@ -71,17 +82,7 @@ def _chain(file: str) -> List[Document]:
         if len(seen) >= MAX_CHAIN:
             doc, _ = via
             raise SpecError([doc.locate(error(("extends",), f"extends chain longer than {MAX_CHAIN} files"))])
-        try:
-            doc = load_file(current)
-        except SpecError as exc:
-            if via is None:
-                raise
-            parent, text = via
-            missing = [d for d in exc.diagnostics if "no such file" in d.message]
-            if missing:
-                raise SpecError([parent.locate(error(("extends",), f"extended file '{text}' does not exist",
-                                                     "extends is relative to the file it is written in"))]) from None
-            raise
+        doc = load_bytes(raw, current, resolved)
         seen.append(resolved)
         docs.append(doc)
         parent_ref = doc.data.get("extends") if isinstance(doc.data, dict) else None
@@ -90,6 +91,9 @@ def _chain(file: str) -> List[Document]:
         if not isinstance(parent_ref, str) or not parent_ref:
             raise SpecError([doc.locate(error(("extends",), "expected the path of one base spec",
                                               "e.g. extends: ../base.yaml"))])
+        problem = path_text_problem(parent_ref)
+        if problem:
+            raise SpecError([doc.locate(error(("extends",), f"the path {problem}", "e.g. extends: ../base.yaml"))])
         current = os.path.join(os.path.dirname(current), parent_ref)
         via = (doc, parent_ref)
     return list(reversed(docs))
@@ -168,7 +172,7 @@ def _scalar(raw: str) -> Any:
         return ""
     try:
         value = YAML(typ="safe", pure=True).load(raw)
-    except YAMLError:
+    except (YAMLError, ValueError):  # ValueError: an integer Python will not convert (4,300 digits)
         return raw
     return raw if value is None and raw.strip() not in ("null", "~") else value
 

@@ -8,6 +8,9 @@ absurd nesting) becomes a Diagnostic with a position, never a traceback.
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
@@ -17,6 +20,9 @@ from ..diagnostics import Diagnostic, SpecError, SpecPath, error
 MAX_BYTES = 1024 * 1024  # a spec is a page of YAML; a megabyte is already absurd
 MAX_NODES = 20_000  # after alias expansion: stops "billion laughs" long before memory does
 MAX_DEPTH = 40
+MAX_INT_DIGITS = 100  # no count, port or timeout comes near; Python cannot even print 4,300 digits
+NAME_MAX = 255  # bytes in one part of a path (Linux, macOS, Windows)
+PATH_MAX = 4095  # bytes in a whole path
 
 
 @dataclass
@@ -72,25 +78,129 @@ class Document:
         return diagnostic.at(self.file, line, col)
 
 
-def load_file(file: str) -> Document:
-    path = Path(file)
+class ReadProblem(Exception):
+    """A user's path that trainspec will not read (missing, a FIFO or device, a loop, a NUL,
+    a name too long...): the message names what it is, the caller names the field or file."""
+
+    def __init__(self, message: str, hint: Optional[str] = None, missing: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.missing = missing
+
+
+# what trainspec never reads, even when it is a regular file behind the name: the process's own
+# streams (`/dev/stdin` is the file a shell redirected, when it is one) and the kernel's files
+_STREAMS = ("/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/", "/sys/")
+_KERNEL = ("/proc/", "/sys/")
+
+
+def path_text_problem(text: str) -> Optional[str]:
+    """Why ``text`` cannot be a path on any file system (before it reaches one): a NUL byte, a
+    part longer than NAME_MAX bytes, the whole longer than PATH_MAX. None when it can."""
+    if "\x00" in text:
+        return "contains a NUL character"
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
+        encoded = os.fsencode(text)
+    except UnicodeError:
+        return "is not encodable as a file name"
+    long = next((part for part in encoded.split(b"/") if len(part) > NAME_MAX), None)
+    if long is not None:
+        return f"has a part of {len(long):,} bytes (a file name has at most {NAME_MAX})"
+    if len(encoded) > PATH_MAX:
+        return f"is {len(encoded):,} bytes long (a path has at most {PATH_MAX})"
+    return None
+
+
+def real_path(path) -> Path:
+    """``path`` with every symlink resolved, or ReadProblem for a loop (never RuntimeError, never
+    a hang): Path.resolve() raises RuntimeError on a loop before Python 3.13."""
+    text = os.fspath(path)
+    problem = path_text_problem(text)
+    if problem:
+        raise ReadProblem(f"the path {problem}")
+    try:
+        return Path(os.path.realpath(text, strict=True))
     except FileNotFoundError:
-        raise SpecError([error((), "no such file").at(file, 1, 1)]) from None
-    except IsADirectoryError:
-        raise SpecError([error((), "is a directory, not a spec file").at(file, 1, 1)]) from None
+        return Path(os.path.realpath(text))  # a missing file: the caller says so when it reads
     except OSError as exc:
-        raise SpecError([error((), f"cannot read: {exc.strerror}").at(file, 1, 1)]) from None
-    return load_bytes(raw, file, path.resolve())
+        raise _problem(exc) from None
+
+
+def _problem(exc: OSError) -> ReadProblem:
+    if exc.errno == errno.ENOENT:
+        return ReadProblem("no such file", missing=True)
+    if exc.errno == errno.ELOOP:
+        return ReadProblem("is a symbolic link loop (too many levels of symbolic links)",
+                           "point the link at a real file")
+    if exc.errno == errno.ENAMETOOLONG:
+        return ReadProblem("the path is too long for the file system")
+    if exc.errno == errno.EISDIR:
+        return ReadProblem("is a directory, not a spec file")
+    if exc.errno == errno.ENOTDIR:
+        return ReadProblem("no such file (a part of the path is not a directory)", missing=True)
+    return ReadProblem(f"cannot read: {exc.strerror or exc}")
+
+
+def read_bounded(file, limit: int = MAX_BYTES) -> bytes:
+    """At most ``limit`` + 1 bytes of a regular file, never blocking: a FIFO, a socket or a device
+    (``/dev/stdin``, ``/dev/zero``) is refused from its stat before it is opened, and the file is
+    opened non-blocking and checked again, so a swap in between cannot make a read wait."""
+    text = os.fspath(file)
+    problem = path_text_problem(text)
+    if problem:
+        raise ReadProblem(f"the path {problem}")
+    try:
+        shown = os.path.abspath(text)
+        if any(shown == p or shown.startswith(p) for p in _STREAMS) \
+                or any(real_path(text).as_posix().startswith(p) for p in _KERNEL):
+            raise ReadProblem("names a device or a process's stream, not a file",
+                              "a spec and the files it names are regular files")
+        _regular(os.stat(text))
+        fd = os.open(text, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise _problem(exc) from None
+    try:
+        _regular(os.fstat(fd))
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read(limit + 1)
+    except OSError as exc:
+        raise _problem(exc) from None
+    finally:
+        os.close(fd)
+
+
+def _regular(st: os.stat_result) -> None:
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise ReadProblem("is a directory, not a spec file")
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+    raise ReadProblem(f"is {kind}, not a regular file", "a spec and the files it names are regular files")
+
+
+def load_file(file: str) -> Document:
+    try:
+        raw = read_bounded(file)
+        path = real_path(file)
+    except ReadProblem as exc:
+        raise SpecError([error((), exc.message, exc.hint).at(file, 1, 1)]) from None
+    return load_bytes(raw, file, path)
 
 
 def load_bytes(raw: bytes, file: str, path: Optional[Path] = None) -> Document:
-    path = path or Path(file).resolve()
+    if path is None:
+        try:
+            path = real_path(file)
+        except ReadProblem:
+            path = Path(os.path.abspath(file))
 
     def fail(message: str, hint: Optional[str] = None, line: int = 1, col: int = 1) -> SpecError:
         return SpecError([error((), message, hint).at(file, line, col)])
+
+    fail.file = file
 
     if len(raw) > MAX_BYTES:
         raise fail(f"file is larger than {MAX_BYTES // 1024} KiB", "a spec is a short YAML file; keep data out of it")
@@ -117,37 +227,98 @@ def load_bytes(raw: bytes, file: str, path: Optional[Path] = None) -> Document:
 
 def _parse(text: str, fail) -> Any:
     from ruamel.yaml import YAML
-    from ruamel.yaml.constructor import DuplicateKeyError
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
     yaml = YAML(typ="rt")
+    yaml.Constructor = _constructor()
     yaml.allow_duplicate_keys = False
     try:
         return yaml.load(text)
-    except DuplicateKeyError as exc:
-        mark = exc.problem_mark
-        first = exc.context_mark
-        key = _duplicate_key_name(exc)
-        where = f" (first defined on line {first.line + 1})" if first is not None else ""
-        raise fail(f"duplicate key {key}{where}", "YAML keeps only the last one; remove one of them",
-                   mark.line + 1, mark.column + 1) from None
+    except _DuplicateKey as exc:
+        where = f" (first defined on line {exc.first.line + 1})" if exc.first is not None else ""
+        raise fail(f"duplicate key {exc.name}{where}", "YAML keeps only the last one; remove one of them",
+                   exc.mark.line + 1, exc.mark.column + 1) from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = (exc.problem or exc.context or "invalid YAML").strip()
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
-        raise fail(f"invalid YAML: {problem}", line=line, col=col) from None
+        raise fail(f"invalid YAML: {_short(problem, 200)}", line=line, col=col) from None
     except YAMLError as exc:
-        raise fail(f"invalid YAML: {exc}") from None
+        raise fail(f"invalid YAML: {_short(str(exc), 200)}") from None
     except RecursionError:
         raise fail(f"document is nested too deeply (limit {MAX_DEPTH} levels)") from None
 
 
-def _duplicate_key_name(exc) -> str:
-    problem = getattr(exc, "problem", "") or ""
-    # ruamel: 'found duplicate key "nodes" with value "4" (original value: "2")'
-    if '"' in problem:
-        return '"' + problem.split('"')[1] + '"'
+class _DuplicateKey(Exception):
+    def __init__(self, name: str, mark, first):
+        super().__init__(name)
+        self.name, self.mark, self.first = name, mark, first
+
+
+class _HugeInt:
+    """An integer written with more than MAX_INT_DIGITS digits: kept as a marker so that the
+    walk reports it at its field, and never converted (Python refuses to print 4,300 digits)."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+
+_CONSTRUCTOR: Any = None
+
+
+def _constructor():
+    """ruamel's round-trip constructor, except: a duplicate key is reported by name and place
+    only (ruamel formats both values into its message: an alias bomb's value takes forever), and
+    an integer of absurd length is a marker instead of a conversion that raises ValueError."""
+    global _CONSTRUCTOR
+    if _CONSTRUCTOR is not None:
+        return _CONSTRUCTOR
+    from ruamel.yaml.constructor import RoundTripConstructor
+
+    class Constructor(RoundTripConstructor):
+        def check_mapping_key(self, node, key_node, mapping, key, value) -> bool:
+            if key in mapping:
+                raise _DuplicateKey(_key_name(key), key_node.start_mark, self._first(node, key_node, key))
+            return True
+
+        def check_set_key(self, node, key_node, setting, key) -> None:
+            if key in setting:
+                raise _DuplicateKey(_key_name(key), key_node.start_mark, self._first(node, key_node, key))
+
+        def _first(self, node, key_node, key):
+            """Where the key was written first: the earlier key node that constructs to it."""
+            for earlier, _ in node.value:
+                if earlier is key_node:
+                    break
+                if earlier in self.constructed_objects:
+                    try:
+                        if self.constructed_objects[earlier] == key:
+                            return earlier.start_mark
+                    except Exception:  # a key type whose == fails: no place rather than a crash
+                        continue
+            return None
+
+        def construct_yaml_int(self, node):
+            written = node.value.replace("_", "").lstrip("+-")
+            if written[:2].lower() in ("0x", "0o", "0b"):
+                written = written[2:]
+            if len(written) > MAX_INT_DIGITS:
+                return _HugeInt(len(written))
+            return super().construct_yaml_int(node)
+
+    Constructor.add_constructor("tag:yaml.org,2002:int", Constructor.construct_yaml_int)
+    _CONSTRUCTOR = Constructor
+    return Constructor
+
+
+def _key_name(key: Any) -> str:
+    if isinstance(key, (str, int, float, bool)):
+        return '"' + _short(str(key), 80) + '"'
     return "key"
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
 
 
 def _walk(node: Any, path: SpecPath, positions: Positions, budget, depth: int, fail) -> Any:
@@ -196,6 +367,11 @@ def _walk(node: Any, path: SpecPath, positions: Positions, budget, depth: int, f
                     pass
             out_list.append(_walk(item, child, positions, budget, depth + 1, fail))
         return out_list
+    if isinstance(node, _HugeInt):
+        line, col = positions.find(path)
+        raise SpecError([error(path, f"an integer of {node.digits:,} digits is out of range",
+                               f"trainspec reads integers of at most {MAX_INT_DIGITS} digits: no count, port "
+                               "or timeout comes near; to mean text, quote it").at(fail.file, line, col)])
     if isinstance(node, bool) or node is None:
         return node
     if isinstance(node, str):

@@ -46,6 +46,8 @@ def render(text: str, context: Mapping[str, Any]) -> str:
     env = _environment(SandboxedEnvironment, jinja2.StrictUndefined)
     try:
         return _render_within_limits(env.from_string(text), context)
+    except TemplateProblem:
+        raise
     except jinja2.UndefinedError as exc:
         names = ", ".join(sorted(k for k in context if not k.startswith("_")))
         raise TemplateProblem(f"undefined template name: {_undefined_text(exc, context)}",
@@ -192,13 +194,55 @@ def _lookup(dotted: str, context: Mapping[str, Any]) -> str:
 
 
 _ENV_CACHE: Dict[Any, Any] = {}
+_PLAIN = (str, int, float, type(None))  # bool is an int
+
+
+def _only_values(value: Any) -> Any:
+    """What every ``{{ ... }}`` hands to the output: text, numbers, booleans, and lists, tuples and
+    mappings of them. Anything else would print as its Python repr -- `<generator object ... at
+    0x7f...>` for `xs|map(...)`, a macro, a function, a leftover undefined inside a list --
+    which is neither what the user meant nor the same bytes twice: an error on the field."""
+    from jinja2 import Undefined
+
+    def check(item: Any, depth: int) -> None:
+        if isinstance(item, Undefined):
+            item._fail_with_undefined_error()  # StrictUndefined: "undefined template name: ..."
+        if isinstance(item, _PLAIN):
+            return
+        if isinstance(item, (list, tuple)) and depth < 20:
+            for member in item:
+                check(member, depth + 1)
+            return
+        if isinstance(item, dict) and depth < 20:
+            for key, member in item.items():
+                check(key, depth + 1)
+                check(member, depth + 1)
+            return
+        kind = type(item).__name__
+        hint = ("add `| list` or `| join(' ')` after the filter" if kind == "generator"
+                else "render text, numbers or lists of them")
+        raise TemplateProblem(f"the template renders a Python {kind} object, not a value", hint)
+
+    if isinstance(value, Undefined):
+        return value  # printing it raises UndefinedError, reported as an undefined name
+    check(value, 0)
+    if isinstance(value, str) and _ADDRESS.search(value):  # `obj | string`, `'x' ~ obj`
+        raise TemplateProblem("the template renders a Python object's memory address "
+                              f"({_ADDRESS.search(value).group(0).strip()}): different on every run",
+                              "render text, numbers or lists of them")
+    return value
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{4,}>")
+
 
 
 def _environment(sandbox, undefined):
     """One limited sandbox for the process: made on the first template that needs Jinja2."""
     env = _ENV_CACHE.get(sandbox)
     if env is None:
-        env = _limited_sandbox(sandbox)(undefined=undefined, autoescape=False, keep_trailing_newline=True)
+        env = _limited_sandbox(sandbox)(undefined=undefined, autoescape=False, keep_trailing_newline=True,
+                                        finalize=_only_values)
         _ENV_CACHE[sandbox] = env
     return env
 

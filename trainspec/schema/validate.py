@@ -9,7 +9,9 @@ their own ``cannot_express()``; they never re-check what is decided here.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -19,7 +21,7 @@ from pydantic_core import ValidationError
 from ..diagnostics import Diagnostic, SpecPath, error, warning
 from ..runtime import shim as contract
 from . import skus, structure, templating
-from .loader import Document
+from .loader import Document, ReadProblem, path_text_problem, real_path
 from .fields import ENV_NAME_PATTERN, IO_NAME_PATTERN, is_remote, split_command
 
 TENSORFLOW = "tensorflow"  # its launcher and backend: the platform starts one worker per node, TF_CONFIG
@@ -273,10 +275,13 @@ def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None
             if getattr(e, other):
                 out.append(error(("environment", other), "does not go with environment.build: the build context's "
                                  "Dockerfile makes the whole environment", f"remove environment.{other}"))
-        context = doc.path.parent / e.build.path
-        if not context.is_dir():
+        context = _usable_path(("environment", "build", "path"), e.build.path, out)
+        dockerfile = _usable_path(("environment", "build", "dockerfile_path"), e.build.dockerfile_path, out)
+        if context is None or dockerfile is None:
+            pass
+        elif _kind(doc.path.parent / context) != "folder":
             out.append(error(("environment", "build", "path"), f"'{e.build.path}' is not a folder (relative to the spec)"))
-        elif not (context / e.build.dockerfile_path).is_file():
+        elif _kind(doc.path.parent / context / dockerfile) != "file":
             out.append(error(("environment", "build", "dockerfile_path"),
                              f"no {e.build.dockerfile_path} in {e.build.path}"))
     if e.azureml and (e.conda_file or e.pip):
@@ -303,22 +308,91 @@ def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None
 
 def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
     base = doc.path.parent
-    code = (base / spec.code)
-    if not code.is_dir():
-        what = "is not a directory" if code.exists() else "does not exist"
-        out.append(error(("code",), f"'{spec.code}' {what} (resolved against the spec's directory: {code})",
-                         "code is a directory relative to the spec file"))
+    if _usable_path(("code",), spec.code, out) is not None:
+        code = base / spec.code
+        kind = _kind(code)
+        if kind != "folder":
+            what = {"missing": "does not exist", "loop": "is a symbolic link loop"}.get(kind, "is not a directory")
+            out.append(error(("code",), f"'{spec.code}' {what} (resolved against the spec's directory: {code})",
+                             "code is a directory relative to the spec file"))
+        else:
+            _check_code_scope(spec.code, code, base, out)
     conda = spec.environment.conda_file
-    if conda is not None and not (base / conda).is_file():
-        out.append(error(("environment", "conda_file"), f"'{conda}' does not exist (relative to the spec)"))
+    if conda is not None and _usable_path(("environment", "conda_file"), conda, out) is not None:
+        kind = _kind(base / conda)
+        if kind in ("missing", "loop"):
+            out.append(error(("environment", "conda_file"), f"'{conda}' does not exist (relative to the spec)"
+                             if kind == "missing" else f"'{conda}' is a symbolic link loop"))
+        elif kind != "file":
+            out.append(error(("environment", "conda_file"), f"'{conda}' is {'a folder' if kind == 'folder' else kind}, "
+                             "not a regular file",
+                             "a conda environment file (environment.yml)"))
     for name, item in spec.inputs.items():
-        if item.path is None:
+        if item.path is None or is_remote(item.path):
+            continue
+        if _usable_path(("inputs", name, "path"), item.path, out) is None:
             continue
         # an absolute path may name the cluster's storage (HPC Pack, Ray): targets that upload
         # local data check it themselves
-        if not is_remote(item.path) and not item.path.startswith("/") and not (base / item.path).exists():
+        if not item.path.startswith("/") and _kind(base / item.path) in ("missing", "loop"):
             out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist (relative to the spec)",
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
+
+
+def _usable_path(path: SpecPath, text: str, out: List[Diagnostic]) -> Optional[str]:
+    """``text`` if it can name a file at all; else an error at ``path`` (NUL, a part over 255
+    bytes, a path over 4095) and None."""
+    problem = path_text_problem(text)
+    if problem is None:
+        return text
+    shown = text if len(text) <= 80 else text[:80] + "..."
+    out.append(error(path, f"'{shown}': the path {problem}", "a path relative to the spec file"))
+    return None
+
+
+def _kind(path: Path) -> str:
+    """What is at ``path`` (links followed): folder, file, missing, loop, or what else it is."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        import errno
+
+        return "loop" if exc.errno == errno.ELOOP else "missing"
+    except ValueError:
+        return "missing"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISREG(mode):
+        return "file"
+    return "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+
+
+def _check_code_scope(text: str, code: Path, spec_dir: Path, out: List[Diagnostic]) -> None:
+    """The code folder is uploaded or staged whole: never the file-system root, never a folder
+    above the repository the spec is in (its root is the nearest folder with .git above the spec).
+    Outside a repository there is no project boundary to hold it to: only the root is refused."""
+    try:
+        real = real_path(code)
+    except ReadProblem:
+        return  # _kind said folder; a race at worst
+    if real == Path(real.anchor):
+        out.append(error(("code",), f"'{text}' is the file-system root ({real}): the job would upload the "
+                         "whole machine", "code is the folder of your training code, relative to the spec file"))
+        return
+    root = _repository_root(spec_dir)
+    if root is not None and real != root and real in root.parents:
+        out.append(error(("code",), f"'{text}' is {real}, above the repository root {root}: the job would "
+                         "upload more than the repository", "point code at a folder inside the repository"))
+
+
+def _repository_root(start: Path) -> Optional[Path]:
+    for folder in (start, *start.parents):
+        if os.path.lexists(folder / ".git"):
+            try:
+                return real_path(folder)
+            except ReadProblem:
+                return None
+    return None
 
 
 def _check_data(spec: Spec, out: List[Diagnostic]) -> None:

@@ -1,0 +1,270 @@
+"""Mutation fuzzing: a few hundred specs made by breaking the example specs, the test specs and
+the bad-spec corpus in fixed, seeded ways, each run through the command line's own entry point
+(`trainspec.cli.main`) in this process, under an alarm. Whatever a mutant is, trainspec must
+answer with exit 0, 1 or 2, never a traceback or an internal error (70), never a hang, and every
+error it prints must be located (`file:line:col: error: ...`). A few of the mutants also go
+through the real console script as processes.
+
+The mutations: byte flips, deletions, duplicated lines (duplicate keys), alias bombs (one with a
+duplicated key), integers of thousands of digits (decimal, hex, zero-padded), NUL bytes, odd
+unicode (bidi overrides, line separators, BOMs, invalid UTF-8), deep nesting, template
+injections, long lines and long keys, keys with a newline and `::error`, tabs, spliced lines
+from another spec, and the path fields (`code`, `extends`, `environment.conda_file`,
+`environment.build.path`, `inputs.*.path`) and the spec argument itself pointed at a FIFO, a
+device, `/dev/stdin`, a symlink loop, `/`, a NUL, a 300-byte name, a 5,000-byte path.
+
+The seed is fixed (SEED): every run tries the same mutants, so CI does not flake. To explore,
+`TRAINSPEC_FUZZ_SEED=<n> TRAINSPEC_FUZZ_COUNT=<k> pytest -q tests/test_fuzz.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import random
+import re
+import signal
+import subprocess
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import pytest
+
+from conftest import REPO, trainspec_cmd
+from trainspec import cli
+
+SEED = int(os.environ.get("TRAINSPEC_FUZZ_SEED", "20"))
+COUNT = int(os.environ.get("TRAINSPEC_FUZZ_COUNT", "320"))
+PER_RUN = 10.0  # seconds of wall clock for one in-process run: a hang guard, far above a run (~50 ms)
+SOURCES = sorted((REPO / "specs").glob("*.yaml")) + sorted((REPO / "tests" / "specs").glob("*.yaml")) \
+    + sorted((REPO / "tests" / "bad_specs").glob("*.yaml"))
+LOCATED = re.compile(r"^.+:\d+:\d+: (error|warning): ")
+ADDRESS = re.compile(r" at 0x[0-9a-f]{4,}")
+
+# what a path field is pointed at (names relative to the fuzz folder's root, see `arena`)
+HOSTILE_PATHS = ["{root}/fifo.yaml", "/dev/zero", "/dev/stdin", "/dev/null", "{root}/loop-a", "/", "{root}/to-root",
+                 "a\0b", "x" * 300, "/".join(["d" * 200] * 25), "{root}", "{root}/nowhere", "../../../../../../.."]
+TEMPLATES = ["{{ xs|map('upper') }}", "{{ [1, 2]|map('string') }}", "{{ [vars.nope] }}", "{{ range(3) }}",
+             "{{ cycler(1, 2) }}", "{{ lipsum(5) }}", "{{ ''.__class__.__mro__ }}", "{{ self }}",
+             "{{ namespace() }}", "{% macro m() %}x{% endmacro %}{{ m }}", "{{ 'x'.upper }}",
+             "{{ range(10**9) | list }}", "{{ 10 ** 100000 }}", "{{ 'a' * 10**8 }}", "{{ vars }}",
+             "{{ nodes * 10 ** 5000 }}", "{% for i in range(100000) %}{% endfor %}x", "{{ 1 / 0 }}",
+             "{{ '%09999999999d' % 1 }}", "{{ [1,2]|batch(1) }}", "{{ dict(a=1).items() }}", "{{ nope }}",
+             "{% raw %}{{ x }}{% endraw %}", "{{ inputs }}", "{{ 'x' ~ none }}", "{#", "{{", "{% if %}"]
+UNICODE = ["\u202e", "\u2028", "\u2029", "\ufeff", "\u0301" * 50, "\U0001f680", "\x85", "\x1b[31m", "\u200d",
+           "\ud7ff", "\x7f", "\uffff"]
+
+
+class Hang(BaseException):
+    """Raised by the alarm; a BaseException so that main()'s 'internal error' net does not catch it."""
+
+
+@contextlib.contextmanager
+def alarm(seconds: float):
+    def ring(signum, frame):
+        raise Hang(f"no answer within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_in_process(argv: List[str]) -> Tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code: object = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), alarm(PER_RUN):
+        try:
+            cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    return (code if isinstance(code, int) else 1), out.getvalue(), err.getvalue()
+
+
+# ---------------------------------------------------------------- the fuzz folder
+
+
+def arena(root: Path) -> None:
+    """The mutants' folder: the repository's layout (specs/, tests/specs/, tests/bad_specs/, their
+    `code: ../examples/...` resolving through a link), and the hostile things paths point at."""
+    for folder in ("specs", "tests/specs", "tests/bad_specs", "outside"):
+        (root / folder).mkdir(parents=True)
+    (root / "examples").symlink_to(REPO / "examples", target_is_directory=True)
+    os.mkfifo(root / "fifo.yaml")
+    (root / "loop-a").symlink_to("loop-b")
+    (root / "loop-b").symlink_to("loop-a")
+    (root / "to-root").symlink_to("/", target_is_directory=True)
+
+
+def mutate(rng: random.Random, text: str, others: List[str], root: Path) -> Tuple[str, str]:
+    """(kind, mutated text)."""
+    lines = text.splitlines(keepends=True) or ["\n"]
+    kind = rng.choice(["flip", "delete", "duplicate-line", "alias-bomb", "huge-int", "nul", "unicode", "deep",
+                       "template", "long-line", "long-key", "newline-key", "tab", "splice", "path-field",
+                       "path-field", "template", "crlf-bom"])
+    if kind == "flip":
+        data = bytearray(text.encode())
+        for _ in range(rng.randint(1, 8)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        return kind, data.decode("utf-8", errors="surrogateescape")
+    if kind == "delete":
+        start = rng.randrange(len(text))
+        return kind, text[:start] + text[start + rng.randint(1, 200):]
+    if kind == "duplicate-line":
+        i = rng.randrange(len(lines))
+        return kind, "".join(lines[:i + 1] + [lines[i]] + lines[i + 1:])
+    if kind == "alias-bomb":
+        depth = rng.randint(6, 12)
+        bomb = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+            f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n" for i in range(1, depth))
+        twice = f"env: *l{depth - 1}\n" * (2 if rng.random() < 0.5 else 1)  # a duplicated key holding it
+        return kind, text + bomb + twice
+    if kind == "huge-int":
+        digits = rng.choice([4301, 5000, 20000, 101])
+        number = rng.choice(["9" * digits, "0x" + "f" * digits, "0" * digits + "1", "-" + "1" * digits,
+                             "1_" * (digits // 2) + "1"])
+        found = list(re.finditer(r"(?m)(:\s+)(\d+)\s*$", text))
+        if found:
+            m = rng.choice(found)
+            return kind, text[:m.start(2)] + number + text[m.end(2):]
+        return kind, text + f"vars: {{big: {number}}}\n"
+    if kind == "nul":
+        i = rng.randrange(len(text))
+        return kind, text[:i] + "\0" + text[i:]
+    if kind == "unicode":
+        i = rng.randrange(len(text))
+        return kind, text[:i] + rng.choice(UNICODE) * rng.randint(1, 3) + text[i:]
+    if kind == "deep":
+        n = rng.choice([45, 200, 5000])
+        return kind, text + "env: {A: " + "[" * n + "1" + "]" * n + "}\n"
+    if kind == "template":
+        template = rng.choice(TEMPLATES)
+        field = rng.choice(["command", "description", "env"])
+        value = '"' + template.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if field == "env":
+            return kind, re.sub(r"(?m)^env:.*\n", "", text) + f"env: {{T: {value}}}\nvars: {{xs: [a, b]}}\n"
+        return kind, re.sub(rf"(?m)^{field}:.*\n", "", text) + f"{field}: {value}\n"
+    if kind == "long-line":
+        return kind, text + "description: " + "x" * rng.choice([100_000, 900_000]) + "\n"
+    if kind == "long-key":
+        return kind, text + "k" * rng.choice([300, 100_000]) + ": 1\n"
+    if kind == "newline-key":
+        return kind, text + 'env: {"A\\n::error file=x::pwned": "1", "B\\r\\x1b[2J": "2"}\n'
+    if kind == "tab":
+        i = rng.randrange(len(lines))
+        lines[i] = "\t" + lines[i]
+        return kind, "".join(lines)
+    if kind == "splice":
+        other = rng.choice(others).splitlines(keepends=True) or ["\n"]
+        i, j = rng.randrange(len(lines)), rng.randrange(len(other))
+        return kind, "".join(lines[:i] + other[j:j + rng.randint(1, 5)] + lines[i:])
+    if kind == "crlf-bom":
+        return kind, "\ufeff" + text.replace("\n", "\r\n")
+    # path-field: one of the fields that name a file or folder, pointed at something hostile
+    target = rng.choice(HOSTILE_PATHS).format(root=root)
+    value = '"' + target.replace("\\", "\\\\").replace("\0", "\\0").replace('"', '\\"') + '"'
+    field = rng.choice(["code", "extends", "conda_file", "build", "input"])
+    if field in ("code", "extends"):
+        return kind, re.sub(rf"(?m)^{field}:.*\n", "", text) + f"{field}: {value}\n"
+    body = re.sub(r"(?m)^(environment|inputs):.*\n(?:[ \t]+.*\n)*", "", text)
+    if field == "conda_file":
+        return kind, body + f"environment: {{image: pytorch:latest, conda_file: {value}}}\n"
+    if field == "build":
+        return kind, body + f"environment: {{build: {{path: {value}}}}}\n"
+    return kind, body + f"inputs: {{data: {{path: {value}}}}}\n"
+
+
+def mutants(root: Path) -> List[Tuple[str, Path, str]]:
+    """(kind, file, command) for COUNT mutants; the same ones on every run."""
+    rng = random.Random(SEED)
+    texts = {source: source.read_text(encoding="utf-8", errors="replace") for source in SOURCES}
+    others = list(texts.values())
+    out = []
+    for n in range(COUNT):
+        source = rng.choice(SOURCES)
+        kind, text = mutate(rng, texts[source], others, root)
+        folder = root / source.parent.relative_to(REPO)
+        file = folder / f"m{n:03d}-{kind}-{source.stem}.yaml"
+        file.write_bytes(text.encode("utf-8", errors="surrogateescape"))
+        command = "compile" if rng.random() < 0.25 else "validate"
+        out.append((kind, file, command))
+    # the spec argument itself: a FIFO, a device, a loop, `/` through a link, overlong names
+    for name in ["fifo.yaml", "loop-a", "to-root", "/dev/zero", "/dev/stdin", "x" * 300 + ".yaml",
+                 "/".join(["d" * 200] * 25) + ".yaml", "a\0b.yaml"]:
+        out.append(("argument", root / name if not name.startswith("/") else Path(name), "validate"))
+    return out
+
+
+def check(kind: str, file: Path, code: int, stdout: str, stderr: str) -> Optional[str]:
+    """What is wrong with a run's answer, or None."""
+    what = f"{kind} {file.name[:60]}: exit {code}\n{stderr[-2000:]}"
+    if code not in (0, 1, 2):
+        return what
+    if "Traceback" in stderr or "internal error" in stderr:
+        return what
+    if code == 1:
+        errors = [l for l in stderr.splitlines() if ": error: " in l and not l.startswith("trainspec: error: ")]
+        if not errors and "trainspec: error: cannot write" not in stderr:
+            return "exit 1 without a located error: " + what
+        if not all(LOCATED.match(l) for l in errors):
+            return "an error without file:line:col: " + what
+    for line in stderr.splitlines():  # one line per diagnostic: no raw control character gets out
+        if any(ord(c) < 0x20 and c != "\t" for c in line):
+            return "a raw control character in a diagnostic: " + what
+    return None
+
+
+def test_mutants_never_crash_hang_or_give_unlocated_errors(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRAINSPEC_DEBUG", raising=False)
+    arena(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    problems, kinds = [], {}
+    out = tmp_path / "out"
+    for kind, file, command in mutants(tmp_path):
+        argv = [command, str(file)] + (["-o", str(out)] if command == "compile" else [])
+        try:
+            code, stdout, stderr = run_in_process(argv)
+        except Hang as exc:
+            problems.append(f"{kind} {file.name[:60]}: {exc}")
+            continue
+        kinds[kind] = kinds.get(kind, 0) + 1
+        problem = check(kind, file, code, stdout, stderr)
+        if problem:
+            problems.append(problem)
+    assert problems == [], f"{len(problems)} of {sum(kinds.values())} mutants:\n\n" + "\n\n".join(problems[:20])
+    assert len(kinds) >= 15, kinds  # the mutations are all exercised
+    # nothing written outside -o, and no Python repr (`<generator object ... at 0x...>`) written
+    assert list((tmp_path / "outside").iterdir()) == []
+    for path in out.rglob("*") if out.exists() else []:
+        assert not path.is_symlink(), path
+        if path.is_file():
+            assert not ADDRESS.search(path.read_text(errors="replace")), path
+
+
+def test_every_kind_of_mutant_through_the_console_script(tmp_path, cli_env):
+    """One mutant of each hostile kind through the installed `trainspec`, as a process with a
+    timeout: the in-process runs above share the answer, not the process's start or its exit."""
+    arena(tmp_path)
+    base = (REPO / "specs" / "ddp-torchrun.yaml").read_text()
+    cases = {
+        "dup-alias-bomb": base + "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+            f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n" for i in range(1, 12))
+        + "env: *l11\nenv: *l11\n",
+        "huge-int": base.replace("nodes: 2", "nodes: " + "9" * 5000),
+        "generator": base + "env: {T: \"{{ ['a']|map('upper') }}\"}\n",
+        "fifo-extends": base + "extends: ../fifo.yaml\n",
+        "nul-extends": base + 'extends: "a\\0b"\n',
+    }
+    for name, text in cases.items():
+        (tmp_path / "specs" / f"{name}.yaml").write_text(text)
+    runs = [[f"specs/{name}.yaml"] for name in cases] + [["fifo.yaml"], ["to-root"], ["loop-a"]]
+    for args in runs:
+        proc = subprocess.run([*trainspec_cmd(), "validate", *args], cwd=tmp_path, env=cli_env, capture_output=True,
+                              text=True, timeout=120, stdin=subprocess.DEVNULL)
+        problem = check("console", Path(args[0]), proc.returncode, proc.stdout, proc.stderr)
+        assert problem is None, problem
+        assert proc.returncode in (1, 2), (args, proc.stderr)
