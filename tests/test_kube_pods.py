@@ -278,6 +278,7 @@ FAILING = textwrap.dedent("""\
 @needs_root
 def test_a_failing_pod_fails_the_run_and_every_other_pod_is_stopped(tmp_path):
     docs = documents(PYTORCHJOB, FAILING)
+    mounts_before = open("/proc/self/mountinfo").read()
     result = run_pods(job_pods(docs), docs, workdir=tmp_path / "pods", timeout=120,
                       extra_env={"PYTHONDONTWRITEBYTECODE": "1"})
     assert not result.ok and not result.timed_out
@@ -287,6 +288,7 @@ def test_a_failing_pod_fails_the_run_and_every_other_pod_is_stopped(tmp_path):
     # python as a pod's pid 1 has no SIGTERM handler, so it ignores SIGTERM (as in a container): SIGKILL
     assert result.exit_codes["plain-master-0"] == 128 + 9
     assert leftovers(result) == [] and not os.path.exists("/code")
+    assert open("/proc/self/mountinfo").read() == mounts_before
 
 
 @pytest.mark.realproc
