@@ -854,7 +854,7 @@ def test_compile_never_writes_through_a_link_that_leaves_out(tmp_path, link):
         (tmp_path / "out" / "real").mkdir()
         (tmp_path / "out" / "hostile").symlink_to("real", target_is_directory=True)
     before = snapshot(tmp_path)
-    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path, timeout=120)
+    proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path)
     if link == "name-inside":
         assert proc.returncode == 0, proc.stderr
         assert (tmp_path / "out" / "real" / "azureml" / "job.yml").is_file()
@@ -878,3 +878,45 @@ def test_text_diagnostics_escape_control_characters(tmp_path):
     assert "error: env.A\\n::error file=x::pwned: 'A\\n::error file=x::pwned' is not a valid environment variable " \
            "name" in proc.stderr, proc.stderr
     assert "error: env.B\\x1b[2J: " in proc.stderr, proc.stderr
+
+
+# --- the review's and the cache's reads: never a FIFO, never a wait -------------------------------
+
+def test_a_fifo_among_the_outputs_or_the_cache_never_hangs_check_or_plan(tmp_path):
+    """Every file the review commands read besides specs (output headers, committed outputs, the
+    check cache, a spec found in a folder) goes through the same bounded, non-blocking read."""
+    from conftest import edit, git, spec_repo, ts
+
+    repo = spec_repo(tmp_path)
+    cache = tmp_path / "cache"
+    env = dict(os.environ, TRAINSPEC_CACHE_DIR=str(cache))
+    assert ts("check", "specs/", "--out", "build/", cwd=repo, env=env).returncode == 0  # the cache now has records
+    os.mkfifo(repo / "build" / "single-node" / "azureml" / "fifo")  # a stray FIFO in an output folder
+    job = repo / "build" / "mnist-lightning" / "azureml" / "job.yml"
+    job.unlink()
+    os.mkfifo(job)  # a committed output replaced by a FIFO
+    for record in cache.rglob("*.json"):
+        record.unlink()
+        os.mkfifo(record)
+    for command in (["check", "specs/", "--out", "build/"], ["plan", "--git", "HEAD"], ["diff", "--git", "HEAD"],
+                    ["validate", "specs/"]):
+        proc = ts(*command, cwd=repo, env=env)
+        assert proc.returncode in (0, 1), (command, proc.stderr)
+        assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, (command, proc.stderr)
+    proc = ts("check", "specs/", "--out", "build/", cwd=repo, env=env)
+    assert "build/mnist-lightning/azureml/job.yml: missing" in proc.stdout  # not a file: not what compile writes
+
+
+def test_import_and_skus_import_refuse_a_fifo_in_one_line(tmp_path):
+    from conftest import ts
+
+    shutil.copytree(REPO / "tests" / "jobs", tmp_path / "jobs")
+    env_file = tmp_path / "jobs" / "environments" / "nccl.yml"
+    env_file.unlink()
+    os.mkfifo(env_file)
+    proc = ts("import", "jobs/env-file.yml", cwd=tmp_path)
+    assert proc.returncode == 1 and "internal error" not in proc.stderr
+    assert "cannot read the environment file ./environments/nccl.yml: is a FIFO (named pipe)" in proc.stderr
+    os.mkfifo(tmp_path / "skus.json")
+    proc = ts("skus", "--import", "skus.json", cwd=tmp_path)
+    assert proc.returncode == 2 and "--import skus.json: is a FIFO (named pipe)" in proc.stderr

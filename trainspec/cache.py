@@ -46,12 +46,30 @@ def folder() -> Optional[Path]:
     return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache") / "trainspec"
 
 
+HASH_LIMIT = 256 * 1024 * 1024  # a file larger than this is never taken as unchanged
+
+
 def sha256_file(path: Path) -> Optional[str]:
+    """The sha256 of a regular file's bytes; None for anything else (missing, a FIFO or device,
+    which are never opened, or larger than HASH_LIMIT), so that a lookup misses, never hangs."""
+    from .schema.loader import ReadProblem, read_bounded
+
     try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except OSError:
+        data = read_bounded(path, HASH_LIMIT)
+    except (OSError, ReadProblem):
         return None
+    return hashlib.sha256(data).hexdigest() if len(data) <= HASH_LIMIT else None
+
+
+def _read_json(file: Path) -> Any:
+    """One of the cache's own files, read like any other input: bounded, never blocking."""
+    from .schema.loader import ReadProblem, read_bounded
+
+    try:
+        data = read_bounded(file, HASH_LIMIT)
+    except ReadProblem as exc:
+        raise OSError(exc.message) from None
+    return json.loads(data.decode("utf-8"))
 
 
 @lru_cache(maxsize=1)
@@ -158,7 +176,7 @@ class Cache:
         name = hashlib.sha256(key.encode()).hexdigest()
         self.file = base / f"check-{FORMAT}" / f"{name}.json"
         try:
-            loaded = json.loads(self.file.read_text(encoding="utf-8"))
+            loaded = _read_json(self.file)
             if isinstance(loaded, dict) and loaded.get("key") == key and isinstance(loaded.get("records"), dict):
                 self.records = loaded["records"]
         except (OSError, ValueError, UnicodeDecodeError):
@@ -246,7 +264,7 @@ class Extends(dict):
             except OSError:
                 pass
         try:
-            loaded = json.loads(self.file.read_text(encoding="utf-8")) if self.file is not None else {}
+            loaded = _read_json(self.file) if self.file is not None else {}
             if isinstance(loaded, dict) and len(loaded) < self.LIMIT and all(
                     isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in loaded.items()):
                 self.update(loaded)

@@ -434,8 +434,12 @@ def _import_skus(args: argparse.Namespace) -> int:
 
     from .schema import skus as catalog_module
 
+    from .schema.loader import ReadProblem, read_bounded
+
     try:
-        listed = json.loads(Path(args.import_file).read_text(encoding="utf-8"))
+        listed = json.loads(read_bounded(args.import_file, 256 * 1024 * 1024).decode("utf-8"))
+    except ReadProblem as exc:
+        raise UsageError(f"--import {args.import_file}: {exc.message}") from None
     except (OSError, ValueError) as exc:
         raise UsageError(f"--import {args.import_file}: not the JSON `az vm list-skus` prints ({exc})") from None
     if not isinstance(listed, list):

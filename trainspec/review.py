@@ -46,10 +46,11 @@ class Header:
 
 
 def read_header(path: Path) -> Optional[Header]:
+    from .schema.loader import ReadProblem, read_bounded
+
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(2048)
-    except OSError:
+        head = read_bounded(path, 2048)  # a FIFO left in the output folder is never opened
+    except (OSError, ReadProblem):
         return None
     match = HEADER.search(head)
     if match is None:
@@ -969,9 +970,11 @@ def working_in(folder: Path) -> Iterator[None]:
 
 def looks_like_spec(path: Path) -> bool:
     """A trainspec spec (`version: 1` or `extends:` at the top level), not any YAML file."""
+    from .schema.loader import ReadProblem, read_bounded
+
     try:
-        head = path.read_text(encoding="utf-8", errors="replace")[:8000]
-    except OSError:
+        head = read_bounded(path, 8000)[:8000].decode("utf-8", "replace")
+    except (OSError, ReadProblem):
         return False
     return any(re.match(r"(version:\s*1\s*(#.*)?$|extends:)", line) for line in head.splitlines())
 
@@ -1058,6 +1061,8 @@ def _code_changes(outcome: Outcome, root: Path, changed: set) -> List[str]:
 def _edited_outputs(outcome: Outcome, root: Path, out: str, changed: set) -> List[str]:
     """Committed outputs of this job that the change touched and that are not the bytes its spec
     compiles to (a hand edit): `check` fails on them, and a reviewer must see them."""
+    from .schema.loader import ReadProblem, read_bounded
+
     found = []
     for artifact in outcome.artifacts:
         for item in artifact.files:
@@ -1065,9 +1070,9 @@ def _edited_outputs(outcome: Outcome, root: Path, out: str, changed: set) -> Lis
             if name not in changed:
                 continue
             try:
-                current = (root / name).read_bytes()
-            except OSError:
-                continue  # deleted: check reports it missing; the job itself did not change
+                current = read_bounded(root / name, len(item.data))
+            except (OSError, ReadProblem):
+                continue  # deleted (check reports it missing), or not a file: the job itself did not change
             if current != item.data:
                 found.append(name)
     return found

@@ -359,11 +359,17 @@ def _environment(environment, relative, note, job_dir: Path) -> Dict[str, Any]:
         # relative to that file
         from ruamel.yaml import YAML
 
-        where = (job_dir / environment[len("file:"):]).resolve()
+        from ..schema.loader import ReadProblem, read_bounded, real_path
+
+        written = environment[len("file:"):]
         try:
-            loaded = YAML(typ="safe").load(where.read_text(encoding="utf-8"))
+            where = real_path(job_dir / written)
+            loaded = YAML(typ="safe").load(read_bounded(where).decode("utf-8"))
+        except ReadProblem as exc:
+            note(("environment",), f"cannot read the environment file {written}: {exc.message}", fatal=True)
+            return {}
         except (OSError, ValueError) as exc:
-            note(("environment",), f"cannot read the environment file {where.name}: {exc}", fatal=True)
+            note(("environment",), f"cannot read the environment file {written}: {exc}", fatal=True)
             return {}
         if not isinstance(loaded, dict):
             note(("environment",), f"{where.name} is not an environment definition", fatal=True)
