@@ -12,11 +12,22 @@ REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "specs"
 
 
+# what the environment held before any test imported trainspec.cli in-process (the fuzzer does):
+# importing it sets PYDANTIC_DISABLE_PLUGINS for the CLI's own start-up, and every command a test
+# starts afterwards would inherit it as if the user had set it
+_PLUGINS = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
+
+
 @pytest.fixture(autouse=True)
-def _own_check_cache(tmp_path, monkeypatch):
+def _own_environment(tmp_path, monkeypatch):
     """Every test's `trainspec check` caches in its own folder, never in the user's ~/.cache
-    (tests that study the cache set their own)."""
+    (tests that study the cache set their own), and starts commands with the environment the
+    suite started with."""
     monkeypatch.setenv("TRAINSPEC_CACHE_DIR", str(tmp_path / ".trainspec-cache"))
+    if _PLUGINS is None:
+        monkeypatch.delenv("PYDANTIC_DISABLE_PLUGINS", raising=False)
+    else:
+        monkeypatch.setenv("PYDANTIC_DISABLE_PLUGINS", _PLUGINS)
 
 
 @pytest.fixture
@@ -200,8 +211,11 @@ while hasattr(store, "underlying_store"):
     store = store.underlying_store
 total = torch.ones(1)
 dist.all_reduce(total)
-print("TRAINSPEC_RESULT " + json.dumps({"rank": dist.get_rank(), "world_size": dist.get_world_size(),
-    "node_rank": node_rank, "master": master, "torch_master": store.host, "allreduce": int(total.item())}), flush=True)
+# one write of the whole line: unbuffered (PYTHONUNBUFFERED), print() writes the text and its newline
+# apart, and two ranks sharing a pipe would interleave them
+sys.stdout.write("TRAINSPEC_RESULT " + json.dumps({"rank": dist.get_rank(), "world_size": dist.get_world_size(),
+    "node_rank": node_rank, "master": master, "torch_master": store.host, "allreduce": int(total.item())}) + "\\n")
+sys.stdout.flush()
 dist.destroy_process_group()
 """
 PROBE_COMMAND = 'python probe.py $NODE_RANK "$MASTER_ADDR"'
