@@ -16,7 +16,8 @@ GOLDEN = REPO / "tests" / "golden"
 SPEC_FILES = sorted(SPECS.glob("*.yaml"))
 REGENERATE = "trainspec compile specs/ -o tests/golden"
 # runtime files copied byte for byte next to the jobs: compared with their source below instead
-VERBATIM = {"trainspec_shim.py": "shim.py", "trainspec_ray_driver.py": "ray_driver.py", "trainspec_procs.py": "procs.py"}
+VERBATIM = {"trainspec_shim.py": "shim.py", "trainspec_ray_driver.py": "ray_driver.py", "trainspec_procs.py": "procs.py",
+            "trainspec_ray_request.py": "ray_request.py", "trainspec_hpcpack_election.py": "hpcpack_election.py"}
 
 
 @pytest.mark.parametrize("spec", SPEC_FILES, ids=lambda p: p.stem)

@@ -178,5 +178,6 @@ def test_deterministic_and_shim_travels_with_the_job(tmp_path):
     second = compile_xml(SPECS / "hpcpack-ddp.yaml", tmp_path / "b").read_bytes()
     assert first == second
     folder = tmp_path / "a" / "hpcpack-ddp" / "hpcpack"
-    assert sorted(p.name for p in folder.iterdir()) == ["job.xml", "stage.sh", "trainspec_shim.py"]
+    assert sorted(p.name for p in folder.iterdir()) == ["job.xml", "stage.sh", "trainspec_hpcpack_election.py",
+                                                        "trainspec_shim.py"]
     assert os.access(folder / "stage.sh", os.X_OK)

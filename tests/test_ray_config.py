@@ -57,7 +57,7 @@ def test_example_spec_passes_rays_validation(tmp_path):
     assert "--shm-size=32g" in config["docker"]["run_options"]
     assert set(config["file_mounts"]) == {"~/trainspec/code", "~/trainspec/trainspec_shim.py",
                                           "~/trainspec/trainspec_ray_driver.py", "~/trainspec/trainspec_procs.py",
-                                          "~/trainspec/trainspec_ray_job.json"}
+                                          "~/trainspec/trainspec_ray_request.py", "~/trainspec/trainspec_ray_job.json"}
     assert (folder / config["file_mounts"]["~/trainspec/code"]).resolve() == REPO / "examples" / "mnist"
     assert any("lightning==2.6.6" in c for c in config["setup_commands"])
     assert "azure-mgmt-compute" in config["head_setup_commands"][0]  # the autoscaler drives Azure

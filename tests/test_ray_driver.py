@@ -34,6 +34,7 @@ pytestmark = pytest.mark.realproc
 SHIM = REPO / "trainspec" / "runtime" / "shim.py"
 DRIVER = REPO / "trainspec" / "runtime" / "ray_driver.py"
 PROCS = REPO / "trainspec" / "runtime" / "procs.py"
+REQUEST_TYPE = REPO / "trainspec" / "runtime" / "ray_request.py"
 BIN = Path(sys.executable).parent
 RESULT = re.compile(r"^\[(rank|node) (\d+)\] TRAINSPEC_RESULT (\{.*\})$", re.M)
 CAN_NETNS = os.geteuid() == 0 and all(shutil.which(tool) for tool in ("unshare", "nsenter", "ip"))
@@ -168,15 +169,15 @@ class Finished:
 
 
 def launch(cluster, tmp_path, *flags, command, timeout=700, **fields):
-    """Run the driver copied as a compiled job has it (with trainspec_procs.py, next to the shim) on
-    a job request of ``fields``; returns it finished, with the arrival time of every line, so a test
-    can time what follows an event it saw rather than the whole run (whose start-up a busy machine
-    stretches)."""
+    """Run the driver copied as a compiled job has it (with trainspec_procs.py and
+    trainspec_ray_request.py, next to the shim) on a job request of ``fields``; returns it finished,
+    with the arrival time of every line, so a test can time what follows an event it saw rather than
+    the whole run (whose start-up a busy machine stretches)."""
     import json
     import threading
 
     for source, name in ((SHIM, "trainspec_shim.py"), (DRIVER, "trainspec_ray_driver.py"),
-                         (PROCS, "trainspec_procs.py")):
+                         (PROCS, "trainspec_procs.py"), (REQUEST_TYPE, "trainspec_ray_request.py")):
         shutil.copyfile(source, tmp_path / name)
     request = {"gpus_per_node": 0, "cpus_per_node": 1, "placement": "PACK", "workdir": ".", "env": {},
                "master_port": None, "command": command, **fields}

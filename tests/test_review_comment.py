@@ -81,7 +81,7 @@ OUR_TAGS = {"h1", "h2", "h3", "p", "ul", "li", "code", "pre", "strong", "em", "t
 
 # --- runtime files are summarised ---------------------------------------------------------------
 
-RUNTIME = ("trainspec_shim.py", "trainspec_ray_driver.py", "trainspec_procs.py")
+RUNTIME = ("trainspec_shim.py", "trainspec_ray_driver.py", "trainspec_procs.py", "trainspec_ray_request.py")
 
 
 def test_a_new_ray_job_shows_its_runtime_files_as_name_size_sha256_and_version(repo):
@@ -89,7 +89,7 @@ def test_a_new_ray_job_shows_its_runtime_files_as_name_size_sha256_and_version(r
     commit(repo, "a Ray job")
     ts("compile", "specs/ray-lightning.yaml", "-o", str(repo / "compiled"), cwd=repo, check=True)
     files = {name: (repo / "compiled" / "ray-lightning" / "ray" / name).read_bytes() for name in RUNTIME}
-    shim_line = "class _Election:"  # any line of the shim's source: it must not be printed
+    shim_line = "class HPCPack(Detector):"  # any line of the shim's source: it must not be printed
     assert shim_line.encode() in files["trainspec_shim.py"]
     for fmt in ("text", "markdown"):
         out = ts("diff", "--git", "HEAD~1", "--format", fmt, cwd=repo, check=True).stdout
@@ -128,7 +128,8 @@ def test_a_changed_job_names_its_unchanged_runtime_and_a_changed_runtime_says_wh
     head = build(str(REPO / "specs" / "ray-lightning.yaml"), Path("build"))
     old_ray = head.artifacts[0]
     shim = old_ray.file("trainspec_shim.py")
-    older = replace(shim, data=shim.data.replace(b"class _Election:", b"class _OldElection:"), runtime="0.0.9")
+    older = replace(shim, data=shim.data.replace(b"class HPCPack(Detector):", b"class OldHPCPack(Detector):"),
+                    runtime="0.0.9")
     base = replace(head, artifacts=[replace(old_ray, files=tuple(older if f is shim else f for f in old_ray.files))])
     result = diff_outcomes(base, head, "build")
     assert result.status == "changed" and [f.output for f in result.files] == ["ray/trainspec_shim.py"]
@@ -139,12 +140,12 @@ def test_a_changed_job_names_its_unchanged_runtime_and_a_changed_runtime_says_wh
     for fmt in ("text", "markdown"):
         shown = render_diffs([result], fmt)
         shown = render(shown).text if fmt == "markdown" else shown
-        assert "changed: trainspec runtime v0.0.9 -> v0.1.0" in shown and "_OldElection" not in shown
-        assert "unchanged trainspec runtime v0.1.0" in shown  # the driver and procs
+        assert "changed: trainspec runtime v0.0.9 -> v0.1.0" in shown and "OldHPCPack" not in shown
+        assert "unchanged trainspec runtime v0.1.0" in shown  # the driver, procs and the request's type
     as_json = json.loads(render_diffs([result], "json"))["jobs"][0]
     assert as_json["files"][0]["runtime"]["version_before"] == "0.0.9"
-    assert {Path(f["path"]).name for f in as_json["runtime_unchanged"]} == {"trainspec_ray_driver.py",
-                                                                           "trainspec_procs.py"}
+    assert {Path(f["path"]).name for f in as_json["runtime_unchanged"]} == {
+        "trainspec_ray_driver.py", "trainspec_procs.py", "trainspec_ray_request.py"}
 
 
 # --- one comment, whatever the change -----------------------------------------------------------

@@ -9,6 +9,7 @@ sleep to synchronise, they watch the directory for the files they wait for.
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,13 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kill_processes_with
+from conftest import REPO, SPECS, kill_processes_with
+from trainspec.build import build
 from trainspec.runtime import SHIM_PATH
+from trainspec.runtime import hpcpack_election
+from trainspec.runtime.hpcpack_election import ElectionError, elect_master
 from trainspec.runtime.shim import (
-    DETECTORS, HPCPack, Expectation, ShimError, World, detect, elect_master, normalize, verify,
+    DETECTORS, ELECTION_FILE, HPCPack, Expectation, ShimError, World, detect, normalize, verify,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+ELECTION_PATH = Path(hpcpack_election.__file__)
 JOB = "1234"
 
 
@@ -193,7 +197,7 @@ def test_detector_order():
 
 
 def elect_in_threads(tmp_path, nodes, attempt="7", identity="id", timeout=60):
-    """Every node of a job electing at once, each in a thread: rank -> host or ShimError."""
+    """Every node of a job electing at once, each in a thread: rank -> host or ElectionError."""
     import threading
 
     results = {}
@@ -201,7 +205,7 @@ def elect_in_threads(tmp_path, nodes, attempt="7", identity="id", timeout=60):
     def node(rank):
         try:
             results[rank] = elect_master(str(tmp_path), attempt, rank, nodes, "NODE%02d" % rank, timeout, identity)
-        except ShimError as error:
+        except ElectionError as error:
             results[rank] = error
 
     threads = [threading.Thread(target=node, args=(rank,)) for rank in range(nodes)]
@@ -225,7 +229,7 @@ def test_every_node_agrees_and_node_0_waits_for_every_acknowledgement(tmp_path):
 
 
 def test_node_0_alone_times_out_naming_who_never_acknowledged(tmp_path):
-    with pytest.raises(ShimError) as caught:
+    with pytest.raises(ElectionError) as caught:
         elect_master(str(tmp_path), "7", 0, 3, "NODE00", timeout=0.3, identity="id")
     assert str(caught.value) == ("node(s) 1, 2 did not acknowledge node 0 (NODE00) within 0.3 s "
                                  "(TRAINSPEC_RDZV_TIMEOUT); registered: node-0 -- are their tasks queued or failed?")
@@ -254,7 +258,7 @@ def write_master(directory, host, identity, age=0.0, nonce="0123456789abcdef"):
 def test_master_of_another_run_in_the_same_directory_is_ignored(tmp_path):
     """A reused job id (reinstalled cluster, two clusters on one share) leaves a master of another spec."""
     write_master(tmp_path / "7", "OLDNODE", "job=7 nodes=3 port=29400 spec=specs/other.yaml")
-    with pytest.raises(ShimError) as caught:
+    with pytest.raises(ElectionError) as caught:
         elect_master(str(tmp_path), "7", 1, 3, "NODE01", timeout=0.3,
                      identity="job=7 nodes=3 port=29400 spec=specs/mine.yaml")
     assert "names OLDNODE but is from another run (job=7 nodes=3 port=29400 spec=specs/other.yaml)" \
@@ -266,7 +270,7 @@ def test_a_master_file_of_the_same_run_identity_is_not_trusted_until_confirmed(t
     go file too) is acknowledged but never confirmed, so the follower does not take it."""
     write_master(tmp_path / "7", "OLDNODE", "id")
     (tmp_path / "7" / "go").write_text("0123456789abcdef\n1 feedfacefeedface\n")
-    with pytest.raises(ShimError) as caught:
+    with pytest.raises(ElectionError) as caught:
         elect_master(str(tmp_path), "7", 1, 2, "NODE01", timeout=0.3, identity="id")
     assert ("node 0 (OLDNODE) never confirmed this node in %s: that claim is not of this run" % (tmp_path / "7")
             in str(caught.value))
@@ -275,7 +279,7 @@ def test_a_master_file_of_the_same_run_identity_is_not_trusted_until_confirmed(t
 def test_node_0_registered_but_no_master(tmp_path):
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "node-0").write_text("NODE00\n")
-    with pytest.raises(ShimError, match=r"node 0 registered but never wrote .*/7/master within 0\.2 s"):
+    with pytest.raises(ElectionError, match=r"node 0 registered but never wrote .*/7/master within 0\.2 s"):
         elect_master(str(tmp_path), "7", 2, 3, "NODE02", timeout=0.2)
 
 
@@ -290,24 +294,35 @@ def test_node_0_removes_idle_job_folders_only(tmp_path):
     assert sorted(p.name for p in (tmp_path / "4").iterdir()) == ["master", "notes.txt"]
 
 
-def test_unwritable_rendezvous_directory_is_a_shim_error(tmp_path):
+def test_unwritable_rendezvous_directory_is_an_election_error(tmp_path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(ShimError, match="cannot register node 1 in the rendezvous directory .*file/7"):
+    with pytest.raises(ElectionError, match="cannot register node 1 in the rendezvous directory .*file/7"):
         elect_master(str(tmp_path / "file"), "7", 1, 2, "NODE01", timeout=1)
 
 
 # ---------------------------------------------------------------- the election, real processes
 
 
-@pytest.fixture
-def spawn():
-    """Start shims; every process started is killed when the test ends, whatever happens."""
-    started = []
+def ship(folder, election=True):
+    """The shim (and its election) as an HPC Pack job ships them: one folder, the shipped names."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(SHIM_PATH, folder / "trainspec_shim.py")
+    if election:
+        shutil.copyfile(ELECTION_PATH, folder / ELECTION_FILE)
+    return folder / "trainspec_shim.py"
 
-    def start(env, args=("--print",), **popen):
+
+@pytest.fixture
+def spawn(tmp_path_factory):
+    """Start shipped shims as the task runs them (python -I -S trainspec_shim.py); every process
+    started is killed when the test ends, whatever happens."""
+    started = []
+    shim = ship(tmp_path_factory.mktemp("job"))
+
+    def start(env, args=("--print",), shim=shim, **popen):
         full_env = {"PATH": os.environ["PATH"], **env}
-        proc = subprocess.Popen([sys.executable, str(SHIM_PATH), *args], env=full_env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, **popen)
+        proc = subprocess.Popen([sys.executable, "-I", "-S", str(shim), *args], env=full_env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
         started.append(proc)
         return proc
 
@@ -434,6 +449,46 @@ def test_the_command_gets_the_elected_master(tmp_path, spawn):
     assert [out for out, _ in outs] == ["MASTER=127.0.0.2 0\n", "MASTER=127.0.0.2 1\n"]
 
 
+def test_a_shim_shipped_without_its_election_says_so_and_touches_nothing(tmp_path, spawn):
+    """The election is loaded only when a master must be elected: a job that names its master runs
+    without the file; one that elects fails at once, naming the file, before any waiting."""
+    shim = ship(tmp_path / "job", election=False)
+    code, exported, err = finish(spawn(baked(1), shim=shim))
+    assert (code, exported["MASTER_ADDR"]) == (0, "NODE00"), err
+    rdzv = tmp_path / "rdzv"
+    rdzv.mkdir()
+    code, exported, err = finish(spawn(hpcpack(1, TRAINSPEC_RDZV_DIR=str(rdzv)), shim=shim))
+    assert (code, exported) == (3, {})
+    assert err.startswith("trainspec: error: trainspec_hpcpack_election.py is missing beside %s: this HPC Pack "
+                          "job elects its master through TRAINSPEC_RDZV_DIR" % shim), err
+    assert "Traceback" not in err and list(rdzv.iterdir()) == []
+
+
+def test_inside_the_package_the_shim_loads_the_election_source_beside_it():
+    from trainspec.runtime import shim
+
+    assert Path(shim._election().__file__) == ELECTION_PATH
+
+
+def test_the_election_ships_with_hpcpack_jobs_only_and_the_shim_stays_small(monkeypatch):
+    """Every example spec, every target: the shim as shipped is under 900 lines; the election file
+    beside it only in HPC Pack jobs, whose stage.sh copies it next to the shim."""
+    monkeypatch.chdir(REPO)
+    targets = set()
+    for spec in sorted(SPECS.glob("*.yaml")):
+        outcome = build(str(spec.relative_to(REPO)), Path("build"))
+        for artifact in outcome.artifacts:
+            names = {item.path for item in artifact.files}
+            targets.add(artifact.target)
+            assert len(artifact.file("trainspec_shim.py").data.decode().splitlines()) < 900
+            assert (ELECTION_FILE in names) == (artifact.target == "hpcpack"), (spec.name, artifact.target)
+            if artifact.target == "hpcpack":
+                assert artifact.file(ELECTION_FILE).data == ELECTION_PATH.read_bytes()
+                stage = artifact.file("stage.sh").data.decode()
+                assert "cp %s \"$shared\"/%s/%s\n" % (ELECTION_FILE, artifact.name, ELECTION_FILE) in stage
+    assert {"hpcpack", "azureml", "ray", "slurm"} <= targets
+
+
 # ---------------------------------------------------------------- torchrun honours the exports
 
 
@@ -473,7 +528,7 @@ def test_torchrun_without_flags_trains_on_two_simulated_nodes(tmp_path):
     from trainspec.runtime.procs import free_port
 
     marker = "hpcpack-%d-%d" % (os.getpid(), time.monotonic_ns())
-    argv = [sys.executable, "-c", DRIVER, str(SHIM_PATH), str(tmp_path / "rdzv"), str(free_port()),
+    argv = [sys.executable, "-c", DRIVER, str(ship(tmp_path / "job")), str(tmp_path / "rdzv"), str(free_port()),
             str(REPO / "examples" / "ddp" / "train.py")]
     env = {**os.environ, "TRAINSPEC_TEST_MARKER": marker}
     for name in [k for k in env if k.startswith(("PET_", "TORCHELASTIC_", "CCP_", "TRAINSPEC_"))]:

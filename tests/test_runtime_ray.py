@@ -18,10 +18,12 @@ import pytest
 
 from trainspec.runtime import DETECTORS, SHIM_PATH, ShimError, World, detect, normalize
 from trainspec.runtime import procs as procs_module
-from trainspec.runtime import ray_driver
+from trainspec.runtime import ray_driver, ray_request
 from trainspec.runtime.ray_driver import DriverError, Slot, assign, parse_args, process_env, read_request, share
+from trainspec.runtime.ray_request import Request, RequestError
 
 DRIVER_PATH = Path(ray_driver.__file__)
+REQUEST_TYPE_PATH = Path(ray_request.__file__)
 
 
 def ray_env(rank, nodes=2, procs=4, launcher="per-process", expect=True, **extra):
@@ -312,6 +314,36 @@ def test_a_bad_request_names_the_file_and_the_field(tmp_path, fields, message):
     assert message in str(caught.value)
 
 
+def test_one_definition_writes_and_reads_the_request(tmp_path):
+    """The compiler builds the driver's own Request and writes its to_json(); the driver reads the
+    same type back, every field kept (the workdir made absolute, the CPUs a float)."""
+    import dataclasses
+
+    from conftest import REPO
+    from trainspec.build import build
+    from trainspec.compiler import ray as ray_target
+
+    outcome = build(str(REPO / "specs" / "ray-lightning.yaml"), tmp_path)
+    written = ray_target.job_request(outcome.valid)
+    assert isinstance(written, Request)
+    data = outcome.artifacts[0].file(ray_target.REQUEST_FILE).data
+    assert data == written.to_json()
+    path = tmp_path / ray_target.REQUEST_FILE
+    path.write_bytes(data)
+    read = read_request(str(path))
+    assert read == dataclasses.replace(written, workdir=str(tmp_path / "code"), cpus_per_node=8.0)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("nodes", 0, "nodes: expected an integer >= 1, got 0"),
+    ("launcher", "mpi", 'launcher: expected per-process or per-node, got "mpi"'),
+    ("env", {"A": 1}, "env: expected a mapping of variable names to strings"),
+], ids=["nodes", "launcher", "env"])
+def test_the_compiler_cannot_build_a_request_the_driver_would_refuse(field, value, message):
+    with pytest.raises(RequestError, match=re.escape(message)):
+        Request(**{**REQUEST, field: value})
+
+
 def test_a_missing_field_or_file_is_named(tmp_path):
     path = tmp_path / "job.json"
     path.write_text(json.dumps({k: v for k, v in REQUEST.items() if k != "command"}))
@@ -382,19 +414,24 @@ def test_exit_codes_of_signals():
 
 
 def test_the_shipped_driver_runs_from_its_folder_and_imports_ray_late(tmp_path):
-    """As the Ray target ships it: trainspec_ray_driver.py and trainspec_procs.py in one folder,
-    nothing of trainspec installed; ray only imported when a run starts."""
+    """As the Ray target ships it: trainspec_ray_driver.py, trainspec_procs.py and
+    trainspec_ray_request.py in one folder, nothing of trainspec installed; ray only imported when
+    a run starts."""
     source = DRIVER_PATH.read_text()
     imports = re.findall(r"^\s*(?:from|import)\s+(trainspec\w*|\.)", source, re.M)
-    assert sorted(set(imports)) == [".", "trainspec_procs"], imports  # the package's procs, or the shipped copy
+    # the package's procs and request, or the shipped copies
+    assert sorted(set(imports)) == [".", "trainspec_procs", "trainspec_ray_request"], imports
+    assert not re.findall(r"^\s*(?:from|import)\s+(trainspec|\.)", REQUEST_TYPE_PATH.read_text(), re.M)
     shutil.copyfile(DRIVER_PATH, tmp_path / "trainspec_ray_driver.py")
     shutil.copyfile(Path(procs_module.__file__), tmp_path / "trainspec_procs.py")
+    shutil.copyfile(REQUEST_TYPE_PATH, tmp_path / "trainspec_ray_request.py")
     code = ("import sys; sys.path.insert(0, %r); import trainspec_ray_driver; "
-            "print(trainspec_ray_driver.procs.__name__, "
+            "print(trainspec_ray_driver.procs.__name__, trainspec_ray_driver.Request.__module__, "
             "sorted(m for m in sys.modules if m == 'ray' or m.startswith(('ray.', 'trainspec.'))))"
             % str(tmp_path))
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "trainspec_procs []", done.stdout + done.stderr
+    assert done.returncode == 0 and done.stdout.strip() == "trainspec_procs trainspec_ray_request []", \
+        done.stdout + done.stderr
     done = subprocess.run([sys.executable, "-I", str(tmp_path / "trainspec_ray_driver.py"), "--help"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "JOB.json" in done.stdout

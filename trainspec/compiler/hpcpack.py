@@ -20,6 +20,7 @@ Layout on the shared storage (``stage.sh`` makes it)::
 
     <shared_dir>/<name>/code/              the spec's code directory (WorkDirectory)
     <shared_dir>/<name>/trainspec_shim.py
+    <shared_dir>/<name>/trainspec_hpcpack_election.py   the shim's master election
     <shared_dir>/logs/<name>/<job id>.node-<i>.out|.err
     <shared_dir>/.trainspec/               rendezvous files
 """
@@ -243,6 +244,7 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
         base.OutFile(JOB_FILE, xml.encode("utf-8")),
         base.OutFile(STAGE_FILE, _stage_script(valid, layout, out_dir).encode("utf-8"), executable=True),
         base.shim_file(),
+        base.runtime_file(contract.ELECTION_FILE, base.SHIM_SOURCE.with_name("hpcpack_election.py")),
     )
     return base.Artifact(target=NAME, name=spec.name, files=files, submit=SUBMIT)
 
@@ -335,8 +337,8 @@ def _environment(valid: ValidSpec, layout: _Layout) -> Dict[str, str]:
 
 
 def _stage_script(valid: ValidSpec, layout: _Layout, out_dir: Path) -> str:
-    """Copies the code and the shim to the shared storage and makes the log folder. Run it on
-    any machine that mounts the shared storage, from the folder it sits in."""
+    """Copies the code, the shim and its election file to the shared storage and makes the log
+    folder. Run it on any machine that mounts the shared storage, from the folder it sits in."""
     code = base.relative(valid.resolve(valid.spec.code), out_dir)
     q = shlex.quote
     lines = [
@@ -351,6 +353,7 @@ def _stage_script(valid: ValidSpec, layout: _Layout, out_dir: Path) -> str:
         f"\"$shared\"/outputs/{q(valid.name)}",
         f"cp -R {q(code)}/. \"$shared\"/{q(valid.name)}/code/",
         f"cp {q(base.SHIM_FILE)} \"$shared\"/{q(valid.name)}/{q(base.SHIM_FILE)}",
+        f"cp {q(contract.ELECTION_FILE)} \"$shared\"/{q(valid.name)}/{q(contract.ELECTION_FILE)}",
         'echo "staged in $shared"',
     ]
     return "\n".join(lines) + "\n"

@@ -19,16 +19,15 @@ The cluster (../shared/reference/ray.md):
 
 The training: ``launch.sh`` runs ``ray up``, then ``ray exec`` of the driver
 (``trainspec/runtime/ray_driver.py``, copied as ``trainspec_ray_driver.py``) on the job request
-``trainspec_ray_job.json`` written here; it places one bundle per node (STRICT_SPREAD) and runs
-the spec's unmodified command under the shim on ``nodes x procs_per_node`` processes, then
-launch.sh says how to tear the cluster down.
+``trainspec_ray_job.json`` written here (its type: ``runtime/ray_request.py``, shipped too); it
+places one bundle per node (STRICT_SPREAD) and runs the spec's unmodified command under the shim
+on ``nodes x procs_per_node`` processes, then launch.sh says how to tear the cluster down.
 """
 
 from __future__ import annotations
 
 import functools
 import difflib
-import json
 import re
 import shlex
 from pathlib import Path
@@ -49,6 +48,7 @@ LAUNCH_FILE = "launch.sh"
 DRIVER_FILE = "trainspec_ray_driver.py"  # runtime/ray_driver.py, copied
 PROCS_FILE = "trainspec_procs.py"  # runtime/procs.py, copied: the driver's process handling
 REQUEST_FILE = "trainspec_ray_job.json"  # what the driver runs: the job's shape
+REQUEST_TYPE_FILE = "trainspec_ray_request.py"  # runtime/ray_request.py, copied: the request's one definition
 SUBMIT = "bash {dir}/" + LAUNCH_FILE
 REMOTE = "~/trainspec"  # where file_mounts put things on every node
 HEAD_TYPE = "ray.head.default"
@@ -212,9 +212,10 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
         base.OutFile(CLUSTER_FILE, emit.yaml_bytes(cluster_config(valid, out_dir), header)),
         base.OutFile(LAUNCH_FILE, _launch_script(valid).encode("utf-8"), executable=True),
         base.shim_file(),
-        base.OutFile(REQUEST_FILE, (json.dumps(job_request(valid), indent=2, sort_keys=True) + "\n").encode()),
+        base.OutFile(REQUEST_FILE, job_request(valid).to_json()),
         base.runtime_file(DRIVER_FILE, RUNTIME / "ray_driver.py"),
         base.runtime_file(PROCS_FILE, RUNTIME / "procs.py"),
+        base.runtime_file(REQUEST_TYPE_FILE, RUNTIME / "ray_request.py"),
     )
     return base.Artifact(target=NAME, name=spec.name, files=files, submit=SUBMIT)
 
@@ -298,7 +299,7 @@ def _file_mounts(valid: ValidSpec, out_dir: Path) -> Dict[str, str]:
     mounts = {
         f"{REMOTE}/code": base.relative(valid.resolve(spec.code), out_dir),
         f"{REMOTE}/{base.SHIM_FILE}": f"./{base.SHIM_FILE}",
-        **{f"{REMOTE}/{name}": f"./{name}" for name in (REQUEST_FILE, DRIVER_FILE, PROCS_FILE)},
+        **{f"{REMOTE}/{name}": f"./{name}" for name in (REQUEST_FILE, DRIVER_FILE, PROCS_FILE, REQUEST_TYPE_FILE)},
     }
     if spec.environment.conda_file:
         mounts[f"{REMOTE}/environment.yml"] = base.relative(valid.resolve(spec.environment.conda_file), out_dir)
@@ -333,14 +334,16 @@ def _command(valid: ValidSpec) -> str:
                            valid)
 
 
-def job_request(valid: ValidSpec) -> Dict[str, Any]:
-    """What the driver runs (runtime/ray_driver.py, Request): the job's shape, typed JSON."""
+def job_request(valid: ValidSpec):
+    """What the driver runs: the job's shape, as the driver's own type (runtime/ray_request.py)."""
+    from ..runtime.ray_request import Request
+
     launcher = base.launcher(valid, LAUNCHERS)
     env = base.job_env(valid, refs_for(valid), launcher)
-    return {"nodes": valid.nodes, "procs_per_node": valid.procs_per_node, "launcher": launcher,
-            "gpus_per_node": valid.gpus_per_node, "cpus_per_node": valid.procs_per_node,
-            "placement": "STRICT_SPREAD", "workdir": "code", "env": env, "command": _command(valid),
-            "master_port": None}  # None: the driver finds a free port on rank 0's node
+    return Request(nodes=valid.nodes, procs_per_node=valid.procs_per_node, launcher=launcher,
+                   gpus_per_node=valid.gpus_per_node, cpus_per_node=valid.procs_per_node,
+                   placement="STRICT_SPREAD", workdir="code", env=env, command=_command(valid),
+                   master_port=None)  # None: the driver finds a free port on rank 0's node
 
 
 def driver_argv(valid: ValidSpec) -> List[str]:

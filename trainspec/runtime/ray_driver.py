@@ -1,9 +1,10 @@
 """trainspec's Ray driver: run one job request as every process (or every node) of a training job.
 
 The Ray target writes the request (``trainspec_ray_job.json``: nodes, processes, launcher,
-resources, env, command, port) and copies this file as ``trainspec_ray_driver.py`` and
-runtime/procs.py as ``trainspec_procs.py`` next to ``cluster.yaml``; the cluster's file_mounts
-put them on the head, and ``ray exec cluster.yaml`` runs it there:
+resources, env, command, port; its one definition is runtime/ray_request.py, ``Request``) and
+copies this file as ``trainspec_ray_driver.py``, runtime/procs.py as ``trainspec_procs.py`` and
+runtime/ray_request.py as ``trainspec_ray_request.py`` next to ``cluster.yaml``; the cluster's
+file_mounts put them on the head, and ``ray exec cluster.yaml`` runs it there:
 
     python trainspec/trainspec_ray_driver.py trainspec/trainspec_ray_job.json
 
@@ -27,14 +28,13 @@ put them on the head, and ``ray exec cluster.yaml`` runs it there:
    ``--grace`` seconds later; ``--timeout`` stops everything with 124.  Whatever happens, the
    processes are stopped, the actors killed and the placement group removed before it exits.
 
-Self-contained: the standard library, trainspec_procs.py and ``ray`` (imported only when the
-run starts), Python >= 3.8.
+Self-contained: the standard library, trainspec_procs.py, trainspec_ray_request.py and ``ray``
+(imported only when the run starts), Python >= 3.8.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import signal
@@ -47,13 +47,13 @@ from dataclasses import dataclass
 from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 try:  # inside the trainspec package (tests, a checkout)
-    from . import procs
-except ImportError:  # shipped by the Ray target: trainspec_procs.py lies next to this file
+    from . import procs, ray_request
+except ImportError:  # shipped by the Ray target: trainspec_procs.py and trainspec_ray_request.py lie here
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under python -I
     import trainspec_procs as procs  # type: ignore[no-redef]
+    import trainspec_ray_request as ray_request  # type: ignore[no-redef]
 
-LAUNCHERS = ("per-process", "per-node")
-PLACEMENTS = ("STRICT_SPREAD", "SPREAD", "PACK")
+Request = ray_request.Request  # the job, as the Ray target wrote it into trainspec_ray_job.json
 MARKER = "TRAINSPEC_RAY"  # the shim's Ray detector looks for it
 TAIL_LINES = 20  # lines of the failing process shown again at the end
 READ_WAIT = 10.0  # seconds an actor's read() waits for output before answering "nothing yet"
@@ -82,69 +82,13 @@ class _Interrupted(Exception):
 # ---------------------------------------------------------------- the request
 
 
-@dataclass(frozen=True)
-class Request:
-    """The job, as the Ray target wrote it into trainspec_ray_job.json: its shape, not how to run it."""
-
-    nodes: int
-    procs_per_node: int  # per-node: the workers the command starts on each node
-    launcher: str  # per-process: one actor per process; per-node: one per node, the command spawns
-    gpus_per_node: int
-    cpus_per_node: float
-    placement: str
-    workdir: str  # relative to the request file's folder
-    env: Dict[str, str]  # set in every process
-    command: str  # one shell string, run by bash -c
-    master_port: Optional[int]  # None: a port found free on rank 0's node
-
-
-def _is_int(value: object, low: int, high: int = 1 << 31) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
-def _is_env(value: object) -> bool:
-    return isinstance(value, dict) and all(
-        isinstance(k, str) and k and (k[0].isalpha() or k[0] == "_") and all(c.isalnum() or c == "_" for c in k)
-        and isinstance(v, str) for k, v in value.items())
-
-
-# field -> (is it valid?, what it should be)
-_FIELDS = {
-    "nodes": (lambda v: _is_int(v, 1), "an integer >= 1"),
-    "procs_per_node": (lambda v: _is_int(v, 1), "an integer >= 1"),
-    "launcher": (lambda v: v in LAUNCHERS, " or ".join(LAUNCHERS)),
-    "gpus_per_node": (lambda v: _is_int(v, 0), "an integer >= 0"),
-    "cpus_per_node": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf,
-                      "a number > 0"),
-    "placement": (lambda v: v in PLACEMENTS, " or ".join(PLACEMENTS)),
-    "workdir": (lambda v: isinstance(v, str) and v != "", "a folder, relative to the request"),
-    "env": (_is_env, "a mapping of variable names to strings"),
-    "command": (lambda v: isinstance(v, str) and v.strip() != "", "a non-empty shell command"),
-    "master_port": (lambda v: v is None or _is_int(v, 1, 65535), "null or a TCP port (1-65535)"),
-}
-
-
 def read_request(path: str) -> Request:
-    """The request in ``path``, every field checked (DriverError names the file and the field)."""
+    """The request in ``path`` (ray_request.py defines it), every field checked: DriverError names
+    the file and the field."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError) as error:
-        raise DriverError("cannot read the job request %s: %s" % (path, error)) from None
-    if not isinstance(data, dict):
-        raise DriverError("%s: a job request is a JSON object" % path)
-    unknown = sorted(set(data) - set(_FIELDS))
-    missing = sorted(set(_FIELDS) - set(data))
-    if unknown or missing:
-        raise DriverError("%s: %s" % (path, "; ".join(
-            (["unknown field(s) %s" % ", ".join(unknown)] if unknown else [])
-            + (["missing field(s) %s" % ", ".join(missing)] if missing else []))))
-    for name, (valid, expected) in _FIELDS.items():
-        if not valid(data[name]):
-            raise DriverError("%s: %s: expected %s, got %s" % (path, name, expected, json.dumps(data[name])))
-    data["workdir"] = os.path.join(os.path.dirname(os.path.abspath(path)), data["workdir"])
-    data["cpus_per_node"] = float(data["cpus_per_node"])
-    return Request(**data)
+        return ray_request.read_request(path)
+    except ray_request.RequestError as error:
+        raise DriverError(str(error)) from None
 
 
 @dataclass(frozen=True)

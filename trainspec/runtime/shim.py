@@ -8,7 +8,8 @@ and execs CMD: a world that disagrees with the spec fails here, at once, not in 
 
 One file, standard library only, Python >= 3.8: it is copied next to every job. The logic works
 on a plain mapping; only ``main`` touches os.environ and execs, and only HPC Pack's election
-touches files. How each platform is read, and the election's protocol: docs/runtime.md.
+touches files: that lives in its own file, shipped with HPC Pack jobs only (``_election``). How
+each platform is read, and the election's protocol: docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ LAUNCHERS = ("per-process", "per-node", "mpi", "tensorflow")  # tensorflow: one 
 AZUREML_MASTER_PORT = 6105  # what Azure ML's pytorch distribution uses
 HPCPACK_MASTER_PORT = 29400  # trainspec's rendezvous port on HPC Pack unless the spec sets one
 RDZV_TIMEOUT = 900  # seconds a node waits for node 0 in the shared directory (TRAINSPEC_RDZV_TIMEOUT)
-RDZV_STALE_AFTER = 86400.0  # a job folder idle this long is left over: node 0 removes it
+# HPC Pack's shared-folder election ships beside this file in HPC Pack jobs only, under this
+# name (runtime/hpcpack_election.py in the package); the HPC Pack detector loads it when needed.
+ELECTION_FILE = "trainspec_hpcpack_election.py"
 
 
 class ShimError(Exception):
@@ -292,12 +295,12 @@ class TorchElastic(Detector):
                      rank // local_world_size if node_rank is None else node_rank, nodes)
 
 
-# ---------------------------------------------------------------- HPC Pack (and its shared-directory election)
+# ---------------------------------------------------------------- HPC Pack (its election: hpcpack_election.py)
 
 
 class HPCPack(Detector):
     """HPC Pack (Linux node agent), one task per node as trainspec compiles it: node rank and count
-    baked into each task; the master's name too, or elected in a shared directory (``elect_master``)."""
+    baked into each task; the master's name too, or elected in a shared directory (``_election``)."""
 
     name = "hpcpack"
     sources = {
@@ -346,9 +349,32 @@ class HPCPack(Detector):
         timeout = _int(env, ENV_RDZV_TIMEOUT, 1, None, " (whole seconds)")
         identity = "job=%s nodes=%d port=%d spec=%s" % (
             job, world.nodes, world.master_port, " ".join(env.get(ENV_SPEC, "").split()))
-        master = elect_master(env[ENV_RDZV_DIR].strip(), job, world.node_rank, world.nodes, _hpcpack_host(env),
-                              RDZV_TIMEOUT if timeout is None else timeout, identity)
+        election = _election()
+        try:
+            master = election.elect_master(env[ENV_RDZV_DIR].strip(), job, world.node_rank, world.nodes,
+                                           _hpcpack_host(env), RDZV_TIMEOUT if timeout is None else timeout, identity)
+        except election.ElectionError as error:
+            raise ShimError(str(error)) from None
         return world._replace(master_addr=master)
+
+
+def _election():
+    """The election module beside this file, loaded by path: the shim runs as ``python -I -S
+    trainspec_shim.py``, so its own folder is not on sys.path. HPC Pack jobs ship it as
+    ELECTION_FILE; in the trainspec package it is hpcpack_election.py."""
+    import importlib.util  # only here: keeps the shim's start-up cheap elsewhere
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in (ELECTION_FILE, "hpcpack_election.py"):
+        path = os.path.join(here, name)
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location("trainspec_hpcpack_election", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    raise ShimError("%s is missing beside %s: this HPC Pack job elects its master through TRAINSPEC_RDZV_DIR, "
+                    "which needs it; stage the job again (bash stage.sh copies both files), or list the nodes "
+                    "(targets.hpcpack.nodes) so that none is elected" % (ELECTION_FILE, os.path.abspath(__file__)))
 
 
 def _safe_name(text: str) -> bool:
@@ -367,201 +393,6 @@ def _hpcpack_host(env: Mapping[str, str]) -> str:
     import socket  # only here: keeps the shim's start-up cheap elsewhere
 
     return socket.gethostname()
-
-
-# The election. The protocol, and why it is safe without CCP_RETRY_COUNT: docs/runtime.md, "HPC Pack".
-
-RDZV_POLL_FIRST = 0.1  # seconds between the first looks at the directory ...
-RDZV_POLL_MAX = 1.0  # ... backing off to this
-RDZV_WAIT_NOTICE = 30.0  # a waiting node says so once, after this many seconds
-
-
-def elect_master(rdzv_dir: str, job: str, node_rank: int, nodes: int, host: str, timeout: float,
-                 identity: str = "") -> str:
-    """Node 0's host, agreed through a directory every node mounts; ShimError on a timeout or when
-    two nodes claim node rank 0. Node 0 returns once every other node acknowledged its claim; a
-    node returns node 0's host once node 0 confirmed this node's acknowledgement."""
-    import time  # only here: keeps the shim's start-up cheap elsewhere
-
-    directory = os.path.join(rdzv_dir, job)
-    nonce = os.urandom(8).hex()  # this process's: no file of another run can carry it
-    try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        _write_atomic(os.path.join(directory, "node-%d" % node_rank), "%s\n" % host, host)
-        if node_rank == 0:  # replaces an earlier run's claim; a concurrent one is found by _Election
-            _write_atomic(os.path.join(directory, "master"), "%s\n%s\n%s\n" % (host, identity, nonce), host)
-    except OSError as error:
-        raise ShimError("cannot register node %d in the rendezvous directory %s (TRAINSPEC_RDZV_DIR): %s"
-                        % (node_rank, directory, error)) from None
-    state = _Election(directory, node_rank, nodes, host, nonce, identity)
-    start = time.monotonic()
-    pause, noticed = RDZV_POLL_FIRST, False
-    while True:
-        master = state.step()
-        if master is not None:
-            if node_rank == 0:
-                _remove_idle_jobs(rdzv_dir)
-            return master
-        waited = time.monotonic() - start
-        if waited >= timeout:
-            raise ShimError(state.timed_out(timeout))
-        if not noticed and waited >= RDZV_WAIT_NOTICE:
-            noticed = True
-            print("trainspec: node %d waiting in %s (up to %g s, TRAINSPEC_RDZV_TIMEOUT): %s"
-                  % (node_rank, directory, timeout, state.waiting_for()), file=sys.stderr)
-            sys.stderr.flush()
-        time.sleep(min(pause, max(timeout - waited, 0.0)))
-        pause = min(pause * 1.5, RDZV_POLL_MAX)
-
-
-class _Election:
-    """One node's view of the attempt directory; ``step()`` looks once and says the master when agreed."""
-
-    def __init__(self, directory: str, node_rank: int, nodes: int, host: str, nonce: str, identity: str) -> None:
-        self.directory, self.node_rank, self.nodes, self.host = directory, node_rank, nodes, host
-        self.nonce, self.identity = nonce, identity
-        self.acked: tuple[str, str] | None = None  # a follower's: (node 0's host, its nonce) it acknowledged
-        self.rejected: str | None = None  # a master file ignored: why
-        self.missing: list[int] = []  # node 0's: who has not acknowledged yet
-
-    def path(self, name: str) -> str:
-        return os.path.join(self.directory, name)
-
-    def step(self) -> str | None:
-        return self._lead() if self.node_rank == 0 else self._follow()
-
-    def _conflict(self) -> None:
-        """Two claims of node rank 0 in one run: both claimers fail at once (and with them the job,
-        FailOnTaskFailure); a conflict file names fresh nonces, so one left by another run never counts."""
-        found = _read_lines(self.path("conflict"), 4)
-        if found and self.nonce in (found[1], found[3]):
-            raise ShimError("two nodes claim node rank 0 of this job: %s and %s (their TRAINSPEC_NODE_RANK is "
-                            "0 in both; %s) -- was the job edited, or is a task duplicated?"
-                            % (found[0], found[2], self.path("conflict")))
-
-    def _lead(self) -> str | None:
-        self._conflict()
-        master = _read_lines(self.path("master"), 3)
-        if master and master[2] != self.nonce:  # replaced while this node waits: another claim of rank 0
-            _write_atomic(self.path("conflict"), "%s\n%s\n%s\n%s\n" % (self.host, self.nonce, master[0], master[2]),
-                          self.host)
-            self._conflict()
-        acks = {}
-        for rank in range(1, self.nodes):
-            ack = _read_lines(self.path("ack-%d" % rank), 2)
-            if ack and ack[0] == self.nonce:
-                acks[rank] = ack[1]
-        self.missing = [rank for rank in range(1, self.nodes) if rank not in acks]
-        if self.missing:
-            return None
-        confirmed = "".join("%d %s\n" % (rank, acks[rank]) for rank in sorted(acks))
-        _write_atomic(self.path("go"), "%s\n%s" % (self.nonce, confirmed), self.host)
-        return self.host
-
-    def _follow(self) -> str | None:
-        master = _read_lines(self.path("master"), 3)
-        if master and master[1] != self.identity:
-            self.rejected = "%s names %s but is from another run (%s)" % (self.path("master"), master[0], master[1])
-        elif master and (self.acked is None or self.acked[1] != master[2]):
-            self.acked = (master[0], master[2])  # (re-)acknowledge the claim now in the file
-            _write_atomic(self.path("ack-%d" % self.node_rank), "%s\n%s\n" % (master[2], self.nonce), self.host)
-        if self.acked is None:
-            return None
-        go = _read_lines(self.path("go"), 1)
-        if go and go[0] == self.acked[1] and "%d %s" % (self.node_rank, self.nonce) in go[1:]:
-            return self.acked[0]
-        return None
-
-    def waiting_for(self) -> str:
-        if self.node_rank == 0:
-            return "node(s) %s have not acknowledged node 0" % ", ".join(map(str, self.missing))
-        return "node 0 has not %s" % ("confirmed this node" if self.acked else "written its master file")
-
-    def timed_out(self, timeout: float) -> str:
-        registered = _registered(self.directory)
-        if self.node_rank == 0:
-            return ("node(s) %s did not acknowledge node 0 (%s) within %g s (TRAINSPEC_RDZV_TIMEOUT); registered: "
-                    "%s -- are their tasks queued or failed?" % (", ".join(map(str, self.missing)), self.host,
-                                                              timeout, ", ".join(registered)))
-        if self.acked:
-            what = ("node 0 (%s) never confirmed this node in %s: that claim is not of this run (left by an "
-                    "earlier run or retry of the job?) and no node 0 of this run came"
-                    % (self.acked[0], self.directory))
-        elif "node-0" in registered:
-            what = "node 0 registered but never wrote %s" % self.path("master")
-        else:
-            what = "node 0 never registered in %s" % self.directory
-        text = "%s within %g s (TRAINSPEC_RDZV_TIMEOUT); registered: %s -- is task 0 queued or failed?" % (
-            what, timeout, ", ".join(registered) or "none")
-        return text + ("; ignored %s" % self.rejected if self.rejected else "")
-
-
-def _write_atomic(path: str, text: str, host: str) -> None:
-    """Replace path by text in one step: readers on any node see the old file or the whole new one."""
-    directory, base = os.path.split(path)
-    tag = "".join(c if c.isalnum() or c in "-_" else "_" for c in host)  # unique per node and process
-    temporary = os.path.join(directory, ".%s.%s-%d.tmp" % (base, tag, os.getpid()))
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        try:
-            os.write(fd, text.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-    except OSError:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-
-
-def _read_lines(path: str, count: int) -> list[str] | None:
-    """The lines of a complete protocol file (at least ``count`` non-empty ones, as _write_atomic
-    wrote them), or None."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            lines = [line.strip() for line in handle.read().split("\n")[:-1]]
-    except OSError:
-        return None
-    if len(lines) < count or not all(lines[:count]):
-        return None
-    return lines
-
-
-def _registered(directory: str) -> list[str]:
-    """node-<rank> files in directory, in rank order."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    ranks = sorted(int(name[5:]) for name in names if name.startswith("node-") and name[5:].isdigit())
-    return ["node-%d" % rank for rank in ranks]
-
-
-def _protocol_file(name: str) -> bool:
-    """A file elect_master writes (master, go, conflict, node-<rank>, ack-<rank>) or its temporary file."""
-    name = name[1:name.index(".", 1)] if name.startswith(".") and name.endswith(".tmp") and "." in name[1:] else name
-    base, dash, rank = name.partition("-")
-    return name in ("master", "go", "conflict") or (base in ("node", "ack") and dash and rank.isdigit())
-
-
-def _remove_idle_jobs(rdzv_dir: str) -> None:
-    """Best effort: the folders of jobs idle for RDZV_STALE_AFTER, if they hold only protocol files."""
-    import time
-
-    now = time.time()
-    for job in (os.listdir(rdzv_dir) if os.path.isdir(rdzv_dir) else ()):
-        path = os.path.join(rdzv_dir, job)
-        try:
-            entries = os.listdir(path)
-            if now - os.stat(path).st_mtime > RDZV_STALE_AFTER and all(map(_protocol_file, entries)):
-                for entry in entries:
-                    os.unlink(os.path.join(path, entry))
-                os.rmdir(path)
-        except OSError:
-            continue
 
 
 # ---------------------------------------------------------------- Ray (trainspec's driver)

@@ -9,4 +9,5 @@ shared=${TRAINSPEC_SHARED_DIR:-/app}
 mkdir -p "$shared"/hpcpack-ddp/code "$shared"/logs/hpcpack-ddp "$shared"/.trainspec "$shared"/outputs/hpcpack-ddp
 cp -R ../../../../examples/ddp/. "$shared"/hpcpack-ddp/code/
 cp trainspec_shim.py "$shared"/hpcpack-ddp/trainspec_shim.py
+cp trainspec_hpcpack_election.py "$shared"/hpcpack-ddp/trainspec_hpcpack_election.py
 echo "staged in $shared"
