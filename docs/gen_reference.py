@@ -5,7 +5,7 @@
 
 The schema (`schema/trainspec.schema.json`, itself written by `trainspec schema`) is the one
 source: every object of a spec gets one table, in the order a spec is read (the top level, then
-each object where it is first used), with each field's type, default, description and example.
+each object where it is first used), with each field's type, default, description and an example.
 Only the part of the page between BEGIN and END is written; the prose around it is kept.
 """
 
@@ -116,7 +116,7 @@ class Reference:
         return words + (f" ({', '.join(limits)})" if limits else "")
 
     def table(self, node: dict, required_note: Dict[str, str]) -> List[str]:
-        rows = ["| field | type | default | description | example |", "| --- | --- | --- | --- | --- |"]
+        rows = ["| field | type | default | description |", "| --- | --- | --- | --- |"]
         required = set(node.get("required", []))
         for name, prop in sorted(node.get("properties", {}).items()):
             if name in required:
@@ -128,8 +128,10 @@ class Reference:
             else:
                 default = ""
             examples = prop.get("examples") or []
-            example = code(flow(examples[0])) if examples else ""
-            rows.append(f"| {code(name)} | {self.kind(prop)} | {default} | {prose(prop.get('description', ''))} | {example} |")
+            text = prose(prop.get("description", ""))
+            if examples:
+                text += f"{' ' if text else ''}Example: {code(flow(examples[0]))}"
+            rows.append(f"| {code(name)} | {self.kind(prop)} | {default} | {text} |")
         return rows
 
     def markdown(self) -> str:
