@@ -183,3 +183,11 @@ def test_the_specs_the_docs_show_validate(tmp_path, text):
     (tmp_path / "specs" / "shown.yaml").write_text(text)
     proc = ts("validate", "--strict", "specs/shown.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_readme_links_to_pages_that_exist():
+    """The README is read on the forge, outside the site: its links are paths in the repository."""
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (REPO / "README.md").read_text())
+    local = [link for link in links if "://" not in link]
+    assert len(local) >= 10
+    assert [link for link in local if not (REPO / link).exists()] == []
