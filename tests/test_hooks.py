@@ -1,4 +1,4 @@
-"""The pre-commit hooks in the layout the README recommends -- specs/ extending bases/, a team
+"""The pre-commit hooks in the layout the docs recommend (docs/gitops.md) -- specs/ extending bases/, a team
 catalog trainspec-skus.yaml at the root -- through the real pre-commit in a fresh repository: a
 changed base or catalog validates the specs that read it, and a base is never validated alone."""
 

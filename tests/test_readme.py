@@ -20,3 +20,11 @@ def test_ci_runs_the_readme_test_command():
     tests = readme_commands()[1]
     lines = [l for l in (REPO / ".ci" / "run").read_text().splitlines() if l and not l.startswith("#")]
     assert tests in lines
+
+
+def test_readme_is_a_newcomers_first_hour():
+    """At most 12 KB (issue 22: the guide lives in docs/, a site); the rest is a link away."""
+    readme = (REPO / "README.md").read_bytes()
+    assert len(readme) <= 12 * 1024, f"README.md is {len(readme)} bytes: move the detail to a page under docs/"
+    headings = re.findall(r"^## (.*)$", readme.decode(), re.M)
+    assert headings == ["Set up", "A spec", "Commands", "Targets", "Docs"]

@@ -261,15 +261,16 @@ def pre_commit_tool():
 
 
 def readme_blocks():
-    """(info string, text) of every fenced block of the README, dedented as a user copies it."""
+    """(info string, text) of every fenced block of the GitOps page (docs/gitops.md, once the README's
+    GitOps section), dedented as a user copies it."""
     import textwrap
 
-    found = re.findall(r"^( *)```(\w*)\n(.*?)^\1```", (REPO / "README.md").read_text(), re.S | re.M)
+    found = re.findall(r"^( *)```(\w*)\n(.*?)^\1```", (REPO / "docs" / "gitops.md").read_text(), re.S | re.M)
     return [(info, textwrap.dedent(body)) for _, info, body in found]
 
 
 def readme_block(marker: str) -> str:
-    """The fenced block of the README that contains ``marker``."""
+    """The fenced block of the GitOps page that contains ``marker``."""
     found = [body for _, body in readme_blocks() if marker in body]
     assert len(found) == 1, marker
     return found[0]
@@ -321,7 +322,7 @@ def test_shipped_pre_commit_hooks_with_the_real_pre_commit(repo, tmp_path):
 
 
 def readme_console(command: str) -> str:
-    """What the README shows a command printing (its ```console block starting `$ command`)."""
+    """What the GitOps page shows a command printing (its ```console block starting `$ command`)."""
     found = [body.split("\n", 1)[1] for info, body in readme_blocks()
              if info == "console" and body.startswith(f"$ {command}\n")]
     assert len(found) == 1, command
