@@ -19,6 +19,7 @@ EXPECTED = {
     "single-node": (1, "PyTorch", 2),
     "hf-finetune": (2, "PyTorch", 1),
     "tf-multiworker": (2, "TensorFlow", 2),
+    "ddp-on-base": (2, "PyTorch", 8),  # the base's H100 size: 8 GPUs, one process each
 }
 
 

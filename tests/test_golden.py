@@ -55,6 +55,7 @@ def test_byte_identical_across_runs_and_directories(tmp_path):
     for name in ("one", "two/nested"):
         dest = tmp_path / name / "repo"
         shutil.copytree(REPO / "specs", dest / "specs")
+        shutil.copytree(REPO / "bases", dest / "bases")  # what specs/ddp-on-base.yaml extends
         shutil.copytree(REPO / "examples", dest / "examples", ignore=shutil.ignore_patterns("__pycache__"))
         (dest / ".git").mkdir()  # the spec path in headers is relative to the repository root
         copies.append(dest)
