@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 try:  # inside the trainspec package (tests, a checkout)
-    from . import procs
+    from trainspec.runtime import procs
 except ImportError:  # shipped by the Ray target: trainspec_procs.py lies next to this file
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under python -I
     import trainspec_procs as procs  # type: ignore[no-redef]
