@@ -32,7 +32,6 @@ from trainspec.core.diagnostics import Diagnostic, error, warning
 from trainspec.core.fields import is_remote
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, emit
-
 from trainspec.targets.azureml.settings import NAME, _bare_compute
 # Who starts the processes when the spec does not say (framework -> distribution.launcher).
 # DeepSpeed goes through MPI (Azure's guidance).

@@ -36,7 +36,6 @@ from trainspec.core.diagnostics import Diagnostic, error
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, emit
 from trainspec.compile.base import contract
-
 from trainspec.targets.hpcpack.settings import NAME
 # Who starts the processes when the spec does not say (framework -> distribution.launcher):
 # HPC Pack starts one task per node; torchrun fans out to the GPUs.

@@ -38,7 +38,6 @@ from trainspec.spec import skus
 from trainspec.spec.validate import ValidSpec
 from trainspec.targets import TARGETS
 from trainspec.compile import base, emit
-
 from trainspec.targets.ray.settings import NAME
 # Who starts the processes when the spec does not say (framework -> distribution.launcher):
 # the driver starts one actor per process, like Azure ML's pytorch distribution.

@@ -1,7 +1,7 @@
 """targets.ray, the spec's words for a Ray cluster on Azure: its settings model, the hints for a
 bad value, the rules the model cannot state, and the variables only Ray sets in a process.
 
-Imports nothing but trainspec.core and the runtime's names: validation loads it, lowering never has to.
+Imports nothing but trainspec.core and the runtime's names: validation loads it, and none of lower.py.
 """
 
 from __future__ import annotations

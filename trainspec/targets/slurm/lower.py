@@ -32,7 +32,6 @@ from typing import Any, Dict, List
 from trainspec.core.diagnostics import Diagnostic
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, emit
-
 from trainspec.targets.slurm.settings import NAME
 # Who starts the processes when the spec does not say: srun starts every rank (Lightning's own
 # SLURMEnvironment expects that too: tasks per node = devices).
