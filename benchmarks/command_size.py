@@ -5,7 +5,7 @@
 Two tables. (1) `trainspec validate` as a whole process on specs whose command is one long word
 of 10 kB to ~1 MB (a spec file is at most 1 MiB), beside the floor: a process that only reads
 and parses the same file with ruamel.yaml. (2) In one process, the command-line splitter
-validation uses (trainspec.schema.fields.split_command) beside shlex.split, which it replaced:
+validation uses (trainspec.core.fields.split_command) beside shlex.split, which it replaced:
 shlex grows a word one character at a time, quadratic in its length (1 MB took ~16 s). Up to
 10 MB, as a template could render (a template's output is capped at 1 MiB, so that size is
 reached by no spec). Times are medians; nothing is asserted. Writes
@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from trainspec.schema.fields import split_command  # noqa: E402
+from trainspec.core.fields import split_command  # noqa: E402
 
 SPEC = """version: 1
 name: big

@@ -17,7 +17,7 @@ in their source at the pinned tags, shared/reference/kubernetes.md), then starte
     result = run_pods(pods, documents, workdir=tmp_path, pvcs={"data": tmp_path / "pvc"}, timeout=60)
     result.ok, result.exit_codes["ddp-node-0-1"], result.output["ddp-node-0-1"]
 
-Each pod runs in network namespaces of trainspec.netns (one per pod, joined by a private bridge,
+Each pod runs in network namespaces of trainspec.local.netns (one per pod, joined by a private bridge,
 nothing routed elsewhere), inside `unshare --mount --uts --pid --fork`: its own hostname, its own
 /proc, /etc/hosts bind-mounted from a per-pod file naming every pod as cluster DNS would, and its
 volumes bind-mounted at their real mountPaths (ConfigMaps as files, emptyDir as a directory or,
@@ -413,7 +413,7 @@ def run_pods(pods: Sequence[Pod], documents: Sequence[Dict[str, Any]] = (), *, w
     """Start every pod, wait for all; the first to fail (or the timeout) stops the others
     (SIGTERM to each pod's pid 1, SIGKILL after GRACE). Every namespace, mount and created mount
     point is gone when this returns, whatever happened."""
-    from trainspec.netns import Namespaces
+    from trainspec.local.netns import Namespaces
 
     configmaps = {d["metadata"]["name"]: d for d in documents if d.get("kind") == "ConfigMap"}
     run_id = uuid.uuid4().hex

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from trainspec.netns import Namespaces
+from trainspec.local.netns import Namespaces
 
 PACKAGES = ("slurm-wlm", "munge")
 COMMANDS = ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "scontrol", "sinfo")

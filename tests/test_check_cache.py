@@ -106,7 +106,7 @@ def test_the_key_holds_every_input_the_job_reads(team, tmp_path, monkeypatch):
     """A record is looked up again only while every byte it was made from is the same: the
     conda file's bytes count although the Azure ML job only names it (it is uploaded at submit)."""
     from trainspec.build import build
-    from trainspec.cache import Cache, options_of
+    from trainspec.review.cache import Cache, options_of
 
     monkeypatch.setenv("TRAINSPEC_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(team)

@@ -96,7 +96,7 @@ def test_review_job_comments_once_and_gates_on_check():
     assert names.index(kept.get("name")) < gate
     home = Path("/home/runner")
     env = {k: v for k, v in os.environ.items() if k not in ("TRAINSPEC_CACHE_DIR", "XDG_CACHE_HOME")}
-    where = subprocess.run([sys.executable, "-c", "from trainspec import cache; print(cache.folder())"],
+    where = subprocess.run([sys.executable, "-c", "from trainspec.review import cache; print(cache.folder())"],
                            env={**env, "HOME": str(home)}, capture_output=True, text=True, check=True).stdout.strip()
     assert Path(kept["with"]["path"].replace("~", str(home), 1)) == Path(where)
     install = step("review", "Install trainspec")

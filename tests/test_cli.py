@@ -64,8 +64,8 @@ def test_one_bad_spec_writes_nothing_and_leaves_previous_outputs(tmp_path):
 
 def test_a_failed_write_leaves_previous_outputs_intact(tmp_path, monkeypatch):
     """Disk full / interrupted during the write: the old files stay, no staging debris is left."""
-    from trainspec.compiler import write as writer
-    from trainspec.compiler.base import Artifact, OutFile
+    from trainspec.compile import write as writer
+    from trainspec.compile.base import Artifact, OutFile
 
     final = tmp_path / "out" / "job" / "azureml"
     writer.write(final, Artifact("azureml", "job", (OutFile("job.yml", b"old\n"),), "submit"))

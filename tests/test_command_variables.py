@@ -158,7 +158,7 @@ def test_a_python_that_is_not_shell_words_is_an_error_at_its_line_on_every_targe
 
 @pytest.mark.parametrize("target", sorted(SETTINGS))
 def test_plan_names_what_starts_the_shim(tmp_path, target):
-    from trainspec.compiler import target as module
+    from trainspec.build import target as module
 
     path = spec(tmp_path, "python train.py", target=target, python="\"'/opt/my py/bin/python3.11'\"")
     outcome = build(str(path), tmp_path / "out", [target])

@@ -5,7 +5,7 @@ import shlex
 
 from hypothesis import given, settings, strategies as st
 
-from trainspec.schema.fields import split_command
+from trainspec.core.fields import split_command
 
 # the characters shlex treats specially, a few it does not, and non-ASCII blanks it keeps in words
 ALPHABET = st.sampled_from(["a", "b", " ", "\t", "\n", "\r", "'", '"', "\\", "#", "$", "\x0b", "\u00a0", "é", "="])

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, ts
-from trainspec.diagnostics import SpecError
-from trainspec.schema.compose import compose
+from trainspec.core.diagnostics import SpecError
+from trainspec.spec.compose import compose
 
 ROOT = f"""version: 1
 name: base

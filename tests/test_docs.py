@@ -30,10 +30,12 @@ DISPLAY = {"azureml": "Azure ML", "hpcpack": "HPC Pack", "ray": "Ray", "slurm": 
 
 
 def registered_targets():
-    """{name: module} of every registered target (the one place this file imports the registry)."""
-    from trainspec.compiler import TARGETS, target
+    """{name: why run --local refuses it, or None} of every registered target (the one place this
+    file reads the registry)."""
+    from trainspec.local.command import refusal_of as refusal
+    from trainspec.targets import TARGETS
 
-    return {name: target(name) for name in TARGETS}
+    return {name: refusal(name) for name in TARGETS}
 
 
 def mkdocs(config: Path, site: Path):
@@ -145,7 +147,7 @@ def test_every_list_of_targets_names_every_target():
     missing = set(registered) - set(DISPLAY)
     assert not missing, f"add the prose name of {sorted(missing)} to DISPLAY"
     # run --local plays every target but those that refuse it (LOCAL_REFUSAL: a Ray job needs a Ray cluster)
-    local = {name for name, module in registered.items() if not hasattr(module, "LOCAL_REFUSAL")}
+    local = {name for name, refused in registered.items() if refused is None}
     lists = 0
     for page in [REPO / "README.md", *PAGES]:
         for run, named in target_runs(page.read_text()):

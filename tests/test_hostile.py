@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from conftest import REPO, trainspec_cmd, yq
-from trainspec.compiler import ray as ray_target
+from trainspec.targets.ray import lower as ray_target
 
 CODE = REPO / "examples" / "ddp"
 NS = "{http://schemas.microsoft.com/HPCS2008R2/scheduler/}"
@@ -514,8 +514,8 @@ def test_a_50_mb_file_fails_fast_without_being_read(tmp_path, monkeypatch):
     assert proc.cpu - baseline < 1.0, f"{proc.cpu:.2f} s of CPU against {baseline:.2f} s for a small spec"
     assert changed(before, snapshot(tmp_path)) == []
     # in-process: the loader reads at most its limit + 1 byte
-    from trainspec.diagnostics import SpecError
-    from trainspec.schema import loader
+    from trainspec.core.diagnostics import SpecError
+    from trainspec.spec import loader
 
     read = []
     real_open = open

@@ -12,7 +12,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from conftest import REPO, ts
-from trainspec.schema.fields import is_remote
+from trainspec.core.fields import is_remote
 
 azure_ml = pytest.importorskip("azure.ai.ml", reason="azure-ai-ml is a test extra: pip install -e '.[test]'")
 
@@ -233,7 +233,7 @@ def test_assumptions_are_said_once_after_the_notes_the_one_that_changes_the_job_
     ("python train.py --num_processes 8", None),  # a script's own flag, not a launcher's
 ])
 def test_the_launcher_counts_import_reads(command, expected):
-    from trainspec.compiler.azureml_import import _launcher_counts
+    from trainspec.targets.azureml.importer import _launcher_counts
 
     found = _launcher_counts(command)
     assert (found[:2] if found else None) == expected

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from conftest import trainspec_cmd
-from trainspec.compiler import base
+from trainspec.compile import base
 from trainspec.runtime.shim import Expectation, ShimError, World, spawner_command
 
 WORLD = World("azureml-pytorch", "10.0.0.4", 6105, 2, 1, 0, 1, 1, 2)  # node 1 of 2, per-node

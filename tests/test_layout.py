@@ -1,10 +1,10 @@
-"""The code's shape, held: everything a target means lives in its module.
+"""The code's shape, held: everything a target means lives in its folder.
 
 A target's name may appear, as a target (a quoted name, ``targets.<name>``, ``-t <name>``),
-only in its own files (``compiler/<name>.py``, ``compiler/<name>_*.py``, ``runtime/<name>_*.py``),
-the registry (``compiler/__init__.py``) and the shim (its detector). Adding a target therefore
-costs its module, a registry line, a detector and its tests -- and this test fails the day a
-platform's knowledge leaks into the shared code again.
+only in its own files (``targets/<name>/``, ``runtime/<name>_*.py``), the registry
+(``targets/__init__.py``) and the shim (its detector). Adding a target therefore costs its
+folder, a registry line, a detector and its tests -- and this test fails the day a platform's
+knowledge leaks into the shared code again.
 """
 
 import re
@@ -12,10 +12,13 @@ import re
 import pytest
 
 from conftest import REPO
-from trainspec.compiler import TARGETS, target
+from trainspec.build import target
+from trainspec.compile.base import Target
+from trainspec.targets import TARGETS
+from trainspec.targets.vocabulary import settings
 
 PACKAGE = REPO / "trainspec"
-SHARED_OK = {"compiler/__init__.py", "runtime/shim.py"}
+SHARED_OK = {"targets/__init__.py", "runtime/shim.py"}
 # spec vocabulary that happens to share a target's name: the field environment.azureml (a
 # registered Azure ML environment) is the spec's, not the target's
 VOCABULARY = re.compile(r'\(\s*"environment",\s*"azureml"\s*\)|^ENVIRONMENT_SOURCES = .*$', re.M)
@@ -33,7 +36,7 @@ def files_naming(name: str):
 
 def own(name: str, relative: str) -> bool:
     folder, _, file = relative.rpartition("/")
-    return folder in ("compiler", "runtime") and (file == f"{name}.py" or file.startswith(f"{name}_"))
+    return folder == f"targets/{name}" or (folder == "runtime" and file.startswith(f"{name}_"))
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
@@ -51,25 +54,35 @@ def test_the_rule_sees_a_leak():
     assert mentions("ray", "import ray") == 0  # the library, not the target
 
 
-REQUIRED = ("NAME", "LAUNCHERS", "SETTINGS_DESCRIPTION", "SETTINGS_EXAMPLE", "settings_model", "settings_errors",
-            "cannot_express", "lower", "refs_for", "plan_port", "plan_settings", "local_settings")
+SETTINGS = ("NAME", "SETTINGS_DESCRIPTION", "SETTINGS_EXAMPLE", "settings_model", "settings_errors",
+            "PLATFORM_VARIABLES")
+OVERRIDDEN = ("cannot_express", "lower", "refs_for")  # no default in compile/base.py's Target
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_every_target_implements_the_interface_in_the_registry(name):
-    module = target(name)
-    missing = [attr for attr in REQUIRED if not hasattr(module, attr)]
-    assert missing == [], f"{name} lacks {missing} (compiler/__init__.py lists the interface)"
-    assert module.NAME == name
-    assert hasattr(module, "play_local") != hasattr(module, "LOCAL_REFUSAL"), \
-        "run --local either plays the job (play_local) or refuses in one line (LOCAL_REFUSAL)"
-    documented = (PACKAGE / "compiler" / "__init__.py").read_text()
-    for attr in (*REQUIRED, "play_local", "LOCAL_REFUSAL"):
-        assert f"``{attr}" in documented, f"{attr} is not documented in the registry"
+    vocabulary = settings(name)
+    missing = [attr for attr in SETTINGS if not hasattr(vocabulary, attr)]
+    assert missing == [], f"{name} lacks {missing} in targets/{name}/settings.py (targets/vocabulary.py lists them)"
+    assert vocabulary.NAME == name
+    compiled = target(name)
+    assert isinstance(compiled, Target) and compiled.name == name and set(compiled.launchers) >= \
+        {"pytorch", "lightning", "huggingface", "deepspeed"}
+    lacking = [attr for attr in OVERRIDDEN if getattr(type(compiled), attr) is getattr(Target, attr)]
+    assert lacking == [], f"{name}'s Target does not implement {lacking}"
+    plays = (PACKAGE / "targets" / name / "local.py").exists()
+    refuses = type(compiled).local_refusal is not Target.local_refusal
+    assert not (plays and refuses), \
+        "run --local either plays the job (targets/<name>/local.py) or refuses in one line (local_refusal)"
+    documented = (PACKAGE / "compile" / "base.py").read_text()
+    for attr in (*OVERRIDDEN, "plan_port", "plan_settings", "local_settings", "local_refusal", "name", "launchers"):
+        assert f"``{attr}" in documented, f"{attr} is not documented in compile/base.py's Target"
 
 
 def test_targets_never_import_each_other():
     for name in TARGETS:
-        source = (PACKAGE / "compiler" / f"{name}.py").read_text()
-        for other in set(TARGETS) - {name}:
-            assert not re.search(rf"^\s*(from \S*\b{other}\b|import \S*\b{other}\b)", source, re.M), (name, other)
+        for source in sorted((PACKAGE / "targets" / name).glob("*.py")):
+            text = source.read_text()
+            for other in set(TARGETS) - {name}:
+                assert not re.search(rf"^\s*(from \S*\b{other}\b|import \S*\b{other}\b)", text, re.M), \
+                    (source.name, name, other)

@@ -13,8 +13,8 @@ import signal
 import pytest
 
 from conftest import REPO, SPECS
-from trainspec.diagnostics import SpecError
-from trainspec.schema import loader
+from trainspec.core.diagnostics import SpecError
+from trainspec.spec import loader
 
 PROBES = {
     "scalars": "a: 1\nb: 2.5\nc: true\nd: ~\ne: 0o17\nf: 0x1F\ng: 1_000\nh: .inf\ni: '012'\nj: 012\nk: yes\nl: On\n",

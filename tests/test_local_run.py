@@ -244,7 +244,7 @@ def test_a_master_that_never_opens_ends_the_run_with_a_clear_message(tmp_path):
 def test_a_world_that_disagrees_with_the_spec_fails_fast(tmp_path):
     """The compiled job says 2 nodes; the platform starts 3 (say `az ml job create --set
     resources.instance_count=3`). Every process must exit at once naming both numbers."""
-    from trainspec.compiler.azureml import play_job
+    from trainspec.targets.azureml.local import play_job
 
     out = tmp_path / "build"
     subprocess.run([*trainspec_cmd(), "compile", str(SPECS / "ddp-torchrun.yaml"), "-o", str(out)], check=True,
@@ -321,9 +321,9 @@ def test_one_node_reporting_a_different_world_fails_at_once(tmp_path, capsys, to
 
     from ruamel.yaml import YAML
 
-    from trainspec.compiler.azureml import _data_paths, _substitute, platform_processes
-    from trainspec.local import base_env, run_and_report
-    from trainspec.netns import Loopback
+    from trainspec.targets.azureml.local import _data_paths, _substitute, platform_processes
+    from trainspec.local.machinery import base_env, run_and_report
+    from trainspec.local.netns import Loopback
     from trainspec.runtime.procs import KILL_AFTER
 
     grace = 10.0

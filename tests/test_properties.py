@@ -37,12 +37,12 @@ from hypothesis import HealthCheck, Phase, example, given, settings, strategies 
 
 from conftest import REPO, ray_validate, trainspec_cmd, yq
 from trainspec.build import build  # noqa: E402
-from trainspec.compiler import ray as ray_target  # noqa: E402
-from trainspec.compiler.write import write_all  # noqa: E402
-from trainspec.diagnostics import dotted  # noqa: E402
+from trainspec.targets.ray import lower as ray_target  # noqa: E402
+from trainspec.compile.write import write_all  # noqa: E402
+from trainspec.core.diagnostics import dotted  # noqa: E402
 from trainspec.runtime import shim  # noqa: E402
-from trainspec.schema.skus import all_skus  # noqa: E402
-from trainspec.schema.validate import RESERVED_ENV  # noqa: E402
+from trainspec.spec.skus import all_skus  # noqa: E402
+from trainspec.spec.validate import RESERVED_ENV  # noqa: E402
 from trainspec.runtime.ray_driver import read_request  # noqa: E402
 
 XSD = REPO.parent / "shared" / "reference" / "hpcpack" / "xsd" / "job-v4.fixed.xsd"

@@ -21,7 +21,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from conftest import REPO, ts
-from trainspec.schema.fields import is_remote
+from trainspec.core.fields import is_remote
 
 azure_ml = pytest.importorskip("azure.ai.ml", reason="azure-ai-ml is a test extra: pip install -e '.[test]'")
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import REPO, SPECS, ray_validate, trainspec_cmd
-from trainspec.compiler.ray import cluster_problems
+from trainspec.targets.ray.lower import cluster_problems
 
 ray = pytest.importorskip("ray", reason="ray is a test extra: pip install -e '.[test]'")
 

@@ -356,8 +356,8 @@ def test_plan_shows_what_the_shim_exports(tmp_path, spec, last):
 
     from ruamel.yaml import YAML
 
-    from trainspec.compiler.azureml import platform_processes
-    from trainspec.netns import Loopback
+    from trainspec.targets.azureml.local import platform_processes
+    from trainspec.local.netns import Loopback
 
     plan = json.loads(ts("plan", f"specs/{spec}", "--format", "json", cwd=REPO).stdout)["jobs"][0]
     shown = plan["targets"][0]["ranks"]["last"]

@@ -114,7 +114,7 @@ def test_a_new_ray_job_shows_its_runtime_files_as_name_size_sha256_and_version(r
 
 def test_a_changed_job_names_its_unchanged_runtime_and_a_changed_runtime_says_which_versions(repo):
     from trainspec.build import build
-    from trainspec.review import diff_outcomes, render_diffs
+    from trainspec.review.diff import diff_outcomes, render_diffs
 
     edit(repo / "specs" / "single-node.yaml", "  nodes: 1\n", "  nodes: 2\n")
     commit(repo, "two nodes")

@@ -215,14 +215,14 @@ def test_a_failure_before_the_master_timeout_is_the_story(marker):
      "; the other 2 processes ended within 0.0 s: node 1 had finished (code 0); node 2 exited by itself (code 3)"),
 ])
 def test_the_report_names_how_the_others_ended(others, told):
-    from trainspec.local import _how_the_others_ended
+    from trainspec.local.machinery import _how_the_others_ended
 
     result = Result(exit_code=137, failed="rank 2", tail=[], timed_out=False, failed_at=2.0, others=others)
     assert _how_the_others_ended(result) == told
 
 
 def test_the_report_names_the_signal():
-    from trainspec.local import _signal_name
+    from trainspec.local.machinery import _signal_name
 
     assert [_signal_name(c) for c in (0, 1, 3, 128, 137, 143, 130, 200)] == [
         "", "", "", "", " (SIGKILL)", " (SIGTERM)", " (SIGINT)", ""]

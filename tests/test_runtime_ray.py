@@ -321,7 +321,7 @@ def test_one_definition_writes_and_reads_the_request(tmp_path):
 
     from conftest import REPO
     from trainspec.build import build
-    from trainspec.compiler import ray as ray_target
+    from trainspec.targets.ray import lower as ray_target
 
     outcome = build(str(REPO / "specs" / "ray-lightning.yaml"), tmp_path)
     written = ray_target.job_request(outcome.valid)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.schema import skus
+from trainspec.spec import skus
 
 CATALOG = Path(skus.__file__).with_name("skus.json")
 

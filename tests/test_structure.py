@@ -18,9 +18,9 @@ import pydantic_core
 import pytest
 
 from conftest import REPO, SPECS
-from trainspec.schema import structure
-from trainspec.schema.loader import load_file
-from trainspec.schema.model import Spec
+from trainspec.spec import structure
+from trainspec.spec.loader import load_file
+from trainspec.spec.model import Spec
 
 # values of every YAML type, a few of them of the right type for some field
 REPLACEMENTS = [None, True, 0, -1, 7, 2.5, "", "x", "2d", "Standard_ND96isr_H100_v5", [], ["a"], {}, {"k": 1}]
@@ -113,14 +113,14 @@ def test_snapshot_is_what_pydantic_generates_now():
     _skip_unless_compatible(stored["pydantic_core"])
     now = structure.take()
     assert {**now, "pydantic_core": None} == {**stored, "pydantic_core": None}, \
-        "stale: run python -m trainspec.schema.structure --write"
+        "stale: run python -m trainspec.spec.structure --write"
 
 
 def _skip_unless_compatible(taken_with: str) -> None:
     if not structure.compatible(taken_with):
         pytest.skip(f"the snapshot was taken with pydantic-core {taken_with}, this is another release, "
                     f"{pydantic_core.__version__}: validation rebuilds it from model.py (the agreement tests "
-                    "still run); refresh it with python -m trainspec.schema.structure --write")
+                    "still run); refresh it with python -m trainspec.spec.structure --write")
 
 
 def test_a_snapshot_serves_its_pydantic_core_release_not_another():

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import ts
 
-from trainspec.schema import templating
+from trainspec.spec import templating
 
 CONTEXT = templating.context(name="job", nodes=2, gpus_per_node=4, procs_per_node=4, world_size=8, backend="nccl",
                              inputs={"mnist": "${{inputs.mnist}}"}, outputs={"ckpt": "${{outputs.ckpt}}"})

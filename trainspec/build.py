@@ -3,6 +3,7 @@
     spec.yaml --load--> Document --validate--> ValidSpec --lower[target]--> Artifact --write--> OUT/<name>/<target>/
 
 `compile`, `validate` and `run --local` all go through `build()`; only `compile` writes.
+Each target's lowering (targets/<name>/lower.py) is loaded here, by name, on first use.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from .compiler import DEFAULT_TARGET, TARGETS, target
-from .compiler.base import Artifact
-from .compiler.write import landing
-from .diagnostics import Diagnostic, SpecError
-from .schema.compose import compose
-from .schema.validate import ValidSpec, validate
+from trainspec.compile.base import Artifact, Target
+from trainspec.compile.write import landing
+from trainspec.core.diagnostics import Diagnostic, SpecError
+from trainspec.spec.compose import compose
+from trainspec.spec.validate import ValidSpec, validate
+from trainspec.targets import DEFAULT_TARGET, TARGETS
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -104,7 +105,7 @@ def _walk(top: str) -> List[str]:
 
 
 def _real(file: str) -> Optional[Path]:
-    from .schema.loader import ReadProblem, real_path
+    from trainspec.spec.loader import ReadProblem, real_path
 
     try:
         return real_path(file)
@@ -130,8 +131,8 @@ def extends_of(file: str, known: Optional[Dict[str, Optional[str]]] = None) -> O
     read or parsed: build() reports it). ``known``: by the sha256 of a file's bytes, used and filled."""
     import hashlib
 
-    from .diagnostics import SpecError
-    from .schema.loader import ReadProblem, load_bytes, read_bounded
+    from trainspec.core.diagnostics import SpecError
+    from trainspec.spec.loader import ReadProblem, load_bytes, read_bounded
 
     known = {} if known is None else known
     try:
@@ -165,6 +166,18 @@ def dependents(base: str, root: str, known: Optional[Dict[str, Optional[str]]] =
                 found.append(spec)
                 break
     return found
+
+
+def target(name: str) -> Target:
+    """The registered target ``name``: its lower.py's ``TARGET``, imported on first use."""
+    import importlib
+
+    return importlib.import_module(f"trainspec.targets.{name}.lower").TARGET
+
+
+def launcher(valid: ValidSpec, name: str) -> str:
+    """Who starts the processes of ``valid`` on target ``name``."""
+    return target(name).launcher(valid)
 
 
 def targets_for(valid: ValidSpec, requested: Optional[Sequence[str]]) -> List[str]:
@@ -225,7 +238,7 @@ def claim_names(outcomes: Sequence[Outcome]) -> None:
     """A job name belongs to the first spec (in the order given) that uses it: every later spec
     with that name gets an error at its `name:` line naming the first, and no artifacts, so a
     copy-pasted spec that kept its name never reaches a plan, a diff or an output folder."""
-    from .diagnostics import error
+    from trainspec.core.diagnostics import error
 
     owners: dict = {}
     for outcome in outcomes:
@@ -245,7 +258,7 @@ def claim_names(outcomes: Sequence[Outcome]) -> None:
 
 
 def _name_location(outcome: Outcome) -> str:
-    from .diagnostics import error
+    from trainspec.core.diagnostics import error
 
     if outcome.document is None:
         return outcome.file

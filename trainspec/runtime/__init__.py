@@ -18,8 +18,8 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-from .shim import DETECTORS, Expectation, ShimError, World, _int, _nodes, _place, detect, verify
-from .shim import normalize as normalize_environment
+from trainspec.runtime.shim import DETECTORS, Expectation, ShimError, World, _int, _nodes, _place, detect, verify
+from trainspec.runtime.shim import normalize as normalize_environment
 
 SHIM_PATH = Path(__file__).resolve().with_name("shim.py")
 

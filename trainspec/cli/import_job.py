@@ -1,0 +1,48 @@
+"""`trainspec import`: Turn an existing Azure ML command job (job.yml) into a spec that compiles
+back to an equivalent job. Whatever the spec cannot carry is reported by field, with its line; a
+hand-written MPI-env wrapper in the command is dropped (the shim does its work). The spec is
+printed, or written with -o (never over an existing file), then validated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from trainspec.cli.output import UsageError
+
+
+def command(args: argparse.Namespace) -> int:
+    import importlib
+
+    from trainspec.build import build
+    from trainspec.targets import IMPORTER
+
+    importer = importlib.import_module(f"trainspec.targets.{IMPORTER}.importer")
+    import_job, spec_text = importer.import_job, importer.spec_text
+
+    spec_file = args.out or str(Path(args.job).with_name(Path(args.job).stem + ".trainspec.yaml"))
+    if args.out and Path(args.out).exists():
+        raise UsageError(f"{args.out} exists: trainspec import never overwrites a file")
+    imported = import_job(args.job, spec_file)
+    for note in imported.notes:
+        print(note.render(), file=sys.stderr)
+    if not imported.ok:
+        print(f"trainspec: {args.job} cannot be imported: see the errors above; nothing written", file=sys.stderr)
+        return 1
+    text = spec_text(imported, args.job)
+    if not args.out:
+        sys.stdout.write(text)
+        return 0
+    target = Path(args.out)
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.out}: {exc.strerror}") from None
+    outcome = build(args.out, Path("build"), [importer.TARGET], lower=False)
+    for d in outcome.diagnostics:
+        print(d.render(), file=sys.stderr)
+    verdict = "it validates" if outcome.ok else "it does not validate yet: fix what is listed above"
+    print(f"trainspec: wrote {args.out} from {args.job}; {verdict}", file=sys.stderr)
+    return 0 if outcome.ok else 1

@@ -1,0 +1,207 @@
+"""The command line's parser: every command, its flags and its help, built without importing any
+command (each is trainspec/cli/<module>.py, imported by main() when it runs). The lists of
+targets in the help come from the registry.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+from trainspec import __version__
+from trainspec.targets import DEFAULT_TARGET, TARGETS, display_names
+
+DESCRIPTION = f"Compile one training spec into the job files of {display_names()}, checked before anything runs."
+EPILOG = """\
+Examples:
+  trainspec validate specs/                       check every spec, show every problem
+  trainspec compile specs/ -o build/              write build/<name>/<target>/...
+  trainspec compile specs/mnist-lightning.yaml --set resources.nodes=4
+  trainspec run specs/mnist-lightning.yaml --local --procs-per-node 2
+  trainspec schema > trainspec.schema.json        JSON Schema for editors
+"""
+# Each command: its module (trainspec/cli/<module>.py, imported only when the command runs) and
+# what --help says of it (the first sentence in the list of commands).
+COMMANDS = {
+    "validate": ("validate", 'Check specs and print every problem as file:line:col: severity: message (hint).'),
+    "compile": ("compile", "Validate specs and write each target's files. Nothing is written unless every spec is valid. With --prune, also remove the output folders trainspec wrote for specs that are gone."),
+    "check": ("check", 'CI gate: recompile in memory and fail (exit 1) for every output under OUT that is stale (its spec changed), hand-edited, missing, orphaned (its spec is gone) or foreign (not written by trainspec), each with the command that fixes it.'),
+    "plan": ("plan", 'What will run, for a reviewer: per job and target the world, nodes x processes, launcher, SKU, spot, environment, and the variables the first and the last rank get. Over files, folders, or (--git BASE) the jobs whose compiled outputs a branch changes: one document.'),
+    "diff": ("diff", 'What a change does to the jobs: per job whose compiled outputs change, every changed field of the spec and of the derived job (world, processes, GPUs, env, timeout, target settings), then the diff of each output. --git BASE: every spec in the repository, compiled there and here (a change to an `extends` base or a conda file shows in every job that reads it). BASE.yaml HEAD.yaml: two files. One SPEC with --set/--var: the spec against itself with the overrides. Exit 0 either way: this is for reading.'),
+    "skus": ("skus", "List the Azure VM sizes trainspec knows: the built-in catalog plus your team's trainspec-skus.yaml (the nearest one from the current folder up to the repository root). Filter by GPU model, GPU count and InfiniBand. With --import, turn what `az vm list-skus --resource-type virtualMachines --output json` printed into entries for trainspec-skus.yaml (printed, or merged into the file given with --write)."),
+    "import": ("import_job", 'Turn an existing Azure ML command job (job.yml) into a spec that compiles back to an equivalent job. Whatever the spec cannot carry is reported by field, with its line; a hand-written MPI-env wrapper in the command is dropped (the shim does its work). The spec is printed, or written with -o (never over an existing file), then validated.'),
+    "schema": ("schema", 'Print the JSON Schema of the spec (for editors: yaml-language-server). --base: the schema of a base that specs extend (every field optional, names and types checked).'),
+    "run": ("run", "Run a spec's job here, before paying for GPUs: nodes x processes local processes, each with exactly the environment the target platform would give it, on CPU with gloo."),
+}
+
+
+def _int_range(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not in the range {low}..{high}")
+        return value
+    return parse
+
+
+def _max_chars(text: str) -> int:
+    value = _int_range(0, 10**9)(text)
+    if 0 < value < 1000:
+        raise argparse.ArgumentTypeError(f"{value} is too small for a document: give at least 1000, or 0 for no limit")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"{text} is less than 1 second")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="trainspec", description=DESCRIPTION, epilog=EPILOG,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.add_argument("--version", action="version", version=f"trainspec {__version__}")
+    commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str) -> argparse.ArgumentParser:
+        module, doc = COMMANDS[name]
+        sub = commands.add_parser(name, help=doc.split(". ")[0].rstrip("."), description=doc)
+        sub.set_defaults(module=module, parser=sub)
+        return sub
+
+    def targets(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("-t", "--target", dest="targets", action="append", default=[], choices=sorted(TARGETS),
+                         help="target to compile for (repeatable); default: the targets the spec lists, "
+                              f"else {DEFAULT_TARGET}")
+
+    def overrides(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
+                         help="override a spec field, validated like file content: --set resources.nodes=4")
+        sub.add_argument("--var", dest="variables", action="append", default=[], metavar="NAME=VALUE",
+                         help="template variable {{ vars.NAME }} (repeatable; wins over the spec's vars:)")
+
+    def strict(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--strict", action="store_true", help="treat warnings as errors")
+
+    def paths(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("paths", nargs="+", metavar="SPEC|DIR", help="spec files, or folders to search")
+
+    sub = command("validate")
+    paths(sub)
+    targets(sub)
+    strict(sub)
+    sub.add_argument("--format", choices=["text", "json", "github"], default="text",
+                     help="json: one document on stdout; github: GitHub Actions annotations, so each problem "
+                          "shows on its line of the pull request (default: text on stderr)")
+    overrides(sub)
+
+    def out(sub: argparse.ArgumentParser, help: str) -> None:
+        sub.add_argument("-o", "--out", default="build", help=f"{help} (default: build)")
+
+    sub = command("compile")
+    paths(sub)
+    targets(sub)
+    out(sub, "output directory; files go to OUT/<name>/<target>/")
+    strict(sub)
+    sub.add_argument("--prune", action="store_true",
+                     help="also remove output folders that trainspec wrote (recognised by their header) for specs "
+                          "that are gone or no longer produce them; never anything else")
+    overrides(sub)
+
+    sub = command("check")
+    paths(sub)
+    out(sub, "the output directory that compile wrote, and that is committed")
+    targets(sub)
+    overrides(sub)
+
+    def git_base(sub: argparse.ArgumentParser, what: str) -> None:
+        sub.add_argument("--git", metavar="BASE", help=f"{what}; PATHS (default: the whole repository) limit "
+                                                       "where specs are searched")
+
+    def max_chars(sub: argparse.ArgumentParser, what: str, default: str) -> None:
+        sub.add_argument("--max-chars", type=_max_chars, metavar="N",
+                         help=f"cut the {what} to at most N characters (long diffs shortened, the jobs that "
+                              f"do not fit named), saying where the whole {what} is; 0: never cut. Default: "
+                              f"{default} for markdown (plan and diff markdown together stay under 60,000: one "
+                              "GitHub comment), no limit for text; json is never cut")
+
+    sub = command("plan")
+    sub.add_argument("paths", nargs="*", metavar="SPEC|DIR", help="spec files, or folders to search")
+    git_base(sub, "plan only the jobs whose compiled outputs change since the git revision BASE")
+    sub.add_argument("--format", choices=["text", "markdown", "json"], default="text",
+                     help="markdown for a pull-request comment, json for tools (default: text)")
+    max_chars(sub, "plan", "24,000")
+    out(sub, "where outputs go, for the paths in the plan")
+    targets(sub)
+    overrides(sub)
+
+    sub = command("diff")
+    sub.add_argument("paths", nargs="*", metavar="SPEC|DIR",
+                     help="BASE.yaml HEAD.yaml; one SPEC with --set/--var; or, with --git, where to search")
+    git_base(sub, "compare every spec with the git revision BASE (a branch, a tag, a commit)")
+    sub.add_argument("--format", choices=["text", "markdown", "json"], default="text",
+                     help="markdown for a pull-request comment, json for tools (default: text)")
+    max_chars(sub, "diff", "35,000")
+    out(sub, "the output directory, for the paths in diff headers")
+    targets(sub)
+    overrides(sub)
+
+    sub = command("schema")
+    sub.add_argument("--base", action="store_true",
+                     help="the schema of a base (a file specs extend): every field optional, names and types checked")
+
+    sub = command("import")
+    sub.add_argument("job", metavar="JOB.yml", help="an Azure ML command job (the file `az ml job create` reads)")
+    sub.add_argument("-o", "--out", metavar="SPEC", help="write the spec here and validate it (default: print it)")
+
+    sub = command("skus")
+    sub.add_argument("--gpu", metavar="MODEL",
+                     help="only this GPU model and its variants, e.g. H100 (also H100 NVL; case-insensitive)")
+    sub.add_argument("--gpus", type=int, metavar="N", help="only sizes with N GPUs")
+    sub.add_argument("--infiniband", action=argparse.BooleanOptionalAction, default=None,
+                     help="only sizes with (or, --no-infiniband, without) InfiniBand")
+    sub.add_argument("--retired", action="store_true", help="include retired sizes")
+    sub.add_argument("--format", choices=["text", "json"], default="text")
+    sub.add_argument("--import", dest="import_file", metavar="AZ_JSON",
+                     help="turn `az vm list-skus --resource-type virtualMachines -o json` output into "
+                          "trainspec-skus.yaml entries")
+    sub.add_argument("--gpu-only", action="store_true", help="with --import: only sizes that have GPUs")
+    sub.add_argument("--write", metavar="FILE", help="with --import: merge the entries into FILE "
+                                                      "(e.g. trainspec-skus.yaml) instead of printing them")
+
+    sub = command("run")
+    sub.add_argument("spec", metavar="SPEC")
+    sub.add_argument("--local", action="store_true",
+                     help="run on this machine, simulating the target's nodes with local processes (the only "
+                          "mode today, so it may be left out)")
+    sub.add_argument("-t", "--target", default=DEFAULT_TARGET, choices=sorted(TARGETS),
+                     help=f"whose environment to simulate (default: {DEFAULT_TARGET})")
+    sub.add_argument("--procs-per-node", type=_int_range(1, 64), default=None,
+                     help="processes per simulated node (default: the spec's; CPU only here)")
+    sub.add_argument("--nodes", type=_int_range(1, 16), default=None, help="simulated nodes (default: the spec's)")
+    sub.add_argument("--launcher", choices=["per-process", "per-node", "mpi"], default=None,
+                     help="override distribution.launcher (e.g. mpi: only Open MPI variables, as Azure ML's MPI jobs)")
+    sub.add_argument("--input", dest="inputs", action="append", default=[], metavar="NAME=PATH",
+                     help="local path for a spec input")
+    sub.add_argument("--timeout", type=_seconds, default=900,
+                     help="seconds before the whole run is stopped (default: 900)")
+    sub.add_argument("--netns", action="store_true",
+                     help="each simulated node in a network namespace of its own, joined by a private bridge "
+                          "(root): MASTER_ADDR is really another host")
+    sub.add_argument("--rendezvous-timeout", type=_seconds, default=600,
+                     help="seconds the others wait for rank 0 (node 0 under torchrun) to open MASTER_ADDR:MASTER_PORT "
+                          "before the run is stopped (default: 600)")
+    sub.add_argument("--workdir", default=None,
+                     help="where the run's copy of the code and its outputs go, kept afterwards (default: a "
+                          "temporary directory, removed when the run ends)")
+    sub.add_argument("--keep", action="store_true",
+                     help="keep the temporary work directory (compiled job, code copy, outputs) after the run")
+    overrides(sub)
+    return top

@@ -1,0 +1,49 @@
+"""`trainspec plan`: What will run, for a reviewer: per job and target the world, nodes x
+processes, launcher, SKU, spot, environment, and the variables the first and the last rank get.
+Over files, folders, or (--git BASE) the jobs whose compiled outputs a branch changes: one
+document.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from trainspec.cli.output import _err, _report, _summary, _specs
+
+
+def command(args: argparse.Namespace) -> int:
+    from trainspec.build import build_all
+    from trainspec.review.plan import plan as make_plan, plan_document
+
+    if args.git:
+        jobs, removed = _changed_jobs(args)
+        if jobs is None:
+            return 1
+        plans = [make_plan(d, Path(args.out).as_posix()) for d in jobs]
+        print(plan_document(plans, removed, args.format, args.git, args.max_chars))
+        return 0
+    files = _specs(args.paths)
+    outcomes = build_all(files, Path(args.out), args.targets, sets=args.sets, variables=args.variables)
+    bad = [o for o in outcomes if not o.ok]
+    if bad:
+        errors, warnings = _report(bad, False)
+        _err(_summary(len(files), errors, warnings))
+        return 1
+    print(plan_document([make_plan(o, Path(args.out).as_posix()) for o in outcomes], [], args.format,
+                        max_chars=args.max_chars))
+    return 0
+
+
+def _changed_jobs(args: argparse.Namespace):
+    """(head outcomes of the jobs whose outputs change since --git BASE, removed jobs), or
+    (None, None) after reporting errors."""
+    from trainspec.cli.diff import _git_diffs
+
+    diffs, sides = _git_diffs(args)
+    if diffs is None:
+        return None, None
+    head = sides[1]
+    jobs = [head.jobs[d.name] for d in diffs if d.status != "removed"]
+    removed = [{"name": d.name, "spec": d.spec} for d in diffs if d.status == "removed"]
+    return jobs, removed

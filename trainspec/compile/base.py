@@ -1,0 +1,430 @@
+"""What every target shares: the ``Target`` it implements, the Artifact it returns, how it
+reports what it cannot express, who starts the processes, the shim it ships and the variables
+the shim checks.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from trainspec.core.diagnostics import Diagnostic, SpecPath, error, warning
+from trainspec.runtime import shim as contract  # the TRAINSPEC_* names and default ports, written once
+from trainspec.spec.validate import TENSORFLOW, ValidSpec, neutral_refs
+
+SHIM_FILE = "trainspec_shim.py"
+# The shim starts isolated: no site-packages, no PYTHON* variables, no user site. It needs only
+# the standard library, so nothing in the job's Python environment can break it, and skipping
+# site halves its start-up (README, "Speed"). The command it execs gets the environment as is.
+SHIM_FLAGS = ("-I", "-S")
+
+
+def plan_shim(python: str) -> str:
+    """What ``plan`` says starts the shim (``python``: the target's setting)."""
+    return f"{shlex.join(shlex.split(python))} {' '.join(SHIM_FLAGS)} {SHIM_FILE} (needs Python 3.8+)"
+
+
+@dataclass(frozen=True)
+class OutFile:
+    path: str  # relative to the target's output directory, posix
+    data: bytes
+    executable: bool = False
+    # a generated runtime file (the shim, the Ray driver...): the trainspec version it comes
+    # from. `diff` summarises such files (size, sha256, version) instead of printing them whole.
+    runtime: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """Everything one target makes of one spec: the files and how to submit them."""
+
+    target: str
+    name: str
+    files: Tuple[OutFile, ...]
+    submit: str  # the platform's own command, relative to the output directory's parent
+
+    def file(self, path: str) -> OutFile:
+        return next(f for f in self.files if f.path == path)
+
+
+class Target:
+    """A target's compiler side: ``targets/<name>/lower.py`` defines a subclass and one instance,
+    ``TARGET``, which build.py loads by name on first use (compiling for one target never pays for
+    the others). Its vocabulary -- the model of ``targets.<name>``, its hints, the rules for its
+    settings, the variables only its platform sets -- is ``targets/<name>/settings.py``, which
+    validation loads without this. A target never imports another.
+
+    =========================================  ====================================================
+    ``name``                                   its name in ``-t`` and under ``targets:``
+    ``launchers``                              framework -> distribution.launcher when the spec
+                                               gives none
+    ``cannot_express(valid)``                  what the platform cannot run as the spec says, as
+                                               diagnostics through ``unsupported()``
+    ``lower(valid, out_dir) -> Artifact``      the files, pure: no I/O, no clock, no randomness
+    ``refs_for(valid)``                        how ``{{ inputs.x }}`` / ``{{ outputs.x }}`` render
+                                               in its job (``spec_env``: the env ``plan`` shows)
+    ``plan_port(valid)``                       the rendezvous port as ``plan`` shows it (default:
+                                               distribution.master_port)
+    ``plan_settings(valid)``                   its own settings a reviewer should see in ``plan``
+                                               (default: none)
+    ``local_settings(settings, workdir)``      ``run --local``: the settings rewritten for this
+                                               machine, a mapping in, a mapping out (default: as
+                                               they are)
+    ``local_refusal``                          ``run --local`` for a target without
+                                               ``targets/<name>/local.py`` (whose
+                                               ``play_local(job_dir, run)`` plays the job): one line
+                                               that says why it cannot be played here
+    =========================================  ====================================================
+
+    A lower.py keeps its functions at module level (its tests and its local play call them) and
+    names them here, so what a target overrides is read in one place.
+    """
+
+    name: str = ""
+    launchers: Mapping[str, str] = {}
+
+    def cannot_express(self, valid: ValidSpec) -> List[Diagnostic]:
+        return []
+
+    def lower(self, valid: ValidSpec, out_dir: Path) -> "Artifact":
+        raise NotImplementedError(f"{self.name}: lower")
+
+    def refs_for(self, valid: ValidSpec):
+        raise NotImplementedError(f"{self.name}: refs_for")
+
+    def plan_port(self, valid: ValidSpec) -> str:
+        return str(valid.spec.distribution.master_port)
+
+    def plan_settings(self, valid: ValidSpec) -> Dict[str, str]:
+        return {}
+
+    def local_settings(self, settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
+        return settings
+
+    @property
+    def local_refusal(self) -> str:
+        from trainspec.targets import TARGETS
+
+        return (f"run --local cannot play {TARGETS[self.name]} jobs here: nothing on this machine stands in for "
+                "the platform")
+
+    def launcher(self, valid: ValidSpec) -> str:
+        """Who starts the processes of ``valid`` on this target."""
+        return launcher(valid, self.launchers)
+
+
+def literal_text(value) -> str:
+    """A literal input as the command sees it: as Azure ML sends it (azure-ai-ml's REST body:
+    str(value), so a YAML `true` arrives as True)."""
+    return str(value)
+
+
+def data_asset_features(target: str, valid: ValidSpec) -> List[Diagnostic]:
+    """Spec fields only a platform with data assets acts on (an MLTable's eval modes, registering an
+    output), reported by the targets that have none (never dropped)."""
+    out: List[Diagnostic] = []
+    for name, item in valid.spec.inputs.items():
+        if item.path is not None and item.mode in ("eval_mount", "eval_download"):
+            out.append(unsupported(target, ("inputs", name, "mode"), f"input mode {item.mode} (an Azure ML "
+                                   "runtime feature): the path is passed as it is", fatal=False))
+    for name, item in valid.spec.outputs.items():
+        if item.name is not None:
+            out.append(unsupported(target, ("outputs", name, "name"), "registering an output as a data asset",
+                                   "register it after the job, or leave name out", fatal=False))
+    return out
+
+
+def node_path_refs(valid: ValidSpec, default_output):
+    """References for a target whose jobs see the data as paths on the nodes (HPC Pack, Slurm):
+    ``{{ inputs.x }}`` is its path (or literal), ``{{ outputs.x }}`` its path or
+    ``default_output(name)`` (shell the target writes), each quoted for bash."""
+    spec = valid.spec
+
+    def refs(kind: str, name: str) -> str:
+        if kind == "inputs":
+            item = spec.inputs[name]
+            return shlex.quote(item.path if item.path is not None else literal_text(item.value))
+        item = spec.outputs[name]
+        return shlex.quote(item.path) if item.path is not None else default_output(name)
+
+    return refs
+
+
+def node_path_problems(target: str, title: str, valid: ValidSpec) -> List[Diagnostic]:
+    """Data a job on the cluster's own storage cannot use: remote data, relative paths (they mean
+    nothing on the nodes), output locations that are not absolute paths."""
+    from trainspec.core.fields import is_remote
+
+    out: List[Diagnostic] = []
+    for name, item in valid.spec.inputs.items():
+        if item.path is None:
+            continue
+        if is_remote(item.path):
+            out.append(unsupported(target, ("inputs", name, "path"), f"the remote data '{item.path}'",
+                                   "give an absolute path on storage the nodes mount"))
+        elif not item.path.startswith("/"):
+            out.append(error(("inputs", name, "path"), f"on {title} an input is a path on the "
+                             "nodes: it must be absolute", "e.g. /data/mnist on the shared storage"))
+    for name, item in valid.spec.outputs.items():
+        if item.path is not None and not item.path.startswith("/"):
+            out.append(unsupported(target, ("outputs", name, "path"), f"the output location '{item.path}'",
+                                   "give an absolute path on shared storage, or leave path out"))
+    return out
+
+
+def launcher(valid: ValidSpec, defaults: Mapping[str, str]) -> str:
+    """Who starts the processes: the spec's distribution.launcher, else the target's default for
+    the framework (its LAUNCHERS). TensorFlow has a launcher of its own on every target: the
+    platform starts one worker per node and sets TF_CONFIG."""
+    if valid.spec.framework == TENSORFLOW:
+        return TENSORFLOW
+    return valid.spec.distribution.launcher or defaults[valid.spec.framework]
+
+
+def unsupported(target: str, path: SpecPath, what: str, hint: Optional[str] = None, *,
+                fatal: bool = True) -> Diagnostic:
+    """A spec setting the target cannot express: an error (or a warning when it can be ignored
+    safely). Never dropped silently."""
+    message = f"{target} cannot express {what}"
+    return error(path, message, hint) if fatal else warning(path, message, hint)
+
+
+def data_in_env(target: str, valid: ValidSpec) -> List[Diagnostic]:
+    """An error at each env key whose value names an input or output (``{{ outputs.x }}``, what an
+    imported ``${{outputs.x}}`` becomes), for a target that sets variables as written: no shell
+    expands the path it renders to there (Azure ML expands ``${{...}}`` in variables itself)."""
+    out: List[Diagnostic] = []
+    def marker(kind: str, name: str) -> str:
+        return f"\x00{kind}.{name}\x00"
+
+    for key, value in valid.spec.env.items():
+        rendered = valid.render(("env", key), value, marker)
+        named = [f"{{{{ {m} }}}}" for m in re.findall(r"\x00([^\x00]+)\x00", rendered)]
+        if named:
+            out.append(unsupported(target, ("env", key), f"{named[0]} in a variable: it sets variables as written, "
+                                   "and nothing there would expand the path",
+                                   f"pass it in the command instead (--arg {named[0]}), where it is expanded"))
+    return out
+
+
+def expectations(valid: ValidSpec, launcher_name: str, master_port: Optional[int] = None) -> Dict[str, str]:
+    """The TRAINSPEC_* variables the shim checks the platform's world against."""
+    env = {
+        contract.ENV_SPEC: valid.source.display,
+        contract.ENV_NODES: str(valid.nodes),
+        contract.ENV_PROCS_PER_NODE: str(valid.procs_per_node),
+        contract.ENV_LAUNCHER: launcher_name,
+    }
+    if master_port is not None:
+        env[contract.ENV_MASTER_PORT] = str(master_port)
+    return env
+
+
+def job_env(valid: ValidSpec, refs, launcher_name: str, master_port: Optional[int] = None) -> Dict[str, str]:
+    """Every process's environment as a target writes it: the spec's env (rendered with the
+    target's references), Lightning's defaults, then the TRAINSPEC_* expectations."""
+    env = spec_env(valid, refs)
+    env.update(lightning_defaults(valid))
+    env.update(expectations(valid, launcher_name, master_port))
+    return env
+
+
+def spec_env(valid: ValidSpec, refs) -> Dict[str, str]:
+    """The spec's env as every process gets it: templates rendered with the target's references
+    (``refs_for``). `plan` shows the same values."""
+    return {key: valid.render(("env", key), value, refs) for key, value in valid.spec.env.items()}
+
+
+def lightning_defaults(valid: ValidSpec) -> Dict[str, str]:
+    """Lightning reads PL_TRAINER_* as Trainer() defaults (explicit arguments still win), so a
+    script that passes neither num_nodes nor devices gets the spec's numbers instead of 1."""
+    if valid.spec.framework != "lightning":
+        return {}
+    return {"PL_TRAINER_NUM_NODES": str(valid.nodes), "PL_TRAINER_DEVICES": str(valid.procs_per_node)}
+
+
+def relative(target: Path, start: Path) -> str:
+    """``target`` relative to ``start`` as a posix path, for files that reference each other."""
+    import os
+
+    rel = os.path.relpath(target, start)
+    return Path(rel).as_posix()
+
+
+# The shim's source, copied byte for byte next to every job. Read by path rather than through
+# `trainspec.runtime` so compiling never imports the runtime itself.
+SHIM_SOURCE = Path(__file__).resolve().parents[1] / "runtime" / "shim.py"
+
+
+def shim_file() -> OutFile:
+    return runtime_file(SHIM_FILE, SHIM_SOURCE)
+
+
+def runtime_file(name: str, source: Path) -> OutFile:
+    """A file of trainspec's runtime copied next to a job as ``name``, marked as such."""
+    from trainspec import __version__
+
+    return OutFile(name, source.read_bytes(), runtime=__version__)
+
+
+_PYTHON = re.compile(r"^\s*(?P<python>python(?:3(?:\.\d+)?)?)\s+(?P<rest>\S.*)$", re.S)
+_VARIABLE = re.compile(r"\$(?:\{[!#]?)?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _shell_scan(command: str) -> Tuple[bool, List[str], bool]:
+    """(an operator, the names of the variables it expands, any expansion at all) as bash reads
+    ``command``: an unquoted, unescaped ; & | < > ( ) or newline is an operator (more than one
+    simple command); a ``$`` or backquote outside single quotes expands. shlex cannot tell ``';'``
+    (an argument) from ``;`` (an operator) once it removed the quotes."""
+    quote = None
+    escaped = operator = expands = False
+    names: List[str] = []
+    for i, char in enumerate(command):
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote == "'":
+            quote = None if char == "'" else quote
+        elif char in "$`":
+            expands = True
+            found = _VARIABLE.match(command, i)
+            if found:
+                names.append(found.group(1))
+        elif quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in ";&|<>()\n":
+            operator = True
+    return operator, names, expands
+
+
+def _has_shell_operator(command: str) -> bool:
+    return _shell_scan(command)[0]
+
+
+def _user_command(valid: ValidSpec) -> str:
+    """The command as the user wrote it, templates rendered without any target's references: what
+    it expands is the user's, not a target's own ``$job_dir`` or ``${{inputs.x}}``."""
+    return valid.render(("command",), valid.spec.command, neutral_refs)
+
+
+def under_shim(shim: str, command: str, valid: ValidSpec) -> str:
+    """``<shim> -- <command>``. The shim execs its arguments, so a command that needs a shell --
+    several commands (``cd src && python train.py``, a newline), or an expansion (``$NODE_RANK``,
+    which the shim sets) -- runs as one ``bash -c`` under it: every command sees the shim's
+    variables, and every ``$`` expands after the shim set them, on every target alike."""
+    if _has_shell_operator(command) or _shell_scan(_user_command(valid))[2]:
+        return f"{shim} -- bash -c {shlex.quote(command)}"
+    return f"{shim} -- {command}"
+
+
+# What the shim exports in every process (per node, all but the workers' own four): the names a
+# command reads on every target. The spec's env is portable too.
+PORTABLE = ("NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+PER_WORKER = {"RANK": None, "LOCAL_RANK": None, "WORLD_SIZE": "{{ world_size }}",
+              "LOCAL_WORLD_SIZE": "{{ procs_per_node }}"}  # and the template to write instead
+
+
+def command_variable_errors(target: str, valid: ValidSpec, launcher_name: str) -> List[Diagnostic]:
+    """An error at ``command`` for each variable it reads that will not be set when it expands
+    (after the shim, on ``target``): another platform's own (``$SLURM_PROCID`` on Azure ML), or,
+    per node, a worker's (``$RANK``: the command starts the workers). The spec's env always is."""
+    from trainspec.targets.vocabulary import platform_variable
+
+    out: List[Diagnostic] = []
+    command = _user_command(valid)
+    _, names, expands = _shell_scan(command)
+    spawner = own_spawner(command)
+    missing = _world_flags_missing(command, spawner) if expands and spawner else []
+    if missing and launcher_name == "per-node":
+        out.append(error(("command",), f"per node the shim hands {spawner} the world as flags, which it cannot add "
+                         f"to a command that needs a shell (it expands $...); it lacks {', '.join(missing)}",
+                         "write them yourself, from $NODE_RANK, $MASTER_ADDR and $MASTER_PORT (set before the "
+                         "shell expands them) and templates ({{ nodes }}), or expand the rest in a script"))
+    for name in dict.fromkeys(names):
+        if name in valid.spec.env or name in PORTABLE:
+            continue
+        if name in PER_WORKER:
+            if launcher_name == "per-node":
+                out.append(error(("command",), f"reads ${name}, but per node the command starts the node's workers: "
+                                 f"{name} is each worker's, set only when they start",
+                                 f"write {PER_WORKER[name]}" if PER_WORKER[name] else
+                                 "read it in the script (os.environ), or use $NODE_RANK"))
+            continue
+        owner = platform_variable(name)
+        if owner is not None and owner[0] != target:
+            out.append(error(("command",), f"reads ${name}, which only {owner[0]} jobs set: compiled for {target}, "
+                             "the command would read it empty",
+                             f"use {owner[1]}, which every target sets" if owner[1] else
+                             "every target sets $NODE_RANK, $MASTER_ADDR, $MASTER_PORT, $RANK, $WORLD_SIZE, "
+                             "$LOCAL_RANK and the spec's env; use those"))
+    return out
+
+
+def _world_flags_missing(command: str, spawner: str) -> List[str]:
+    """The flags through which ``spawner`` (accelerate, deepspeed) learns the world that
+    ``command`` does not give itself (a command run through a shell gets none from the shim)."""
+    from trainspec.core.fields import split_command
+
+    try:
+        words = split_command(command)
+    except ValueError:
+        return []
+    flags = contract._ACCELERATE if spawner == "accelerate" else (*contract._DEEPSPEED, "--no_ssh")
+    return [f for f in flags if not any(w == f or w.startswith(f + "=") for w in words)]
+
+
+def own_spawner(command: str) -> Optional[str]:
+    """'accelerate' or 'deepspeed' when the command is that launcher (it starts the node's workers
+    itself, and the shim gives it the world as flags), else None: the shim's own recognizer."""
+    from trainspec.core.fields import split_command
+
+    try:
+        found = contract.spawner_at(split_command(command))
+    except ValueError:  # an unclosed quote: validation reports it
+        return None
+    return found[0] if found else None
+
+
+def torchrun_problem(command: str) -> Optional[str]:
+    """Why ``command`` cannot be handed to torchrun, or None. torchrun runs a Python script or
+    module, not a shell line: ``python train.py ...`` or ``python -m pkg ...``."""
+    if _has_shell_operator(command):
+        return "it contains shell operators (&&, ;, |, redirections)"
+    if not _PYTHON.match(command):
+        return "it does not start with `python <script>` or `python -m <module>`"
+    return None
+
+
+def torchrun_errors(valid: ValidSpec, refs, wrapped_by: str, hint: str) -> List[Diagnostic]:
+    """An error at ``command`` when a target would hand it to torchrun and it is not a Python
+    script or module line (else none); ``wrapped_by`` says who puts torchrun there."""
+    command = valid.render(("command",), valid.spec.command, refs)
+    if own_spawner(command) and not _has_shell_operator(command):
+        return []  # accelerate launch / deepspeed start the workers themselves: no torchrun
+    problem = torchrun_problem(command)
+    return [error(("command",), f"{wrapped_by}, but {problem}", hint)] if problem else []
+
+
+def torchrun_line(valid: ValidSpec, command: str, runner: Tuple[str, ...] = ("torchrun",), rendezvous: str = "",
+                  python: Optional[str] = None) -> str:
+    """``<runner> --nnodes N --nproc_per_node P [rendezvous] --no-python <command>``: torchrun
+    starting the node's workers, each running the user's command intact. ``rendezvous``: flags
+    (shell, the target's own) for what the shim does not hand torchrun as PET_*."""
+    counts = shlex.join([*runner, "--nnodes", str(valid.nodes), "--nproc_per_node", str(valid.procs_per_node)])
+    return " ".join(part for part in (counts, rendezvous, torchrun_worker(command, python)) if part)
+
+
+def torchrun_worker(command: str, python: Optional[str] = None) -> str:
+    """What follows torchrun's own flags so that every worker runs the user's command intact:
+    ``--no-python`` and the command as written (``python -u -X faulthandler train.py``, ``python
+    -m pkg``: the interpreter's own flags survive, which torchrun's ``train.py`` form drops).
+    ``python`` (already shell-quoted) replaces the interpreter word where the target names its
+    own; the rest is the user's text verbatim (shell, written by them)."""
+    match = _PYTHON.match(command)
+    return f"--no-python {python or match.group('python')} {match.group('rest')}"

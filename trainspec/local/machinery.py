@@ -1,0 +1,145 @@
+"""The machinery of `trainspec run --local`, below the targets: what a target's ``play_local``
+gets (``LocalRun``), the environment a simulated platform process starts from, and one way to
+run a job's processes and report how they ended (runtime/procs.py decides, this says it).
+
+The command that compiles a spec and hands the job to its target's play is local/command.py;
+a target's own play is targets/<name>/local.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from trainspec.runtime import shim as contract
+from trainspec.runtime.procs import Master, Proc, run_all
+
+__all__ = ["LocalRun", "Master", "Proc", "base_env", "job_port", "port_taken", "run_and_report"]
+
+# Variables a platform sets: never inherited from the shell that runs `trainspec run`.
+_PLATFORM_PREFIXES = ("OMPI_", "PMIX_", "AZ_BATCH", "AZUREML_", "TORCHELASTIC_", "SLURM_", "CCP_", "PL_TRAINER_",
+                      contract.ENV_PREFIX)
+_PLATFORM_NAMES = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                   "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "TF_CONFIG"}
+
+
+
+@dataclass
+class LocalRun:
+    """What a target's ``play_local(job_dir, run)`` gets: the run's options, the validated spec,
+    the work directory, the simulated hosts (loopback addresses or network namespaces) and
+    where the processes' output goes. The machinery to start and watch processes is below."""
+
+    options: Any  # local/command.py's LocalOptions
+    valid: Any
+    workdir: Path
+    hosts: Any
+    out: Any
+
+    def copy_code(self) -> Path:
+        """A fresh copy of the spec's code directory, as the platform would upload it."""
+        code = self.workdir / "code"
+        if code.exists():
+            shutil.rmtree(code)
+        shutil.copytree(self.valid.resolve(self.valid.spec.code), code,
+                        ignore=shutil.ignore_patterns("__pycache__", ".git", "lightning_logs", "outputs"))
+        return code
+
+
+
+def run_and_report(procs: List[Proc], timeout: float, out, master: Optional[Master] = None) -> int:
+    started = time.monotonic()
+    result = run_all(procs, timeout=timeout, out=out or sys.stdout, master=master)
+    elapsed = time.monotonic() - started
+    if result.exit_code == 0:
+        print(f"trainspec: all {len(procs)} processes exited 0 in {elapsed:.1f} s", file=sys.stderr)
+        return 0
+    if result.master_silent:
+        assert master is not None
+        print(f"trainspec: error: nothing listened on the master address {master.host}:{master.port} within "
+              f"{master.timeout:g} s: {master.label} never opened the rendezvous (it hung, or is still busy before "
+              "init_process_group), so every other process would have waited for torch's own timeout; every "
+              f"process was stopped after {elapsed:.1f} s (hint: --rendezvous-timeout SECONDS if {master.label} "
+              "needs longer). Its last lines:", file=sys.stderr)
+        for line in result.tail:
+            print(f"  | {line}", file=sys.stderr)
+        return result.exit_code
+    if result.timed_out:
+        print(f"trainspec: error: the run did not finish within {timeout:g} s; every process was stopped",
+              file=sys.stderr)
+        return result.exit_code
+    print(f"trainspec: error: {result.failed} exited with code {result.exit_code}{_signal_name(result.exit_code)} "
+          f"after {result.failed_at or elapsed:.1f} s; the run was stopped{_how_the_others_ended(result)}. "
+          f"Its last lines ({result.failed}):", file=sys.stderr)
+    for line in result.tail:
+        print(f"  | {line}", file=sys.stderr)
+    return result.exit_code
+
+
+def _signal_name(exit_code: int) -> str:
+    """' (SIGKILL)' for 137: the shell's 128+n for a process killed by signal n."""
+    try:
+        return f" ({signal.Signals(exit_code - 128).name})" if exit_code > 128 else ""
+    except ValueError:
+        return ""
+
+
+def _how_the_others_ended(result) -> str:
+    """'; the other 3 processes ended within 1.2 s: rank 0 and rank 1 exited by themselves (code 1);
+    rank 3 was stopped by SIGTERM' -- who failed on their own once a peer was gone, whom the runner stopped."""
+    others = result.others
+    if not others:
+        return ""
+    groups: Dict[Tuple[Optional[str], int], List[str]] = {}
+    for ending in others:
+        key = (ending.stopped_by, 0) if ending.stopped_by else (None, ending.exit_code)
+        groups.setdefault(key, []).append(ending.label)
+
+    def told(key: Tuple[Optional[str], int], labels: List[str]) -> str:
+        shown = labels if len(labels) <= 4 else labels[:3] + [f"{len(labels) - 3} more"]
+        names = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+        stopped_by, code = key
+        if stopped_by:
+            return f"{names} {'was' if len(labels) == 1 else 'were'} stopped by {stopped_by}"
+        if code == 0:
+            return f"{names} had finished (code 0)"
+        return f"{names} exited by {'itself' if len(labels) == 1 else 'themselves'} (code {code})"
+
+    within = max(0.0, max(ending.at for ending in others) - (result.failed_at or 0.0))
+    plural = "process" if len(others) == 1 else f"{len(others)} processes"
+    return (f"; the other {plural} ended within {within:.1f} s: "
+            + "; ".join(told(key, labels) for key, labels in groups.items()))
+
+
+def base_env(hosts) -> Dict[str, str]:
+    startup = sys.modules.get("trainspec.cli")  # what the CLI set for its own start-up is not the job's
+    own = set(getattr(startup, "CLI_STARTUP_ENV", ()))
+    env = {k: v for k, v in os.environ.items()
+           if k not in _PLATFORM_NAMES and not k.startswith(_PLATFORM_PREFIXES) and k not in own}
+    # the job's `python` is the interpreter trainspec runs under (its virtualenv, its torch)
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["GLOO_SOCKET_IFNAME"] = hosts.interface  # loopback, or the namespace's one interface
+    return env
+
+
+def job_port(env: Mapping[str, Any]) -> int:
+    """The port the compiled job names (the spec's master_port, or HPC Pack's rdzv_port): the run
+    uses it as the platform would, so a port the job cannot open shows up here."""
+    return int(env.get(contract.ENV_MASTER_PORT) or contract.AZUREML_MASTER_PORT)
+
+
+def port_taken(port: int, hosts, field_: str) -> int:
+    print(f"trainspec: error: port {port} on {hosts.address(0)} (simulated node 0) is taken: the job uses the "
+          f"spec's port, as the platform would, and something here already listens on it (another run?) "
+          f"(hint: stop it, or try another port for this run with --set {field_}=PORT)", file=sys.stderr)
+    return 1
+
+

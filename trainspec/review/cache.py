@@ -1,0 +1,296 @@
+"""`check`'s memory of what specs compile to, trusting nothing but bytes.
+
+A record says: the spec whose bytes hash to S, read with these other files (its extends chain,
+the team catalog, the conda file: each by the sha256 of its bytes) and these facts on disk
+(the code folder is a folder, a local input exists...), from this place in the repository,
+with these command-line options and this trainspec (its own source files, by hash, and the
+versions of the libraries that shape its output), compiled without an error to these output
+files (by path and sha256). `check` recompiles only the specs whose record does not match
+every one of those facts today, or whose outputs on disk are not those hashes; for the others
+it knows, from bytes alone, that they would compare equal. A spec with an error is never
+recorded, so every message `check` prints comes from a real compile.
+
+Records live in one file per (output folder, options, trainspec) under the user's cache folder:
+$TRAINSPEC_CACHE_DIR, else $XDG_CACHE_HOME/trainspec, else ~/.cache/trainspec (an empty
+TRAINSPEC_CACHE_DIR turns the cache off). Never under the output folder. A file that cannot be
+read, parsed or written is ignored: the cache can make `check` faster, never different.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from trainspec import __version__
+
+ENV = "TRAINSPEC_CACHE_DIR"
+FORMAT = 1
+# the libraries whose behaviour is part of what a spec compiles to
+_LIBRARIES = ("ruamel.yaml", "ruamel.yaml.clib", "pydantic-core", "pydantic", "jinja2")
+
+
+def folder() -> Optional[Path]:
+    """Where the cache lives, or None when it is turned off."""
+    chosen = os.environ.get(ENV)
+    if chosen is not None:
+        return Path(chosen).expanduser() if chosen else None
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache") / "trainspec"
+
+
+HASH_LIMIT = 256 * 1024 * 1024  # a file larger than this is never taken as unchanged
+
+
+def sha256_file(path: Path) -> Optional[str]:
+    """The sha256 of a regular file's bytes; None for anything else (missing, a FIFO or device,
+    which are never opened, or larger than HASH_LIMIT), so that a lookup misses, never hangs."""
+    from trainspec.spec.loader import ReadProblem, read_bounded
+
+    try:
+        data = read_bounded(path, HASH_LIMIT)
+    except (OSError, ReadProblem):
+        return None
+    return hashlib.sha256(data).hexdigest() if len(data) <= HASH_LIMIT else None
+
+
+def _read_json(file: Path) -> Any:
+    """One of the cache's own files, read like any other input: bounded, never blocking."""
+    from trainspec.spec.loader import ReadProblem, read_bounded
+
+    try:
+        data = read_bounded(file, HASH_LIMIT)
+    except ReadProblem as exc:
+        raise OSError(exc.message) from None
+    return json.loads(data.decode("utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _trainspec_identity() -> str:
+    """trainspec itself, by the bytes of its source (an edited checkout is another trainspec),
+    with Python's and its libraries' versions."""
+    digest = hashlib.sha256(f"{FORMAT} {__version__} {sys.version}".encode())
+    package = Path(__file__).resolve().parents[1]  # the whole trainspec package
+    for path in sorted(package.rglob("*")):
+        if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    digest.update(repr(_library_versions()).encode())
+    return digest.hexdigest()
+
+
+def _library_versions() -> List[Tuple[str, str]]:
+    """The installed versions of _LIBRARIES, from their .dist-info folders on sys.path, first one
+    wins as for imports (importlib.metadata would cost ~40 ms of imports at every start)."""
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "_", name).lower()
+
+    wanted = {norm(name) for name in _LIBRARIES}
+    found: Dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info"):
+                dist, _, version = name[:-len(".dist-info")].partition("-")
+                if norm(dist) in wanted:
+                    found.setdefault(norm(dist), version)
+    return sorted(found.items())
+
+
+@dataclass
+class Facts:
+    """The facts of the filesystem this run has looked at, each looked at once."""
+
+    hashes: Dict[str, Optional[str]] = field(default_factory=dict)
+    kinds: Dict[str, str] = field(default_factory=dict)
+    places: Dict[str, Tuple[Optional[str], Optional[str]]] = field(default_factory=dict)
+
+    def bytes_of(self, path: str) -> Optional[str]:
+        if path not in self.hashes:
+            self.hashes[path] = sha256_file(Path(path))
+        return self.hashes[path]
+
+    def kind(self, path: str) -> str:
+        """dir, file, other or none (what validation asks of a path: is it a folder, a file, there)."""
+        if path not in self.kinds:
+            p = Path(path)
+            self.kinds[path] = "dir" if p.is_dir() else "file" if p.is_file() else "other" if p.exists() else "none"
+        return self.kinds[path]
+
+    def place(self, spec_dir: str) -> Tuple[Optional[str], Optional[str]]:
+        """(the team catalog a spec in spec_dir reads, the repository root it is named from):
+        found by the same walks as validation (the nearest trainspec-skus.yaml up to the first
+        folder with a .git; the first parent with a .git)."""
+        if spec_dir not in self.places:
+            from trainspec.spec.skus import team_file_for
+
+            team = team_file_for(Path(spec_dir))
+            root = next((str(p) for p in Path(spec_dir).parents if (p / ".git").exists()), None)
+            self.places[spec_dir] = (str(team) if team else None, root)
+        return self.places[spec_dir]
+
+
+def probes(outcome) -> List[str]:
+    """The paths whose kind validation checks for a spec (spec/validate.py _check_paths and
+    _check_environment; a target's local inputs), absolute."""
+    from trainspec.core.fields import is_remote
+
+    valid = outcome.valid
+    spec = valid.spec
+    paths = [valid.resolve(spec.code)]
+    paths += [valid.resolve(item.path) for item in spec.inputs.values() if item.path is not None
+              and not is_remote(item.path)]
+    build = spec.environment.build
+    if build is not None:
+        paths += [valid.resolve(build.path), valid.resolve(build.path) / build.dockerfile_path]
+    return [str(p) for p in paths]
+
+
+class Cache:
+    """The records of one check run: loaded once, looked up per spec, saved once."""
+
+    def __init__(self, out: Path, options: Dict[str, Any]):
+        self.facts = Facts()
+        self.records: Dict[str, Any] = {}
+        self.changed = False
+        self.file: Optional[Path] = None
+        self.key = ""
+        base = folder()
+        if base is None:
+            return
+        try:
+            key = json.dumps({"out": str(out.resolve()), "options": options, "trainspec": _trainspec_identity()},
+                             sort_keys=True)
+        except OSError:
+            return
+        name = hashlib.sha256(key.encode()).hexdigest()
+        self.file = base / f"check-{FORMAT}" / f"{name}.json"
+        try:
+            loaded = _read_json(self.file)
+            if isinstance(loaded, dict) and loaded.get("key") == key and isinstance(loaded.get("records"), dict):
+                self.records = loaded["records"]
+        except (OSError, ValueError, UnicodeDecodeError):
+            pass  # no cache yet, or one that cannot be read: every spec is compiled
+        self.key = key
+
+    def lookup(self, file: str) -> Optional[Dict[str, Any]]:
+        """The record of the spec in ``file`` when every fact it was made from still holds."""
+        record = self.records.get(str(Path(file).resolve()))
+        try:
+            if record is None or record["spec"] != self.facts.bytes_of(str(Path(file).resolve())):
+                return None
+            spec_dir = str(Path(file).resolve().parent)
+            if list(self.facts.place(spec_dir)) != record["place"]:
+                return None
+            if any(self.facts.bytes_of(path) != digest for path, digest in record["reads"]):
+                return None
+            if any(self.facts.kind(path) != kind for path, kind in record["kinds"]):
+                return None
+            if not isinstance(record["display"], str) or not all(
+                    isinstance(target, str) and isinstance(name, str) and isinstance(digest, str)
+                    for target, files in record["outputs"].items() for name, digest in files.items()):
+                return None
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None  # a record of another shape: not trusted
+        return record
+
+    def remember(self, outcome) -> None:
+        """Record a spec that compiled without an error."""
+        if self.file is None or not outcome.ok or outcome.valid is None:
+            return
+        spec_path = str(Path(outcome.file).resolve())
+        spec_digest = self.facts.bytes_of(spec_path)
+        reads = [(str(p), self.facts.bytes_of(str(p))) for p in outcome.reads if str(p) != spec_path]
+        if spec_digest is None or any(d is None for _, d in reads):
+            return
+        self.records[spec_path] = {
+            "spec": spec_digest,
+            "place": list(self.facts.place(str(Path(spec_path).parent))),
+            "reads": reads,
+            "kinds": [(path, self.facts.kind(path)) for path in probes(outcome)],
+            "name": outcome.valid.name,
+            "display": outcome.valid.source.display,
+            "outputs": {a.target: {f.path: hashlib.sha256(f.data).hexdigest() for f in a.files}
+                        for a in outcome.artifacts},
+        }
+        self.changed = True
+
+    def save(self) -> None:
+        """Write the records (atomically; a cache that cannot be written is left as it was)."""
+        if self.file is not None and self.changed:
+            _write(self.file, {"key": self.key, "records": self.records})
+
+
+def _write(file: Path, data: Any) -> None:
+    """Atomically; a cache that cannot be written is left as it was."""
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=file.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh)
+            os.replace(temporary, file)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError:
+        pass
+
+
+class Extends(dict):
+    """What spec files name in `extends:`, by the sha256 of their bytes (build.find_specs and
+    build.dependents parse a file only when its bytes are new): a fact of the bytes alone, so
+    shared by every command and repository of one trainspec (its parser decides)."""
+
+    LIMIT = 100_000  # entries; then it starts again
+
+    def __init__(self) -> None:
+        super().__init__()
+        base = folder()
+        self.file = None
+        if base is not None:
+            try:
+                self.file = base / f"extends-{FORMAT}-{_trainspec_identity()[:16]}.json"
+            except OSError:
+                pass
+        try:
+            loaded = _read_json(self.file) if self.file is not None else {}
+            if isinstance(loaded, dict) and len(loaded) < self.LIMIT and all(
+                    isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in loaded.items()):
+                self.update(loaded)
+        except (OSError, ValueError, UnicodeDecodeError):
+            pass
+        self.loaded = len(self)
+
+    def save(self) -> None:
+        if self.file is not None and len(self) != self.loaded:
+            _write(self.file, dict(self))
+
+
+def outputs_match(folder: Path, expected: Dict[str, str]) -> bool:
+    """The files in ``folder`` are exactly ``expected`` (relative path -> sha256), no more."""
+    found: Dict[str, Optional[str]] = {}
+    try:
+        for parent, _, names in os.walk(folder):
+            for name in names:
+                path = Path(parent) / name
+                found[path.relative_to(folder).as_posix()] = None
+    except OSError:
+        return False
+    if set(found) != set(expected):
+        return False
+    return all(sha256_file(folder / name) == digest for name, digest in expected.items())
+
+
+def options_of(targets: Sequence[str], sets: Iterable[str], variables: Iterable[str]) -> Dict[str, Any]:
+    return {"targets": list(targets), "sets": list(sets), "vars": list(variables), "cwd": os.getcwd()}

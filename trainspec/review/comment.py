@@ -1,0 +1,147 @@
+"""One pull-request comment: `plan --format markdown` and `diff --format markdown` each keep to a
+budget so that both fit in one GitHub comment; what is cut is summarised, never dropped
+silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence
+
+from trainspec.core import markdown as md_
+
+
+# --- one pull-request comment ------------------------------------------------------------------
+
+# GitHub refuses a comment over 65,536 characters. The CI example posts `plan --format markdown`,
+# a blank line and `diff --format markdown` as one comment: each keeps to its budget by default,
+# both together stay under COMMENT_LIMIT. Text (a CI log, the full document) and json are not
+# cut unless asked (--max-chars).
+COMMENT_LIMIT = 60_000
+PLAN_BUDGET = 24_000
+DIFF_BUDGET = 35_000
+assert PLAN_BUDGET + 1 + DIFF_BUDGET + 2 < COMMENT_LIMIT  # + the blank line, + print()'s newlines
+VALUE_LIMIT = 300  # characters of one value in the comment, and in a diff's one-line summary
+LINE_LIMIT = 500  # characters of one diff line once a diff is cut
+
+
+def budget_for(max_chars: Optional[int], fmt: str, default: int) -> Optional[int]:
+    if max_chars is None:
+        return default if fmt == "markdown" else None
+    return max_chars or None
+
+
+@dataclass
+class Part:
+    """A piece of a job's section that can be shortened: ``cut(n)`` is it within ``n``
+    characters, never shorter than ``cut(0)`` (its one-line summary)."""
+
+    full: str
+    cut: Callable[[int], str]
+
+
+def whole_part(full: str, summary: str, md: bool) -> Part:
+    """A part shown whole or replaced by one line."""
+    short = f"*({md_.text(summary)})*" if md else f"  ({summary})"
+    return Part(full, lambda n: full if n >= len(full) else short)
+
+
+@dataclass
+class Section:
+    """One job in a document: its names (for the list of jobs left out), its heading (shown
+    while there is room), then its parts after ``glue``."""
+
+    names: List[str]
+    head: str
+    glue: str = "\n\n"
+    parts: List[Part] = field(default_factory=list)
+
+    def render(self, parts: Sequence[str]) -> str:
+        shown = [p for p in parts if p]
+        return self.head + (self.glue + "\n\n".join(shown) if shown else "")
+
+
+def fit(title: str, sections: Sequence[Section], budget: Optional[int], md: bool, what: str, command: str) -> str:
+    """``title`` and ``sections`` as one document of at most ``budget`` characters (None: no
+    limit). First every part whole; else every heading, with the room left shared fairly among
+    the parts (each at least its summary); else as many headings as fit and the other jobs by
+    name. Whatever was cut, a last line says where ``what`` is (``command``)."""
+    whole = _join([title, *(s.render([p.full for p in s.parts]) for s in sections)])
+    if budget is None or len(whole) <= budget:
+        return whole
+    note = (f"*Cut to fit one comment; {md_.text(what)}: {md_.code(command)}, or each job's compiled outputs "
+            "among this pull request's files.*" if md else
+            f"(cut to {budget:,} characters; {what}: {command})")
+    shortest = [[p.cut(0) for p in s.parts] for s in sections]
+    fixed = len(title) + 2 + len(note) + sum(len(s.render(c)) + 2 for s, c in zip(sections, shortest))
+    if fixed <= budget:
+        wants = [len(p.full) - len(c) for s, cuts in zip(sections, shortest) for p, c in zip(s.parts, cuts)]
+        cap = _fair_share(wants, budget - fixed)
+        chosen = [[p.full if want <= cap else p.cut(len(c) + cap) for p, c, want in zip(s.parts, cuts, wants_of)]
+                  for s, cuts, wants_of in zip(sections, shortest, _split(wants, sections))]
+        left = budget - len(_join([title, *(s.render(c) for s, c in zip(sections, chosen)), note]))
+        for s, parts in zip(sections, chosen):  # what is left (a part shown whole or not at all) goes in order
+            for k, p in enumerate(s.parts):
+                if parts[k] != p.full and len(p.full) - len(parts[k]) <= left:
+                    left -= len(p.full) - len(parts[k])
+                    parts[k] = p.full
+        document = _join([title, *(s.render(c) for s, c in zip(sections, chosen)), note])
+        if len(document) <= budget:
+            return document
+    return _names_only(title, sections, budget, md, note)
+
+
+def _split(values: Sequence[int], sections: Sequence[Section]) -> List[List[int]]:
+    """``values`` (one per part, all sections in a row) as one list per section."""
+    out, i = [], 0
+    for s in sections:
+        out.append(list(values[i:i + len(s.parts)]))
+        i += len(s.parts)
+    return out
+
+
+def _join(pieces: Sequence[str]) -> str:
+    return "\n\n".join(p for p in pieces if p)
+
+
+def _fair_share(wants: Sequence[int], room: int) -> int:
+    """The largest cap such that the wants, each capped, fit in ``room`` (water-filling)."""
+    left = len(wants)
+    for want in sorted(wants):
+        if want * left > room:
+            return room // left
+        room -= want
+        left -= 1
+    return max(wants, default=0)
+
+
+def _names_only(title: str, sections: Sequence[Section], budget: int, md: bool, note: str) -> str:
+    """Headings while they fit, then the other jobs by name (as many as fit, then how many more)."""
+    kept: List[str] = []
+    used = len(title) + 2 + len(note)
+    rest = [name for s in sections for name in s.names]
+    for s in sections:
+        others = rest[len(s.names):]
+        tail = len(_more(others, budget, md)) + 2 if others else 0
+        if used + len(s.head) + 2 + tail > budget:
+            break
+        kept.append(s.head)
+        used += len(s.head) + 2
+        rest = others
+    if rest:
+        kept.append(_more(rest, budget - used - 2, md))
+    return _join([title, *kept, note])
+
+
+def _more(names: Sequence[str], room: int, md: bool) -> str:
+    """One line naming ``names``, within ``room`` characters when it can."""
+    lead = f"**Not shown for length ({len(names)}):** " if md else f"not shown for length ({len(names)}): "
+    shown: List[str] = []
+    for count, name in enumerate(names):
+        item = md_.code(name) if md else md_.visible(name)
+        after = len(names) - count - 1
+        left = f", … and {after} more" if after else ""
+        if len(lead) + len(", ".join([*shown, item])) + len(left) > room:
+            return lead + ", ".join(shown) + f"{', ' if shown else ''}… and {len(names) - count} more"
+        shown.append(item)
+    return lead + ", ".join(shown)

@@ -1,0 +1,372 @@
+"""`diff`: what a change to the specs changes, semantic first (the job's facts and the spec's
+fields), then each output file as a unified diff (runtime files summarised).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from trainspec.build import Outcome
+from trainspec.core import markdown as md_
+from trainspec.compile import base
+from trainspec import build as pipeline
+from trainspec.review.comment import DIFF_BUDGET, LINE_LIMIT, VALUE_LIMIT, Part, Section, budget_for, fit, whole_part
+from trainspec.review.outputs import repo_root, unified, without_provenance
+
+
+# --- diff -------------------------------------------------------------------------------------
+
+# Facts of the compiled job that no single spec field states (world, the per-target launcher,
+# GPUs from the SKU...), each with the spec field that states it when the user wrote it: when
+# that field changed too, the fact is not repeated.
+_FACTS: Tuple[Tuple[str, Optional[str]], ...] = (
+    ("world", None), ("processes per node", "resources.procs_per_node"),
+    ("GPUs per node", "resources.gpus_per_node"), ("GPU", None), ("backend", "distribution.backend"),
+    ("targets", "targets"),
+)
+
+
+def facts(outcome: Outcome) -> Dict[str, Any]:
+    """What the compiled job is, beyond what the spec wrote."""
+    valid = outcome.valid
+    found: Dict[str, Any] = {
+        "world": valid.world_size,
+        "processes per node": valid.procs_per_node,
+        "GPUs per node": valid.gpus_per_node,
+        "GPU": valid.sku.gpu if valid.sku else None,
+        "backend": valid.backend,
+        "targets": ", ".join(a.target for a in outcome.artifacts),
+    }
+    for artifact in outcome.artifacts:
+        found[f"launcher ({artifact.target})"] = pipeline.launcher(valid, artifact.target)
+    return found
+
+
+def spec_fields(outcome: Outcome) -> Dict[str, Any]:
+    """Every field the spec wrote (with its extends chain and overrides), by dotted path, as
+    written (`timeout: 2d`, not its seconds)."""
+    flat: Dict[str, Any] = {}
+
+    def walk(value: Any, prefix: str) -> None:
+        if isinstance(value, dict) and value:
+            for key, item in value.items():
+                walk(item, f"{prefix}.{key}" if prefix else str(key))
+        else:
+            flat[prefix] = value
+
+    walk(outcome.data, "")
+    return flat
+
+
+def show(value: Any) -> str:
+    """A value in a one-line summary: line breaks shown escaped, a long value cut (the diff
+    below it has it whole)."""
+    if value is None:
+        return "(none)"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, dict)):
+        return md_.clip(json.dumps(value, sort_keys=True, default=str), VALUE_LIMIT)
+    return md_.clip(md_.visible(str(value)), VALUE_LIMIT)
+
+
+@dataclass
+class Change:
+    field: str
+    before: Any
+    after: Any
+    where: str = ""  # who wrote the new value, when not the spec itself: "in bases/gpu.yaml", "by --set"
+
+    def render(self) -> str:
+        text = f"{self.field} {show(self.before)} → {show(self.after)}"
+        return text + (f" ({self.where})" if self.where else "")
+
+
+@dataclass(frozen=True)
+class RuntimeFile:
+    """A generated runtime file (the shim, the Ray driver...; OutFile.runtime): summarised by
+    its size, sha256 and trainspec runtime version, never printed whole."""
+
+    size: int
+    sha256: str
+    summary: str  # "unchanged trainspec runtime v0.1.0", "changed: trainspec runtime vA -> vB"...
+    before: Optional[str] = None  # the runtime version on each side (None: no such file there)
+    after: Optional[str] = None
+    sha256_before: Optional[str] = None
+
+    @property
+    def line(self) -> str:
+        """The summary in one line: size and sha256 of a new, changed or removed file (json has
+        them for an unchanged one too)."""
+        if self.before is not None and self.before == self.after and not self.sha256_before:
+            return self.summary
+        was = f" (was sha256 {self.sha256_before})" if self.sha256_before else ""
+        return f"{self.size:,} bytes, sha256 {self.sha256}: {self.summary}{was}"
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"size": self.size, "sha256": self.sha256, "summary": self.summary, "version_before": self.before,
+                "version_after": self.after, "sha256_before": self.sha256_before}
+
+
+@dataclass
+class OutputDiff:
+    path: str  # as the user sees it: build/<name>/<target>/<file>
+    output: str  # <target>/<file>
+    diff: str  # a unified diff; for a runtime file, its summary line
+    runtime: Optional[RuntimeFile] = None
+
+
+@dataclass
+class JobDiff:
+    name: str
+    spec: str  # where the spec is (the head side's, else the base side's)
+    status: str  # "changed" | "new" | "removed" | "unchanged"
+    changes: List[Change] = field(default_factory=list)
+    about: str = ""  # for a new or removed job: what it is
+    files: List[OutputDiff] = field(default_factory=list)
+    reads: List[str] = field(default_factory=list)  # changed files the job reads (--git), e.g. its conda file
+    code: List[str] = field(default_factory=list)  # changed files in the code folder the job uploads (--git)
+    edited: List[str] = field(default_factory=list)  # committed outputs that differ from the compiled ones (--git)
+    base_errors: List[str] = field(default_factory=list)  # the base side of this spec did not compile
+    runtime: List[OutputDiff] = field(default_factory=list)  # its runtime files that did not change
+
+    @property
+    def reasons(self) -> List[str]:
+        """Why the job changes, beyond its spec's fields: files it reads or uploads, hand edits."""
+        found = []
+        if self.base_errors:
+            found.append(f"the spec did not compile at the base revision ({len(self.base_errors)} error(s): "
+                         f"{self.base_errors[0]})")
+        if self.reads:  # referenced, not copied: the job changes when it is submitted
+            found.append("the job reads changed files: " + ", ".join(self.reads))
+        if self.code:
+            found.append(f"the code folder it uploads changed ({_count(self.code, 'file')}: "
+                         + ", ".join(self.code[:5]) + (", ..." if len(self.code) > 5 else "") + ")")
+        if self.edited:
+            found.append("committed outputs differ from what the spec compiles to (edited by hand? check "
+                         "fails until they are recompiled): " + ", ".join(self.edited))
+        return found
+
+    @property
+    def headline(self) -> str:
+        if self.status in ("new", "removed"):
+            return "; ".join([f"{self.status} job: {self.about}", *self.reasons])
+        if self.changes:
+            return "; ".join([*(c.render() for c in self.changes), *self.reasons])
+        if self.base_errors:
+            return "; ".join(self.reasons)
+        if self.reasons:
+            return "no spec field changed; " + "; ".join(self.reasons)
+        if self.files:  # trainspec itself changed what it writes
+            return "no spec field changed; outputs changed: " + ", ".join(f.output for f in self.files)
+        return "no change to what runs"
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "spec": self.spec, "status": self.status, "summary": self.headline,
+                "changes": [{"field": c.field, "before": c.before, "after": c.after, "in": c.where or None}
+                            for c in self.changes],
+                "files": [_file_json(f) for f in self.files], "reads_changed": self.reads,
+                "runtime_unchanged": [_file_json(f) for f in self.runtime], "code_changed": self.code,
+                "outputs_edited": self.edited, "base_errors": self.base_errors}
+
+
+def _file_json(item: OutputDiff) -> Dict[str, Any]:
+    return {"path": item.path, "diff": item.diff, "runtime": item.runtime.as_json() if item.runtime else None}
+
+
+def _count(items: Sequence[Any], word: str) -> str:
+    return f"{len(items)} {word}{'' if len(items) == 1 else 's'}"
+
+
+def semantic_changes(old: Outcome, new: Outcome) -> List[Change]:
+    before, after = spec_fields(old), spec_fields(new)
+    changes = [Change(k, before.get(k), after.get(k), _written_in(new if k in after else old, k))
+               for k in _union(before, after) if before.get(k) != after.get(k)]
+    changes += _catalog_changes(old, new)
+    changed = {c.field for c in changes}
+    old_facts, new_facts = facts(old), facts(new)
+    stated_by = dict(_FACTS)
+    for key in _union(old_facts, new_facts):
+        spec_field = stated_by.get(key, "distribution.launcher" if key.startswith("launcher") else None)
+        if old_facts.get(key) != new_facts.get(key) and not (spec_field and spec_field in changed):
+            changes.append(Change(key, old_facts.get(key), new_facts.get(key)))
+    return changes
+
+
+def _written_in(outcome: Outcome, dotted_field: str) -> str:
+    """The file (an `extends` base) or override that wrote a field, when it is not the spec itself."""
+    doc = outcome.document
+    if doc is None or not (doc.origins or doc.overrides):
+        return ""
+    from trainspec.core.diagnostics import error
+
+    path: Tuple[Any, ...] = tuple(dotted_field.split("."))
+    found = doc.locate(error(path, ""))
+    if found.file == doc.file or not found.file:
+        return ""
+    if found.file.startswith("--"):
+        return "by " + found.file.split()[0]
+    return "in " + _display(found.file, outcome)
+
+
+def _display(file: Optional[str], outcome: Outcome) -> str:
+    """A file named in a diagnostic, relative to the repository like the spec's own display name."""
+    if not file or file.startswith("--"):
+        return file or ""
+    root = repo_root(outcome.valid.source.path.parent)
+    try:
+        return Path(file).resolve().relative_to(root.resolve()).as_posix() if root else file
+    except ValueError:
+        return file
+
+
+def _catalog_changes(old: Outcome, new: Outcome) -> List[Change]:
+    """A size whose catalog entry changed (a fix in the team's trainspec-skus.yaml), field by field."""
+    a, b = old.valid.sku, new.valid.sku
+    if a is None or b is None or a.name != b.name or a == b:
+        return []
+    where = "in " + (_display(str(new.valid.catalog), new) if new.valid.catalog else "the built-in catalog")
+    return [Change(f"size {b.name}: {name}", getattr(a, name), getattr(b, name), where)
+            for name in a.__dataclass_fields__ if getattr(a, name) != getattr(b, name)]
+
+
+def _union(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
+    return list(a) + [k for k in b if k not in a]
+
+
+def about(outcome: Outcome) -> str:
+    """A new or removed job in one line."""
+    valid = outcome.valid
+    sku = valid.sku.name if valid.sku else valid.spec.resources.sku
+    return (f"world {valid.world_size} = {valid.nodes} node(s) x {valid.procs_per_node} process(es)"
+            + (f" on {sku}" if sku else "") + f", targets {facts(outcome)['targets']}")
+
+
+def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> JobDiff:
+    """How the job changes from ``old`` to ``new`` (either may be absent: a new or removed job).
+    ``out`` is the output directory as the user names it, for the diff headers."""
+    either = new or old
+    name = either.valid.name
+    if old is None or new is None:
+        result = JobDiff(name, either.valid.source.display, "new" if old is None else "removed", about=about(either))
+    else:
+        result = JobDiff(name, new.valid.source.display, "changed", semantic_changes(old, new))
+    old_files = {(a.target, f.path): f for a in (old.artifacts if old else []) for f in a.files}
+    new_files = {(a.target, f.path): f for a in (new.artifacts if new else []) for f in a.files}
+    for key in sorted(set(old_files) | set(new_files)):
+        was, now = old_files.get(key), new_files.get(key)
+        before, after = (was.data if was else None), (now.data if now else None)
+        output = f"{key[0]}/{key[1]}"
+        path = f"{out}/{name}/{output}"
+        if (was or now).runtime:  # the shim, the Ray driver...: summarised, not printed whole
+            runtime = runtime_change(was, now, result.status)
+            shown = OutputDiff(path, output, runtime.line, runtime)
+            (result.runtime if before == after else result.files).append(shown)
+            continue
+        if before is not None and after is not None \
+                and without_provenance(before, old) == without_provenance(after, new):
+            continue  # the same job: only the spec's path or bytes (a comment, formatting) differ
+        text = unified(before or b"", after or b"", "/dev/null" if before is None else f"a/{path}",
+                       "/dev/null" if after is None else f"b/{path}")
+        result.files.append(OutputDiff(path, output, text))
+    if result.status == "changed" and not result.files and not result.changes:
+        result.status = "unchanged"
+    return result
+
+
+def runtime_change(was: Optional[base.OutFile], now: Optional[base.OutFile], status: str) -> RuntimeFile:
+    """What became of a runtime file between two compilations of a job (``status``: the job's)."""
+    import hashlib
+
+    item = now or was
+    digest = hashlib.sha256(item.data).hexdigest()
+    version = f"trainspec runtime v{item.runtime}"
+    if was is None:
+        summary = f"{version} ({'new job' if status == 'new' else 'new output'})"
+    elif now is None:
+        summary = f"{version} ({'removed job' if status == 'removed' else 'removed output'})"
+    elif was.data == now.data:
+        summary = f"unchanged {version}"
+    else:
+        summary = f"changed: trainspec runtime v{was.runtime} -> v{now.runtime}"
+    changed = was is not None and now is not None and was.data != now.data
+    before = hashlib.sha256(was.data).hexdigest() if changed else None
+    return RuntimeFile(len(item.data), digest, summary, was.runtime if was else None, now.runtime if now else None,
+                       before)
+
+
+def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = None,
+                 max_chars: Optional[int] = None) -> str:
+    """The job diffs as a document. Runtime files are summarised (RuntimeFile); markdown stays
+    within ``max_chars`` (default DIFF_BUDGET; 0: no limit) by cutting long diffs, then by naming
+    the jobs that do not fit, with a note saying where the full diff is."""
+    if fmt == "json":
+        return json.dumps({"base": base_rev, "jobs": [d.as_json() for d in diffs]}, indent=2, sort_keys=True)
+    md = fmt == "markdown"
+    budget = budget_for(max_chars, fmt, DIFF_BUDGET)
+    title = ""
+    if md:
+        scope = f" since {base_rev}" if base_rev else ""
+        title = f"# trainspec diff{md_.text(scope)}: {len(diffs)} job{'' if len(diffs) == 1 else 's'} changed"
+    command = shlex.join(["trainspec", "diff", *(["--git", base_rev] if base_rev else ["…"]), "--format", "text"])
+    sections = [_diff_section(d, md, budget is not None) for d in diffs]
+    if not diffs:
+        since = f" since {base_rev}" if base_rev else ""
+        sections.append(Section([], f"no job changes{md_.text(since) if md else md_.visible(since)}"))
+    return fit(title, sections, budget, md, "the full diff", command)
+
+
+HEADLINE_LIMIT = 2_000  # characters of a job's one-line summary in the comment
+
+
+def _diff_section(d: JobDiff, md: bool, cut: bool) -> Section:
+    headline = md_.clip(d.headline, HEADLINE_LIMIT) if md or cut else d.headline
+    head = (f"## {md_.text(d.name)} ({md_.text(d.spec)})\n**{md_.text(headline)}**" if md else
+            f"== {md_.visible(d.name)} ({md_.visible(d.spec)})\n{md_.visible(headline)}")
+    parts = [_diff_part(item, md) for item in d.files if item.runtime is None]
+    runtime = [item for item in [*d.files, *d.runtime] if item.runtime is not None]
+    if runtime:
+        lines = [f"- {md_.code(item.path)}: {md_.text(item.diff)}" if md else f"{item.path}: {item.diff}"
+                 for item in runtime]
+        if md:
+            lines.insert(0, "Runtime files (summarised):")
+        parts.append(whole_part("\n".join(lines), f"{len(runtime)} trainspec runtime file(s), summarised in the full diff",
+                            md))
+    return Section([d.name], head, "\n\n", parts)
+
+
+def _diff_part(item: OutputDiff, md: bool) -> Part:
+    """A file's unified diff: whole, or its first lines (each at most LINE_LIMIT characters)
+    and how many more there are."""
+    lines = [md_.clip(line, LINE_LIMIT) for line in item.diff.split("\n")]
+
+    def note(shown: int) -> str:
+        left = len(lines) - shown
+        if md:
+            what = f"{left:,} more line(s)" if shown else f"the diff of {md_.code(item.path)} ({left:,} lines)"
+            return f"*… {what} left out for length: see the full diff*"
+        return f"… {left:,} more line(s) of {item.path} left out for length: see the full diff"
+
+    def shown(count: int) -> str:
+        if count == 0:
+            return note(0)
+        body = "\n".join(lines[:count])
+        return (md_.fenced(body, "diff") if md else body) + "\n" + note(count)
+
+    def cut(room: int) -> str:
+        low, high = 0, len(lines) - 1  # the most lines that fit (one fewer than all: it is a cut)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if len(shown(middle)) <= room:
+                low = middle
+            else:
+                high = middle - 1
+        while low and len(shown(low)) > room:  # the length is nearly, not strictly, monotonic
+            low -= 1
+        return shown(low)
+
+    return Part(md_.fenced(item.diff, "diff") if md else item.diff, cut)

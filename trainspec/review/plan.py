@@ -1,0 +1,175 @@
+"""`plan`: what will run, for every job a spec compiles to (the world, who starts the processes,
+the environment the first and last process see, each target's own settings), as text, json
+or one markdown document.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any, Dict, Optional, Sequence
+
+from trainspec.build import Outcome
+from trainspec.core import markdown as md_
+from trainspec.compile import base
+from trainspec.spec.validate import ValidSpec
+from trainspec import build as pipeline
+from trainspec.review.comment import PLAN_BUDGET, VALUE_LIMIT, Section, budget_for, fit, whole_part
+
+
+# --- plan -------------------------------------------------------------------------------------
+
+def plan(outcome: Outcome, out: str = "<out>") -> Dict[str, Any]:
+    """A reviewer's view of one spec: per target, who runs where with which environment
+    (``out``: the output directory as the user names it, for the submit commands)."""
+    valid = outcome.valid
+    spec = valid.spec
+    targets = []
+    for artifact in outcome.artifacts:
+        launcher = pipeline.launcher(valid, artifact.target)
+        targets.append({
+            "target": artifact.target,
+            "world_size": valid.world_size,
+            "nodes": valid.nodes,
+            "procs_per_node": valid.procs_per_node,
+            "launcher": launcher,
+            "files": [f.path for f in artifact.files],
+            "submit": artifact.submit.format(dir=shlex.quote(f"{out}/{valid.name}/{artifact.target}")),
+            "settings": pipeline.target(artifact.target).plan_settings(valid),
+            "ranks": {"first": _rank_env(valid, artifact.target, 0),
+                      "last": _rank_env(valid, artifact.target, _started(valid, launcher) - 1)},
+        })
+    return {
+        "spec": valid.source.display,
+        "name": valid.name,
+        "hash": valid.source.digest,
+        "framework": spec.framework,
+        "sku": valid.sku.name if valid.sku else spec.resources.sku,
+        "gpu": (f"{valid.sku.gpus} x {valid.sku.gpu}" if valid.sku and valid.sku.gpu else
+                f"{valid.gpus_per_node} per node (model unknown: no sku)" if valid.gpus_per_node else None),
+        "gpus_per_node": valid.gpus_per_node,
+        "backend": valid.backend,
+        "spot": spec.resources.spot,
+        "image": spec.environment.image or spec.environment.azureml,
+        "inputs": {name: (f"literal {item.value!r}" if item.path is None else f"{item.path} ({item.type}, {item.mode})")
+                   for name, item in spec.inputs.items()},
+        "outputs": {name: _output_text(item) for name, item in spec.outputs.items()},
+        "targets": targets,
+        "warnings": [d.render() for d in outcome.diagnostics if not d.is_error],
+    }
+
+
+def _output_text(item) -> str:
+    where = item.path or "the job's own output"
+    asset = f", registered as {item.name}" + (f":{item.version}" if item.version else "") if item.name else ""
+    return f"{where} ({item.type}, {item.mode}{asset})"
+
+
+def _rank_env(valid: ValidSpec, target: str, rank: int) -> Dict[str, str]:
+    """What the process the platform starts as number ``rank`` gets (addresses symbolic, the spec's
+    env rendered as the compiled job has it): with a per-node launcher, that is node ``rank``'s
+    launcher, which starts the workers."""
+    module = pipeline.target(target)
+    port = module.plan_port(valid)
+    env: Dict[str, Any] = base.spec_env(valid, module.refs_for(valid))
+    env.update(base.lightning_defaults(valid))
+    launcher = pipeline.launcher(valid, target)
+    if launcher == "tensorflow":  # the platform's TF_CONFIG, worker by worker
+        workers = ", ".join(f'"<address of node {n}>:<port>"' for n in range(valid.nodes))
+        env["TF_CONFIG"] = ('{"cluster": {"worker": [%s]}, "task": {"type": "worker", "index": %d}}'
+                            % (workers, rank))
+        return {k: str(v) for k, v in env.items()}
+    # what the shim exports to that process: its own answer (World.env), not a second one
+    from trainspec.runtime.shim import World
+
+    per_process = valid.procs_per_node if launcher != "per-node" else 1  # per node: the node's launcher
+    node_rank, local_rank = divmod(rank, per_process)
+    world = World(platform=target, master_addr="<address of node 0>", master_port=port,
+                  world_size=valid.nodes * per_process, rank=rank, local_rank=local_rank,
+                  local_world_size=per_process, node_rank=node_rank, nodes=valid.nodes)
+    env.update({k: v for k, v in world.env(launcher, valid.procs_per_node).items() if v is not None})
+    return {k: str(v) for k, v in env.items()}
+
+
+def _started(valid: ValidSpec, launcher: str) -> int:
+    """How many processes the platform starts: one per node when a launcher on each node fans out."""
+    return valid.nodes if launcher in ("per-node", "tensorflow") else valid.world_size
+
+
+def plan_document(plans: Sequence[Dict[str, Any]], removed: Sequence[Dict[str, str]], fmt: str,
+                  base_rev: Optional[str] = None, max_chars: Optional[int] = None) -> str:
+    """One document for every planned job (and the jobs a change removes): what a pull request
+    comment or a tool reads. Markdown stays within ``max_chars`` (default PLAN_BUDGET; 0: no
+    limit): the jobs that do not fit are summarised, and a note says where the full plan is."""
+    if fmt == "json":
+        return json.dumps({"base": base_rev, "jobs": list(plans), "removed": list(removed)}, indent=2, sort_keys=True)
+    md = fmt == "markdown"
+    scope = f" changed since {base_rev}" if base_rev else ""
+    count = f"{len(plans)} job{'' if len(plans) == 1 else 's'}{scope}"
+    title = f"# trainspec plan: {md_.text(count)}" if md else f"trainspec plan: {count}"
+    sections = [_plan_section(p, fmt) for p in plans]
+    if removed:
+        lines = [f"- {md_.text(r['name'])} ({md_.text(r['spec'])}): no longer compiled; its outputs go with --prune"
+                 if md else f"- {md_.visible(r['name'])} ({md_.visible(r['spec'])}): no longer compiled; "
+                 "its outputs go with --prune" for r in removed]
+        sections.append(Section([f"{r['name']} (removed)" for r in removed],
+                                 "## removed jobs" if md else "removed jobs:", "\n",
+                                 [whole_part("\n".join(lines), f"{len(removed)} removed job(s), in the full plan", md)]))
+    if not plans and not removed:
+        sections.append(Section([], "no job changes" if base_rev else "no jobs"))
+    command = shlex.join(["trainspec", "plan", *(["--git", base_rev] if base_rev else ["…"]), "--format", "text"])
+    return fit(title, sections, budget_for(max_chars, fmt, PLAN_BUDGET), md, "the full plan", command)
+
+
+def _plan_section(data: Dict[str, Any], fmt: str) -> "Section":
+    """A job's plan: its heading, then the rest (left out as a whole when it does not fit)."""
+    md = fmt == "markdown"
+    head, rest = render_plan(data, fmt).split("\n", 1)
+    if md:
+        rest = rest[1:]  # the blank line after the heading
+    return Section([data["name"]], head, "\n\n" if md else "\n",
+                    [whole_part(rest, "the rest of this job's plan is in the full plan", md)])
+
+
+def render_plan(data: Dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(data, indent=2, sort_keys=True)
+    md = fmt == "markdown"
+    vis, text, code, cell = md_.visible, md_.text, md_.code, md_.cell_code
+
+    def value(v: Any) -> str:  # one spec-derived value: whole in text, clipped in the comment
+        return md_.clip(vis(str(v)), VALUE_LIMIT) if md else vis(str(v))
+
+    lines = [f"## {text(data['name'])} ({text(data['spec'])})" if md
+             else f"{vis(data['name'])}  ({vis(data['spec'])}, sha256:{data['hash']})"]
+    facts = [("framework", data["framework"]), ("sku", data["sku"] or "-"), ("GPUs", data["gpu"] or "none"),
+             ("GPUs per node", data["gpus_per_node"]), ("backend", data["backend"]),
+             ("spot", "yes" if data["spot"] else "no"), ("environment", data["image"] or "-")]
+    if md:
+        lines += ["", "| | |", "| --- | --- |", *[f"| {k} | {cell(value(v))} |" for k, v in facts]]
+    else:
+        lines += [f"  {k:<14} {value(v)}" for k, v in facts]
+    for kind in ("inputs", "outputs"):
+        for name, about in data[kind].items():
+            label = f"{kind[:-1]} {name}"
+            lines.append(f"| {text(label)} | {cell(value(about))} |" if md else f"  {vis(label):<14} {value(about)}")
+    for t in data["targets"]:
+        head = (f"{t['target']}: world {t['world_size']} = {t['nodes']} node(s) x {t['procs_per_node']} "
+                f"process(es), launcher {t['launcher']}")
+        lines += ["", f"### {text(head)}" if md else head, ""]
+        lines += [f"- submit: {code(t['submit'])}" if md else f"  submit: {vis(t['submit'])}"]
+        for key, setting in t["settings"].items():
+            lines.append(f"- {text(key)}: {code(value(setting))}" if md else f"  {vis(key)}: {value(setting)}")
+        for which in ("first", "last"):
+            env = t["ranks"][which]
+            variables = " ".join(f"{vis(k)}={value(v)}" for k, v in sorted(env.items()))
+            per_node = t["launcher"] in ("per-node", "tensorflow")
+            number = 0 if which == "first" else (t["nodes"] if per_node else t["world_size"]) - 1
+            kind = {"tensorflow": "worker {}", "per-node": "node {} launcher"}.get(t["launcher"], "rank {}")
+            label = f"{kind.format(number)} ({which})"
+            lines.append(f"- {label}: {code(variables)}" if md else f"  {label}: {variables}")
+    if data["warnings"]:
+        lines += ["", "### warnings" if md else "warnings:"]
+        lines += [f"- {text(md_.clip(w, 4 * VALUE_LIMIT))}" if md else f"  {vis(w, line=True)}"
+                  for w in data["warnings"]]
+    return "\n".join(lines)

@@ -1,0 +1,187 @@
+"""Composition: ``extends:`` chains, ``--set`` overrides and ``--var`` values, applied to the
+loaded data *before* validation, so that they are validated exactly like file content.
+
+Merge rules (documented in the README): mappings merge key by key, recursively; lists and
+scalars replace. A path written in a base file (``code``, ``environment.conda_file``, local
+``inputs.*.path``) stays relative to the file it is written in. Every value remembers the file
+it came from, so a problem inside an extended file is reported at that file's line, and a
+problem in an override names the override.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from trainspec.core.diagnostics import SpecError, SpecPath, error
+from trainspec.core.fields import is_remote
+from trainspec.spec.loader import Document, ReadProblem, load_bytes, path_text_problem, read_bounded, real_path
+
+MAX_CHAIN = 16
+_PATH_FIELDS: Tuple[SpecPath, ...] = (("code",), ("environment", "conda_file"), ("environment", "build", "path"))
+
+
+def compose(file: str, sets: Sequence[str] = (), variables: Sequence[str] = ()) -> Document:
+    """The spec in ``file`` with its ``extends`` chain merged underneath and the overrides on top."""
+    chain = _chain(file)
+    leaf = chain[-1]
+    data: Any = {}
+    origins: Dict[SpecPath, Document] = {}
+    for doc in chain:
+        content = dict(doc.data) if isinstance(doc.data, dict) else doc.data
+        if isinstance(content, dict):
+            content.pop("extends", None)
+            if doc is not leaf:
+                content = _rebase(content, Path(doc.path).parent, Path(leaf.path).parent)
+        data = _merge(data, content, (), doc, origins) if isinstance(content, dict) else content
+    composed = Document(file=leaf.file, path=leaf.path, data=data, positions=leaf.positions, raw=leaf.raw)
+    composed.origins = origins
+    for text in sets:
+        path, value = _parse_override(text, "--set")
+        if not isinstance(composed.data, dict):
+            break
+        _assign(composed.data, path, value)
+        composed.overrides[path] = f"--set {text}"
+    for text in variables:
+        (name,), value = _parse_override(text, "--var", dotted=False)
+        if isinstance(composed.data, dict):
+            current = composed.data.get("vars")
+            merged = dict(current) if isinstance(current, dict) else {}
+            merged[name] = value
+            composed.data["vars"] = merged
+            composed.overrides[("vars", name)] = f"--var {text}"
+    return composed
+
+
+def _chain(file: str) -> List[Document]:
+    """[root base, ..., the spec itself]."""
+    docs: List[Document] = []
+    seen: List[Path] = []
+    current: Optional[str] = file
+    via: Optional[Tuple[Document, str]] = None
+    while current is not None:
+        try:
+            resolved = real_path(current)
+            raw = read_bounded(current)
+        except ReadProblem as exc:
+            if via is None:  # the spec itself, as the command line named it
+                raise SpecError([error((), exc.message, exc.hint).at(current, 1, 1)]) from None
+            parent, text = via
+            if exc.missing:
+                raise SpecError([parent.locate(error(("extends",), f"extended file '{text}' does not exist",
+                                                     "extends is relative to the file it is written in"))]) from None
+            raise SpecError([parent.locate(error(("extends",), f"'{text}' {exc.message}",
+                                                 exc.hint or "extends names a base spec file"))]) from None
+        if resolved in seen:
+            names = " -> ".join([*(str(p) for p in seen), str(resolved)])
+            doc, _ = via
+            raise SpecError([doc.locate(error(("extends",), f"extends forms a cycle: {names}",
+                                              "a spec may extend a base, never itself through a chain"))])
+        if len(seen) >= MAX_CHAIN:
+            doc, _ = via
+            raise SpecError([doc.locate(error(("extends",), f"extends chain longer than {MAX_CHAIN} files"))])
+        doc = load_bytes(raw, current, resolved)
+        seen.append(resolved)
+        docs.append(doc)
+        parent_ref = doc.data.get("extends") if isinstance(doc.data, dict) else None
+        if parent_ref is None:
+            break
+        if not isinstance(parent_ref, str) or not parent_ref:
+            raise SpecError([doc.locate(error(("extends",), "expected the path of one base spec",
+                                              "e.g. extends: ../base.yaml"))])
+        problem = path_text_problem(parent_ref)
+        if problem:
+            raise SpecError([doc.locate(error(("extends",), f"the path {problem}", "e.g. extends: ../base.yaml"))])
+        current = os.path.join(os.path.dirname(current), parent_ref)
+        via = (doc, parent_ref)
+    return list(reversed(docs))
+
+
+def _merge(base: Any, child: Any, path: SpecPath, doc: Document, origins: Dict[SpecPath, Document]) -> Any:
+    if isinstance(base, dict) and isinstance(child, dict):
+        out = dict(base)
+        for key, value in child.items():
+            out[key] = _merge(base.get(key), value, path + (key,), doc, origins)
+        origins[path] = origins.get(path, doc) if path else doc
+        return out
+    _claim(child, path, doc, origins)
+    return child
+
+
+def _claim(value: Any, path: SpecPath, doc: Document, origins: Dict[SpecPath, Document]) -> None:
+    """Every path inside ``value`` now comes from ``doc`` (a replaced list or mapping)."""
+    for stale in [p for p in origins if p[:len(path)] == path and len(p) > len(path)]:
+        del origins[stale]
+    origins[path] = doc
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _claim(item, path + (key,), doc, origins)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _claim(item, path + (index,), doc, origins)
+
+
+def _rebase(content: Dict[str, Any], base_dir: Path, leaf_dir: Path) -> Dict[str, Any]:
+    """Relative paths in a base file are relative to it; make them relative to the spec."""
+    def fix(value: Any) -> Any:
+        if not isinstance(value, str) or is_remote(value) or os.path.isabs(value):
+            return value
+        return Path(os.path.relpath(base_dir / value, leaf_dir)).as_posix()
+
+    out = dict(content)
+    for path in _PATH_FIELDS:
+        _update(out, path, fix)
+    inputs = out.get("inputs")
+    if isinstance(inputs, dict):
+        out["inputs"] = {k: ({**v, "path": fix(v.get("path"))} if isinstance(v, dict) and "path" in v else v)
+                         for k, v in inputs.items()}
+    return out
+
+
+def _update(data: Dict[str, Any], path: SpecPath, fn) -> None:
+    node: Any = data
+    for key in path[:-1]:
+        if not isinstance(node, dict) or not isinstance(node.get(key), dict):
+            return
+        node[key] = dict(node[key])
+        node = node[key]
+    if isinstance(node, dict) and path[-1] in node:
+        node[path[-1]] = fn(node[path[-1]])
+
+
+def _parse_override(text: str, flag: str, dotted: bool = True) -> Tuple[SpecPath, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise SpecError([replace(error((), "expected KEY=VALUE",
+                                       "e.g. --set resources.nodes=4" if dotted else "e.g. --var epochs=3"),
+                                 file=f"{flag} {text}")])
+    parts = tuple(key.strip().split(".")) if dotted else (key.strip(),)
+    if any(not p for p in parts):
+        raise SpecError([replace(error((), f"empty part in '{key}'"), file=f"{flag} {text}")])
+    return parts, _scalar(raw)
+
+
+def _scalar(raw: str) -> Any:
+    """A value as YAML would read it (4 -> int, true -> bool, [a, b] -> list), else the text."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    if raw == "":
+        return ""
+    try:
+        value = YAML(typ="safe", pure=True).load(raw)
+    except (YAMLError, ValueError):  # ValueError: an integer Python will not convert (4,300 digits)
+        return raw
+    return raw if value is None and raw.strip() not in ("null", "~") else value
+
+
+def _assign(data: Dict[str, Any], path: SpecPath, value: Any) -> None:
+    node = data
+    for key in path[:-1]:
+        child = node.get(key)
+        child = dict(child) if isinstance(child, dict) else {}
+        node[key] = child
+        node = child
+    node[path[-1]] = value

@@ -1,0 +1,399 @@
+"""Load a spec file: bytes -> plain Python data + a map from spec path to (line, col).
+
+This module knows YAML and positions and nothing about training. One loader: ruamel.yaml's
+round-trip loader (YAML 1.2), which gives every key and value its position. Everything that
+can go wrong before a mapping exists (size, encoding, tabs, duplicate keys, alias bombs,
+absurd nesting) becomes a Diagnostic with a position, never a traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+from trainspec.core.diagnostics import Diagnostic, SpecError, SpecPath, error
+
+MAX_BYTES = 1024 * 1024  # a spec is a page of YAML; a megabyte is already absurd
+MAX_NODES = 20_000  # after alias expansion: stops "billion laughs" long before memory does
+MAX_DEPTH = 40
+MAX_INT_DIGITS = 100  # no count, port or timeout comes near; Python cannot even print 4,300 digits
+NAME_MAX = 255  # bytes in one part of a path (Linux, macOS, Windows)
+PATH_MAX = 4095  # bytes in a whole path
+
+
+@dataclass
+class Positions:
+    """Spec path -> 1-based (line, col) of its key and of its value."""
+
+    keys: Dict[SpecPath, Tuple[int, int]] = field(default_factory=dict)
+    values: Dict[SpecPath, Tuple[int, int]] = field(default_factory=dict)
+
+    def find(self, path: SpecPath, on_key: bool = False) -> Tuple[int, int]:
+        """The position of ``path``, or of its nearest ancestor that has one."""
+        path = tuple(path)
+        while True:
+            table = (self.keys, self.values) if on_key else (self.values, self.keys)
+            for t in table:
+                if path in t:
+                    return t[path]
+            if not path:
+                return (1, 1)
+            path = path[:-1]
+
+
+@dataclass
+class Document:
+    file: str  # as the user named it, for messages
+    path: Path  # resolved, for relative lookups
+    data: Any
+    positions: Positions
+    raw: bytes
+    # after composition (compose.py): which file each path came from, and which paths an
+    # override (--set / --var) wrote; empty for a single file
+    origins: Dict[SpecPath, "Document"] = field(default_factory=dict)
+    overrides: Dict[SpecPath, str] = field(default_factory=dict)
+
+    def locate(self, diagnostic: Diagnostic) -> Diagnostic:
+        """Attach file:line:col: of the file (or override) that wrote the diagnostic's path."""
+        if diagnostic.file:
+            return diagnostic
+        if diagnostic.line is not None:
+            return diagnostic.at(self.file, diagnostic.line, diagnostic.col)
+        path = tuple(diagnostic.path)
+        while True:
+            if path in self.overrides:
+                return replace(diagnostic, file=self.overrides[path])
+            source = self.origins.get(path)
+            if source is not None and source is not self:
+                line, col = source.positions.find(diagnostic.path, diagnostic.on_key)
+                return diagnostic.at(source.file, line, col)
+            if not path or source is not None:
+                break
+            path = path[:-1]
+        line, col = self.positions.find(diagnostic.path, diagnostic.on_key)
+        return diagnostic.at(self.file, line, col)
+
+
+class ReadProblem(Exception):
+    """A user's path that trainspec will not read (missing, a FIFO or device, a loop, a NUL,
+    a name too long...): the message names what it is, the caller names the field or file."""
+
+    def __init__(self, message: str, hint: Optional[str] = None, missing: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.missing = missing
+
+
+# what trainspec never reads, even when it is a regular file behind the name: the process's own
+# streams (`/dev/stdin` is the file a shell redirected, when it is one) and the kernel's files
+_STREAMS = ("/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/", "/sys/")
+_KERNEL = ("/proc/", "/sys/")
+
+
+def path_text_problem(text: str) -> Optional[str]:
+    """Why ``text`` cannot be a path on any file system (before it reaches one): a NUL byte, a
+    part longer than NAME_MAX bytes, the whole longer than PATH_MAX. None when it can."""
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        encoded = os.fsencode(text)
+    except UnicodeError:
+        return "is not encodable as a file name"
+    long = next((part for part in encoded.split(b"/") if len(part) > NAME_MAX), None)
+    if long is not None:
+        return f"has a part of {len(long):,} bytes (a file name has at most {NAME_MAX})"
+    if len(encoded) > PATH_MAX:
+        return f"is {len(encoded):,} bytes long (a path has at most {PATH_MAX})"
+    return None
+
+
+def real_path(path) -> Path:
+    """``path`` with every symlink resolved, or ReadProblem for a loop (never RuntimeError, never
+    a hang): Path.resolve() raises RuntimeError on a loop before Python 3.13."""
+    text = os.fspath(path)
+    problem = path_text_problem(text)
+    if problem:
+        raise ReadProblem(f"the path {problem}")
+    try:
+        return Path(os.path.realpath(text, strict=True))
+    except FileNotFoundError:
+        return Path(os.path.realpath(text))  # a missing file: the caller says so when it reads
+    except OSError as exc:
+        raise _problem(exc) from None
+
+
+def _problem(exc: OSError) -> ReadProblem:
+    if exc.errno == errno.ENOENT:
+        return ReadProblem("no such file", missing=True)
+    if exc.errno == errno.ELOOP:
+        return ReadProblem("is a symbolic link loop (too many levels of symbolic links)",
+                           "point the link at a real file")
+    if exc.errno == errno.ENAMETOOLONG:
+        return ReadProblem("the path is too long for the file system")
+    if exc.errno == errno.EISDIR:
+        return ReadProblem("is a directory, not a spec file")
+    if exc.errno == errno.ENOTDIR:
+        return ReadProblem("no such file (a part of the path is not a directory)", missing=True)
+    return ReadProblem(f"cannot read: {exc.strerror or exc}")
+
+
+def read_bounded(file, limit: int = MAX_BYTES) -> bytes:
+    """At most ``limit`` + 1 bytes of a regular file, never blocking: a FIFO, a socket or a device
+    (``/dev/stdin``, ``/dev/zero``) is refused from its stat before it is opened, and the file is
+    opened non-blocking and checked again, so a swap in between cannot make a read wait."""
+    text = os.fspath(file)
+    problem = path_text_problem(text)
+    if problem:
+        raise ReadProblem(f"the path {problem}")
+    try:
+        shown = os.path.abspath(text)
+        if any(shown == p or shown.startswith(p) for p in _STREAMS) \
+                or any(real_path(text).as_posix().startswith(p) for p in _KERNEL):
+            raise ReadProblem("names a device or a process's stream, not a file",
+                              "a spec and the files it names are regular files")
+        _regular(os.stat(text))
+        fd = os.open(text, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise _problem(exc) from None
+    try:
+        _regular(os.fstat(fd))
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read(limit + 1)
+    except OSError as exc:
+        raise _problem(exc) from None
+    finally:
+        os.close(fd)
+
+
+def _regular(st: os.stat_result) -> None:
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise ReadProblem("is a directory, not a spec file")
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+    raise ReadProblem(f"is {kind}, not a regular file", "a spec and the files it names are regular files")
+
+
+def load_file(file: str) -> Document:
+    try:
+        raw = read_bounded(file)
+        path = real_path(file)
+    except ReadProblem as exc:
+        raise SpecError([error((), exc.message, exc.hint).at(file, 1, 1)]) from None
+    return load_bytes(raw, file, path)
+
+
+def load_bytes(raw: bytes, file: str, path: Optional[Path] = None) -> Document:
+    if path is None:
+        try:
+            path = real_path(file)
+        except ReadProblem:
+            path = Path(os.path.abspath(file))
+
+    def fail(message: str, hint: Optional[str] = None, line: int = 1, col: int = 1) -> SpecError:
+        return SpecError([error((), message, hint).at(file, line, col)])
+
+    fail.file = file
+
+    if len(raw) > MAX_BYTES:
+        raise fail(f"file is larger than {MAX_BYTES // 1024} KiB", "a spec is a short YAML file; keep data out of it")
+    if b"\x00" in raw:
+        line, col = _line_col(raw, raw.index(b"\x00"))
+        raise fail("file contains NUL bytes: this is not a text file", line=line, col=col)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, col = _line_col(raw, exc.start)
+        raise fail(f"file is not valid UTF-8 (byte 0x{raw[exc.start]:02x})", "save the spec as UTF-8", line, col) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+
+    tab = _leading_tab(text)
+    if tab:
+        raise fail("tab character in indentation", "YAML indents with spaces only", *tab)
+
+    data = _parse(text, fail)
+    positions = Positions()
+    plain = _walk(data, (), positions, [MAX_NODES], 0, fail)
+    return Document(file=file, path=path, data={} if plain is None else plain, positions=positions, raw=raw)
+
+
+def _parse(text: str, fail) -> Any:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    yaml = YAML(typ="rt")
+    yaml.Constructor = _constructor()
+    yaml.allow_duplicate_keys = False
+    try:
+        return yaml.load(text)
+    except _DuplicateKey as exc:
+        where = f" (first defined on line {exc.first.line + 1})" if exc.first is not None else ""
+        raise fail(f"duplicate key {exc.name}{where}", "YAML keeps only the last one; remove one of them",
+                   exc.mark.line + 1, exc.mark.column + 1) from None
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = (exc.problem or exc.context or "invalid YAML").strip()
+        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        raise fail(f"invalid YAML: {_short(problem, 200)}", line=line, col=col) from None
+    except YAMLError as exc:
+        raise fail(f"invalid YAML: {_short(str(exc), 200)}") from None
+    except RecursionError:
+        raise fail(f"document is nested too deeply (limit {MAX_DEPTH} levels)") from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, name: str, mark, first):
+        super().__init__(name)
+        self.name, self.mark, self.first = name, mark, first
+
+
+class _HugeInt:
+    """An integer written with more than MAX_INT_DIGITS digits: kept as a marker so that the
+    walk reports it at its field, and never converted (Python refuses to print 4,300 digits)."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+
+_CONSTRUCTOR: Any = None
+
+
+def _constructor():
+    """ruamel's round-trip constructor, except: a duplicate key is reported by name and place
+    only (ruamel formats both values into its message: an alias bomb's value takes forever), and
+    an integer of absurd length is a marker instead of a conversion that raises ValueError."""
+    global _CONSTRUCTOR
+    if _CONSTRUCTOR is not None:
+        return _CONSTRUCTOR
+    from ruamel.yaml.constructor import RoundTripConstructor
+
+    class Constructor(RoundTripConstructor):
+        def check_mapping_key(self, node, key_node, mapping, key, value) -> bool:
+            if key in mapping:
+                raise _DuplicateKey(_key_name(key), key_node.start_mark, self._first(node, key_node, key))
+            return True
+
+        def check_set_key(self, node, key_node, setting, key) -> None:
+            if key in setting:
+                raise _DuplicateKey(_key_name(key), key_node.start_mark, self._first(node, key_node, key))
+
+        def _first(self, node, key_node, key):
+            """Where the key was written first: the earlier key node that constructs to it."""
+            for earlier, _ in node.value:
+                if earlier is key_node:
+                    break
+                if earlier in self.constructed_objects:
+                    try:
+                        if self.constructed_objects[earlier] == key:
+                            return earlier.start_mark
+                    except Exception:  # a key type whose == fails: no place rather than a crash
+                        continue
+            return None
+
+        def construct_yaml_int(self, node):
+            written = node.value.replace("_", "").lstrip("+-")
+            if written[:2].lower() in ("0x", "0o", "0b"):
+                written = written[2:]
+            if len(written) > MAX_INT_DIGITS:
+                return _HugeInt(len(written))
+            return super().construct_yaml_int(node)
+
+    Constructor.add_constructor("tag:yaml.org,2002:int", Constructor.construct_yaml_int)
+    _CONSTRUCTOR = Constructor
+    return Constructor
+
+
+def _key_name(key: Any) -> str:
+    if isinstance(key, (str, int, float, bool)):
+        return '"' + _short(str(key), 80) + '"'
+    return "key"
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
+
+
+def _walk(node: Any, path: SpecPath, positions: Positions, budget, depth: int, fail) -> Any:
+    """Copy ruamel's round-trip objects into plain dict/list/str/int/float/bool/None,
+    recording positions, counting nodes so aliases cannot expand without bound."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise fail(f"document expands to more than {MAX_NODES} nodes (anchors/aliases?)",
+                   "a spec needs a few dozen values; remove the alias chain")
+    if depth > MAX_DEPTH:
+        line, col = positions.find(path)
+        raise fail(f"document is nested too deeply (limit {MAX_DEPTH} levels)", line=line, col=col)
+    if isinstance(node, dict):
+        out = {}
+        lc = getattr(node, "lc", None)
+        if lc is not None and lc.line is not None:
+            positions.values.setdefault(path, (lc.line + 1, lc.col + 1))
+        for key in node:
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                line, col = positions.find(path)
+                raise fail("mapping keys must be plain scalars", line=line, col=col)
+            skey = key if isinstance(key, str) else str(key)
+            child = path + (skey,)
+            if lc is not None:
+                try:
+                    kl, kc = lc.key(key)
+                    positions.keys[child] = (kl + 1, kc + 1)
+                    vl, vc = lc.value(key)
+                    positions.values[child] = (vl + 1, vc + 1)
+                except (KeyError, TypeError):
+                    pass
+            out[skey] = _walk(node[key], child, positions, budget, depth + 1, fail)
+        return out
+    if isinstance(node, list):
+        out_list = []
+        lc = getattr(node, "lc", None)
+        if lc is not None and lc.line is not None:
+            positions.values.setdefault(path, (lc.line + 1, lc.col + 1))
+        for i, item in enumerate(node):
+            child = path + (i,)
+            if lc is not None:
+                try:
+                    il, ic = lc.item(i)
+                    positions.values[child] = (il + 1, ic + 1)
+                except (KeyError, TypeError, IndexError):
+                    pass
+            out_list.append(_walk(item, child, positions, budget, depth + 1, fail))
+        return out_list
+    if isinstance(node, _HugeInt):
+        line, col = positions.find(path)
+        raise SpecError([error(path, f"an integer of {node.digits:,} digits is out of range",
+                               f"trainspec reads integers of at most {MAX_INT_DIGITS} digits: no count, port "
+                               "or timeout comes near; to mean text, quote it").at(fail.file, line, col)])
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, str):
+        return str(node)
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    # dates, binary and other YAML types a spec never needs: keep them as text
+    return str(node)
+
+
+def _line_col(raw: bytes, offset: int) -> Tuple[int, int]:
+    before = raw[:offset]
+    line = before.count(b"\n") + 1
+    col = offset - (before.rfind(b"\n") + 1) + 1
+    return line, col
+
+
+def _leading_tab(text: str) -> Optional[Tuple[int, int]]:
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip(" ")
+        if stripped.startswith("\t"):
+            return number, len(line) - len(stripped) + 1
+    return None

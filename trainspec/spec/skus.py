@@ -1,0 +1,302 @@
+"""Catalog of Azure VM sizes, used to check ``resources.sku`` and ``gpus_per_node``.
+
+The facts live in ``skus.json`` next to this module (reviewed as a diff; every entry names the
+Microsoft Learn page it comes from). This module is on the ``compile`` hot path, so it imports
+little and reads the JSON once, on first use.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+_PREFIX = "standard_"
+_CATALOG = Path(__file__).with_name("skus.json")
+
+
+@dataclass(frozen=True)
+class Sku:
+    name: str                     # canonical Azure name, e.g. "Standard_NC24rs_v3"
+    gpus: int                     # whole GPUs per VM (0 for CPU sizes)
+    gpu: Optional[str]            # GPU model, e.g. "V100"; None iff gpus == 0
+    gpu_memory_gb: int            # memory of one GPU (0 for CPU sizes)
+    vcpus: int
+    memory_gb: float
+    infiniband: bool              # has an InfiniBand/RDMA back-end network usable by NCCL/MPI
+    family: str                   # size series, e.g. "NCv3"
+    note: Optional[str] = None    # caveats: retirement, SR-IOV, what a letter in the name means
+    retired: Optional[str] = None # date Azure stopped provisioning the size (ISO), if it did
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> Tuple[str, Tuple[Sku, ...], Dict[str, Sku]]:
+    data = json.loads(_CATALOG.read_text(encoding="utf-8"))
+    skus = tuple(
+        Sku(name=name, gpus=int(e["gpus"]), gpu=e["gpu"], gpu_memory_gb=int(e["gpu_memory_gb"]),
+            vcpus=int(e["vcpus"]), memory_gb=float(e["memory_gb"]), infiniband=bool(e["infiniband"]),
+            family=e["family"], note=e.get("note"), retired=e.get("retired"))
+        for name, e in sorted(data["skus"].items()))
+    index: Dict[str, Sku] = {}
+    for sku in skus:
+        key = sku.name.lower()
+        index[key] = sku
+        if key.startswith(_PREFIX):
+            index.setdefault(key[len(_PREFIX):], sku)
+    return data["source"], skus, index
+
+
+def _normalize(name: str) -> str:
+    return name.strip().lower()
+
+
+def lookup(name: str) -> Optional[Sku]:
+    """The catalog entry for ``name`` (case-insensitive, "Standard_" optional), or None.
+
+    The returned Sku carries the canonical spelling in ``.name``.
+    """
+    if not isinstance(name, str):
+        return None
+    return _catalog()[2].get(_normalize(name))
+
+
+def closest(name: str, n: int = 3) -> List[str]:
+    """Up to ``n`` canonical names that look like ``name``, best first (for "did you mean")."""
+    import difflib  # only needed on the error path; keeps the hot path's imports small
+
+    if not isinstance(name, str) or n <= 0:
+        return []
+    query = _normalize(name)
+    if not query.startswith(_PREFIX):
+        query = _PREFIX + query
+    by_key = {sku.name.lower(): sku.name for sku in _catalog()[1]}
+    return [by_key[k] for k in difflib.get_close_matches(query, list(by_key), n=n)]
+
+
+def catalog_source() -> str:
+    """Where the catalog's facts come from (URLs and the date they were checked)."""
+    return _catalog()[0]
+
+
+def all_skus() -> List[Sku]:
+    """Every entry, sorted by name."""
+    return list(_catalog()[1])
+
+
+# --- sizes the catalog does not have ---------------------------------------------------------------
+
+# Azure's naming: Standard_<family><vCPUs><additive features>[_<accelerator>...][_v<version>], e.g.
+# Standard_ND96isr_H100_v5 (features i, s, r: r = RDMA/InfiniBand), Standard_NCC40ads_H100_v5.
+_AZURE_NAME = re.compile(r"^Standard_(?P<family>[A-Z]{1,5})(?P<vcpus>\d+)(?P<features>[a-z]*)"
+                         r"(?P<rest>(?:_[A-Za-z0-9]+)*)$")
+# accelerators a size name may carry, for a size the catalog does not know (first match wins)
+_GPU_TOKENS = ("GB300", "GB200", "H200", "H100", "A100", "A10", "MI300X", "MI200", "V100", "P100", "P40", "T4",
+               "L40S", "L40", "L4", "M60")
+
+
+def looks_like_azure(name: str) -> bool:
+    """Whether ``name`` is spelt the way Azure names VM sizes (so it may be a size newer than the
+    catalog), as opposed to a typo of one."""
+    return isinstance(name, str) and _AZURE_NAME.fullmatch(name.strip()) is not None
+
+
+def near_miss(name: str, known: Sequence[str]) -> List[str]:
+    """Known names that ``name`` is a misspelling of: the same but for separators or case, or for
+    the order of its feature letters (ND96irs for ND96isr). A different vCPU count, version or
+    family letter is a different size, perhaps a new one: not a near miss."""
+    def key(text: str, sort_features: bool) -> str:
+        text = re.sub(r"[\s_\-]", "", text.lower())
+        if sort_features:
+            m = re.match(r"^(standard[a-z]{1,5}\d+)([a-z]*)(.*)$", text)
+            if m:
+                text = m.group(1) + "".join(sorted(m.group(2))) + m.group(3)
+        return text
+
+    wanted = {key(name, False), key(name, True)}
+    return [k for k in known if key(k, False) in wanted or key(k, True) in wanted]
+
+
+def one_edit(name: str, known: Sequence[str]) -> List[str]:
+    """Known names one edit (a character changed, added or removed; case aside) from ``name``:
+    Standard_ND96asr_v5 for Standard_ND96asr_v4. Such a size may be new, or a typo: say both."""
+    def within_one(a: str, b: str) -> bool:
+        if a == b or abs(len(a) - len(b)) > 1:
+            return False
+        if len(a) > len(b):
+            a, b = b, a
+        i = next((k for k in range(len(a)) if a[k] != b[k]), len(a))
+        return a[i + (len(a) == len(b)):] == b[i + 1:]
+
+    query = _normalize(name)
+    if not query.startswith(_PREFIX):
+        query = _PREFIX + query
+    return [k for k in known if within_one(query, _normalize(k))]
+
+
+def gpu_matches(gpu: Optional[str], wanted: str) -> bool:
+    """``--gpu H100`` names a GPU model: it lists H100 and its variants (H100 NVL); ``--gpu "H100 NVL"``
+    only those."""
+    have, want = (gpu or "").lower().split(), wanted.lower().split()
+    return bool(want) and have[:len(want)] == want
+
+
+def inferred(name: str, gpus: int) -> Sku:
+    """A size the catalog does not have, described from what the spec and the name say: the GPU
+    count the spec gives, InfiniBand from the 'r' feature letter, the GPU from a known token."""
+    m = _AZURE_NAME.fullmatch(name.strip())
+    rest = m.group("rest").upper() if m else ""
+    gpu = next((t for t in _GPU_TOKENS if re.search(rf"(?:^|_){t}(?:_|$)", rest)), None) if gpus else None
+    return Sku(name=name.strip(), gpus=gpus, gpu=gpu or ("unknown" if gpus else None), gpu_memory_gb=0,
+               vcpus=int(m.group("vcpus")) if m else 0, memory_gb=0.0,
+               infiniband=bool(m and "r" in m.group("features")), family=m.group("family") if m else "unknown",
+               note="not in the catalog: described from the spec's gpus_per_node and the size's name")
+
+
+# --- a team's own sizes ---------------------------------------------------------------------------
+
+TEAM_FILE = "trainspec-skus.yaml"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The built-in sizes, plus a team's own from ``trainspec-skus.yaml`` (which win)."""
+
+    team_file: Optional[Path] = None
+    team: Tuple[Sku, ...] = ()
+    computes: Tuple[Tuple[str, str], ...] = ()  # a team's clusters and their VM size (`trainspec import`)
+
+    def compute_size(self, compute: str) -> Optional[Sku]:
+        """The size of the team's compute cluster ``compute`` (``computes:`` in the team file)."""
+        size = dict(self.computes).get(compute)
+        return self.lookup(size) if size is not None else None
+
+    def lookup(self, name: str) -> Optional[Sku]:
+        if isinstance(name, str):
+            key = _normalize(name)
+            for sku in self.team:
+                if sku.name.lower() in (key, _PREFIX + key):
+                    return sku
+        return lookup(name)
+
+    def names(self) -> List[str]:
+        return sorted({*(s.name for s in self.team), *(s.name for s in all_skus())})
+
+    def all(self) -> List[Tuple[Sku, str]]:
+        """Every size with where it comes from (built-in, or the team file), sorted by name."""
+        team = {s.name.lower(): s for s in self.team}
+        rows = [(s, "built-in") for s in all_skus() if s.name.lower() not in team]
+        rows += [(s, str(self.team_file)) for s in self.team]
+        return sorted(rows, key=lambda row: row[0].name.lower())
+
+
+def team_file_for(start: Path) -> Optional[Path]:
+    """The nearest ``trainspec-skus.yaml`` from ``start`` up to the repository root (the first
+    folder with a .git), or None."""
+    for folder in (start, *start.parents):
+        candidate = folder / TEAM_FILE
+        if candidate.is_file():
+            return candidate
+        if (folder / ".git").exists():
+            return None
+    return None
+
+
+_TEAM_FIELDS = {"gpus": int, "gpu": str, "gpu_memory_gb": int, "vcpus": int, "memory_gb": (int, float),
+                "infiniband": bool, "family": str, "note": str, "retired": str, "source": str}
+_TEAM_REQUIRED = ("gpus", "infiniband")
+
+
+def load_team(file: Path):
+    """(Catalog, diagnostics located in the file). Every entry names a size Azure spells the
+    Azure way and says at least its GPU count and whether it has InfiniBand."""
+    from trainspec.core.diagnostics import SpecError, error
+    from trainspec.spec.loader import load_file
+
+    import os
+
+    shown = os.path.relpath(file)  # as the user would name it, from where they are
+    try:
+        doc = load_file(str(file) if shown.startswith("..") else shown)
+    except SpecError as exc:
+        return Catalog(team_file=file), exc.diagnostics
+    problems = []
+
+    def bad(path, message, hint=None):
+        problems.append(doc.locate(error(path, message, hint)))
+
+    data = doc.data if isinstance(doc.data, dict) else {}
+    entries = data.get("skus", {} if "computes" in data else None)
+    if not isinstance(entries, dict):
+        bad((), "a team catalog is a mapping `skus: {<Azure size>: {gpus: N, infiniband: true|false, ...}}`",
+            "and/or `computes: {<cluster>: <Azure size>}`")
+        return Catalog(team_file=file), problems
+    for key in data:
+        if key not in ("skus", "computes"):
+            bad((key,), f"unknown field '{key}'", "fields: skus, computes")
+    team = []
+    for name, entry in entries.items():
+        where = ("skus", name)
+        if not looks_like_azure(str(name)):
+            bad(where, f"'{name}' is not spelt like an Azure VM size", "e.g. Standard_ND96isr_H100_v5")
+            continue
+        if not isinstance(entry, dict):
+            bad(where, "expected a mapping of the size's facts", "gpus: 8, gpu: H100, infiniband: true")
+            continue
+        ok = True
+        for key in entry:
+            if key not in _TEAM_FIELDS:
+                bad((*where, key), f"unknown field '{key}'", "fields: " + ", ".join(_TEAM_FIELDS))
+                ok = False
+            elif isinstance(entry[key], bool) != (_TEAM_FIELDS[key] is bool) \
+                    or not isinstance(entry[key], _TEAM_FIELDS[key]):
+                kind = _TEAM_FIELDS[key]
+                words = {int: "a whole number", str: "text", bool: "true or false"}
+                bad((*where, key), f"expected {'a number' if kind == (int, float) else words[kind]}")
+                ok = False
+        for key in _TEAM_REQUIRED:
+            if key not in entry:
+                bad(where, f"'{key}' is required", "every size says gpus and infiniband")
+                ok = False
+        if ok and entry["gpus"] < 0:
+            bad((*where, "gpus"), "expected 0 or more")
+            ok = False
+        if not ok:
+            continue
+        described = inferred(str(name), entry["gpus"])
+        team.append(Sku(name=str(name), gpus=entry["gpus"], gpu=entry.get("gpu", described.gpu),
+                        gpu_memory_gb=entry.get("gpu_memory_gb", 0), vcpus=entry.get("vcpus", described.vcpus),
+                        memory_gb=float(entry.get("memory_gb", 0)), infiniband=entry["infiniband"],
+                        family=entry.get("family", described.family), note=entry.get("note"),
+                        retired=entry.get("retired")))
+    catalog = Catalog(team_file=file, team=tuple(team))
+    computes = data.get("computes", {})
+    if not isinstance(computes, dict):
+        bad(("computes",), "expected a mapping of your compute clusters to their VM size",
+            "computes: {gpu-cluster: Standard_NC24ads_A100_v4}")
+        computes = {}
+    known = []
+    for compute, size in computes.items():
+        if not isinstance(size, str) or catalog.lookup(size) is None:
+            close = closest(str(size)) if isinstance(size, str) else []
+            bad(("computes", compute), f"'{size}' is not a VM size trainspec knows",
+                f"did you mean {', '.join(close)}?" if close else f"add it under skus: in {TEAM_FILE}")
+            continue
+        known.append((str(compute), catalog.lookup(size).name))
+    return Catalog(team_file=file, team=catalog.team, computes=tuple(known)), problems
+
+
+_TEAM_CACHE: Dict[Path, Tuple[float, Any]] = {}
+
+
+def catalog_for(spec_dir: Path):
+    """(Catalog, diagnostics) for a spec in ``spec_dir``: the built-in sizes and the team file
+    nearest to it. Read once per file and modification time."""
+    file = team_file_for(spec_dir)
+    if file is None:
+        return Catalog(), []
+    stamp = file.stat().st_mtime_ns
+    cached = _TEAM_CACHE.get(file)
+    if cached is None or cached[0] != stamp:
+        cached = _TEAM_CACHE[file] = (stamp, load_team(file))
+    return cached[1]

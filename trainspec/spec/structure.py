@@ -1,0 +1,161 @@
+"""The spec's structure (fields, types, ranges), validated by pydantic-core from a snapshot of the models' core schema.
+
+model.py defines the spec with pydantic models, and stays the one definition. But importing
+pydantic and building those classes costs ~70 ms at every start (README, "Speed"), and
+the validator pydantic builds is pydantic-core's anyway. So the core schema pydantic
+generates from model.py is stored in ``spec.core.json`` and handed to pydantic-core directly:
+the same validator, the same errors, the same defaults, without the import.
+
+    python -m trainspec.spec.structure --write    # after changing model.py
+
+tests/test_structure.py fails when the file is stale and checks, over the example specs, the
+bad-spec corpus and generated ones, that this validator and pydantic's agree. The snapshot
+serves any pydantic-core of the release it was taken with (same major.minor: patch releases
+keep the core-schema format); with another release the schema is generated from model.py in
+memory instead (slower, the same result).
+
+Validated mappings become ``Record`` objects: read-only attributes, like the pydantic models
+they mirror; ``written()`` gives back what the spec itself wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import pydantic_core
+
+SNAPSHOT = Path(__file__).with_name("spec.core.json")
+_FUNCTIONS = ("trainspec.core.fields", "builtins")  # where a snapshot may name a function
+
+
+class Record:
+    """A validated mapping of the spec (``spec.resources``, ``spec.targets.<name>``, ...)."""
+
+    # the slots pydantic-core fills when it builds a model instance
+    __slots__ = ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.__dict__ == self.__dict__
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
+
+
+def written(value: Any) -> Any:
+    """What the spec wrote, validated: Records -> dicts of their set fields, recursively (as
+    pydantic's ``model_dump(exclude_unset=True)``)."""
+    if isinstance(value, Record):
+        return {k: written(v) for k, v in value.__dict__.items() if k in value.__pydantic_fields_set__}
+    if isinstance(value, dict):
+        return {k: written(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [written(v) for v in value]
+    return value
+
+
+# --- taking the snapshot (needs pydantic) -----------------------------------------------------
+
+def take() -> Dict[str, Any]:
+    """The core schema of model.Spec as JSON-able data: classes and functions by name."""
+    from pydantic import BaseModel
+    from pydantic._internal._config import ConfigWrapper
+
+    from trainspec.spec.model import Spec
+
+    def plain(node: Any) -> Any:
+        if isinstance(node, dict):
+            if node.get("type") == "definition-ref":
+                raise ValueError("recursive models are not supported by the snapshot")
+            out: Dict[str, Any] = {}
+            for key, value in node.items():
+                if key in ("metadata", "serialization", "ref"):  # JSON Schema and dumping only; ref has an id()
+                    continue
+                if key == "cls":
+                    out[key] = {"$record": value.__name__}
+                elif key == "default_factory" and isinstance(value, type) and issubclass(value, BaseModel):
+                    # Field(default_factory=Resources): the defaults of an empty mapping, nothing set
+                    out["default"], out["validate_default"] = {}, True
+                elif key == "default_factory_takes_data":
+                    continue
+                else:
+                    out[key] = plain(value)
+            return out
+        if isinstance(node, (list, tuple)):
+            return [plain(v) for v in node]
+        if callable(node):
+            if node.__module__ not in _FUNCTIONS:
+                raise ValueError(f"{node!r}: a snapshot may only call functions of {', '.join(_FUNCTIONS)}")
+            return {"$function": f"{node.__module__}:{node.__qualname__}"}
+        if node is None or isinstance(node, (str, int, float, bool)):
+            return node
+        raise ValueError(f"{node!r} cannot be stored in the snapshot")
+
+    return {"pydantic_core": pydantic_core.__version__,
+            "config": plain(ConfigWrapper(Spec.model_config).core_config(None)),
+            "schema": plain(Spec.__pydantic_core_schema__)}
+
+
+def write(path: Path = SNAPSHOT) -> None:
+    path.write_text(json.dumps(take(), indent=1) + "\n")  # field order is error order: keep it
+
+
+# --- using it (pydantic-core only) -------------------------------------------------------------
+
+def _resolve(node: Any, records: Dict[str, type]) -> Any:
+    if isinstance(node, dict):
+        if "$record" in node:
+            name = node["$record"]
+            if name not in records:
+                records[name] = type(name, (Record,), {"__slots__": ()})
+            return records[name]
+        if "$function" in node:
+            import importlib
+
+            module, _, name = node["$function"].partition(":")
+            if module not in _FUNCTIONS:
+                raise ValueError(f"snapshot names a function outside {', '.join(_FUNCTIONS)}: {module}")
+            return getattr(importlib.import_module(module), name)
+        return {k: _resolve(v, records) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_resolve(v, records) for v in node]
+    return node
+
+
+def compatible(taken_with: str, installed: str = pydantic_core.__version__) -> bool:
+    """A snapshot serves the pydantic-core release it was taken with: same major.minor."""
+    return taken_with.split(".")[:2] == installed.split(".")[:2]
+
+
+_validator: Optional[pydantic_core.SchemaValidator] = None
+
+
+def validator() -> pydantic_core.SchemaValidator:
+    """The spec validator, built once per process."""
+    global _validator
+    if _validator is None:
+        snapshot = json.loads(SNAPSHOT.read_text())
+        if not compatible(snapshot["pydantic_core"]):
+            snapshot = take()  # another pydantic-core: its own schema, from the models
+        _validator = pydantic_core.SchemaValidator(_resolve(snapshot["schema"], {}), snapshot["config"])
+    return _validator
+
+
+def parse(data: Any) -> Any:
+    """The validated spec (a Record tree), or pydantic_core.ValidationError."""
+    return validator().validate_python(data)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python -m trainspec.spec.structure --write")
+    write()
+    print(f"wrote {SNAPSHOT}")

@@ -1,0 +1,518 @@
+"""Decide whether a spec is correct, and resolve its defaults.
+
+The only place that says what a correct spec is. It turns a loaded document into a
+`ValidSpec` (the pydantic `Spec` plus the numbers every target lowers from) or a list of
+diagnostics, every one with its spec path. Targets add what they cannot express through
+their own ``cannot_express()``; they never re-check what is decided here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from pydantic_core import ValidationError
+
+from trainspec.core.diagnostics import Diagnostic, SpecPath, error, warning
+from trainspec.runtime import shim as contract
+from trainspec.spec import skus, structure, templating
+from trainspec.spec.loader import Document, ReadProblem, path_text_problem, real_path
+from trainspec.core.fields import ENV_NAME_PATTERN, IO_NAME_PATTERN, is_remote, split_command
+
+TENSORFLOW = "tensorflow"  # its launcher and backend: the platform starts one worker per node, TF_CONFIG
+
+if TYPE_CHECKING:
+    from trainspec.spec.model import Spec
+
+# Set by the shim in every process: a spec that sets them would fight it.
+RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
+                          "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"})
+RESERVED_INPUTS = frozenset({"trainspec_runtime"})
+# the fields of environment: that say where the software comes from (azureml: a registered environment)
+ENVIRONMENT_SOURCES = ("image", "azureml", "conda_file", "pip")
+_AZUREML_ASSET = re.compile(r"^azureml:(?!//)([^:@/]+)(?:(:[^:@/]+)|(@[^:@/]+))?$")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a spec came from, in the forms messages and outputs need."""
+
+    file: str  # as the user named it: for diagnostics
+    path: Path  # absolute: for resolving relative paths
+    display: str  # relative to the repository root (or the file name): for generated headers/tags
+    digest: str  # content hash of the validated spec
+
+    @property
+    def dir(self) -> Path:
+        return self.path.parent
+
+
+@dataclass(frozen=True)
+class ValidSpec:
+    """A spec that passed validation, with every default resolved."""
+
+    spec: Spec
+    source: Source
+    gpus_per_node: int
+    procs_per_node: int
+    backend: str
+    sku: Optional[skus.Sku]
+    catalog: Optional[Path] = None  # the team's trainspec-skus.yaml the size was looked up in, if any
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def nodes(self) -> int:
+        return self.spec.resources.nodes
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    def resolve(self, relative: str) -> Path:
+        """A path written in the spec, made absolute against the spec's directory."""
+        return (self.source.dir / relative).resolve()
+
+    def template_context(self, refs: templating.Refs) -> Dict[str, Any]:
+        return templating.context(
+            name=self.name, nodes=self.nodes, gpus_per_node=self.gpus_per_node,
+            procs_per_node=self.procs_per_node, world_size=self.world_size, backend=self.backend,
+            inputs={n: refs("inputs", n) for n in self.spec.inputs},
+            outputs={n: refs("outputs", n) for n in self.spec.outputs},
+            variables=self.spec.vars)
+
+    def render(self, path: SpecPath, text: str, refs: templating.Refs) -> str:
+        """Render a templated spec string for one target (validated already: cannot fail)."""
+        return templating.render(text, self.template_context(refs))
+
+
+def neutral_refs(kind: str, name: str) -> str:
+    return f"<{kind}.{name}>"
+
+
+def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
+    """Structure (pydantic), then meaning. Returns the ValidSpec only when there is no error."""
+    if not isinstance(doc.data, dict):
+        return None, [error((), "a spec is a YAML mapping (key: value lines)",
+                            "start from one of the files in specs/")]
+    try:
+        spec = structure.parse(doc.data)
+    except ValidationError as exc:
+        from trainspec.spec import explain  # the pydantic models, for hints: only when something is wrong
+
+        return None, [explain.diagnostic(e) for e in explain.merge_union_branches(exc.errors())]
+
+    catalog, diagnostics = skus.catalog_for(doc.path.parent)
+    diagnostics = list(diagnostics)
+    sku = _check_sku(spec, catalog, diagnostics)
+    gpus, procs, backend = _resolve_counts(spec, sku, diagnostics)
+    _check_names(spec, diagnostics)
+    _check_environment(spec, doc, diagnostics)
+    _check_paths(spec, doc, diagnostics)
+    _check_data(spec, diagnostics)
+    _check_io_fields(spec, diagnostics)
+    _check_target_settings(spec, diagnostics)
+    source = Source(file=doc.file, path=doc.path, display=_display_path(doc.path), digest=digest(spec))
+    valid = ValidSpec(spec=spec, source=source, gpus_per_node=gpus, procs_per_node=procs,
+                      backend=backend, sku=sku, catalog=catalog.team_file)
+    # templates are checked whatever else is wrong (every independent problem in one pass); the
+    # Lightning check compares with the counts, so only when they stand
+    _check_templates(valid, diagnostics, counts_stand=not any(d.is_error for d in diagnostics))
+    if any(d.is_error for d in diagnostics):
+        return None, diagnostics
+    return valid, diagnostics
+
+
+def digest(spec: Spec) -> str:
+    # what the spec says, canonically: stable when trainspec adds fields with defaults
+    canonical = json.dumps(structure.written(spec), sort_keys=True, separators=(",", ":"))
+    return _sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _sha256(data: bytes):
+    """sha256 from CPython's builtin module when it has one: `import hashlib` loads OpenSSL,
+    ~2.5 ms of a ~90 ms compile (as the standard library's own `random` avoids it)."""
+    try:
+        from _sha2 import sha256  # Python 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256  # Python 3.9-3.11
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data)
+
+
+# --- meaning --------------------------------------------------------------------------------
+
+def _check_sku(spec: Spec, catalog: "skus.Catalog", out: List[Diagnostic]) -> Optional[skus.Sku]:
+    """The size's facts: from the catalog (built-in, or the team's trainspec-skus.yaml); for a
+    size spelt the Azure way that the catalog lacks (a size newer than it), from gpus_per_node
+    and the name, with a warning. A near miss of a known size is an error with did-you-mean."""
+    name = spec.resources.sku
+    if name is None:
+        return None
+    sku = catalog.lookup(name)
+    if sku is not None:
+        if sku.retired:
+            out.append(warning(("resources", "sku"), f"{sku.name} was retired on {sku.retired}: Azure no longer "
+                               "provisions it", "pick a current size, e.g. Standard_ND96isr_H100_v5"))
+        return sku
+    near = skus.near_miss(name, catalog.names())
+    if near or not skus.looks_like_azure(name):
+        close = near or skus.closest(name)
+        hint = f"did you mean {', '.join(close)}?" if close else "`trainspec skus` lists the catalog"
+        out.append(error(("resources", "sku"), f"unknown Azure VM size '{name}'", hint))
+        return None
+    add = f"or add it to {skus.TEAM_FILE} in your repository (`trainspec skus --help`)"
+    if spec.resources.gpus_per_node is None:
+        close = skus.closest(name)
+        known = f"; the closest it knows: {', '.join(close)}" if close else ""
+        out.append(error(("resources", "sku"), f"{name} is not in trainspec's catalog, so how many GPUs it has "
+                         f"is unknown{known}", f"set resources.gpus_per_node to say what it has, {add}"))
+        return None
+    sku = skus.inferred(name, spec.resources.gpus_per_node)
+    network = "InfiniBand (the 'r' in its name)" if sku.infiniband else "no InfiniBand (no 'r' in its name)"
+    typo = skus.one_edit(name, catalog.names())  # Standard_ND96asr_v5 for Standard_ND96asr_v4: new, or a typo
+    hint = (f"did you mean {', '.join(typo)}? If not, to" if typo else "to") + f" have it checked, {add[3:]}"
+    out.append(warning(("resources", "sku"), f"{name} is not in trainspec's catalog: trusting gpus_per_node: "
+                       f"{sku.gpus}, and assuming {network}", hint))
+    return sku
+
+
+def _resolve_counts(spec: Spec, sku: Optional[skus.Sku], out: List[Diagnostic]) -> Tuple[int, int, str]:
+    r = spec.resources
+    gpus = r.gpus_per_node
+    if sku is not None:
+        if gpus is None:
+            gpus = sku.gpus
+        elif gpus > sku.gpus:
+            out.append(error(("resources", "gpus_per_node"),
+                             f"{gpus} GPUs per node, but {sku.name} has {sku.gpus}"
+                             + (f" x {sku.gpu}" if sku.gpu else ""),
+                             f"use at most {sku.gpus}, or a larger SKU"))
+        elif gpus < sku.gpus:
+            out.append(warning(("resources", "gpus_per_node"),
+                               f"{gpus} of the {sku.gpus} GPUs of {sku.name} are used; {sku.gpus - gpus} stay idle",
+                               f"set gpus_per_node: {sku.gpus} or pick a smaller SKU"))
+    elif gpus is None:
+        gpus = 0
+        if spec.resources.sku is None:
+            # a cluster fixes the VM size, so `compute: gpu-cluster` alone is the usual way to write
+            # a job -- and without a count it would train on one CPU process per node
+            out.append(error(("resources",), "how many GPUs a node has cannot be known: neither sku nor "
+                             "gpus_per_node is set", "set resources.sku (checked against the catalog) or "
+                             "resources.gpus_per_node (gpus_per_node: 0 runs on CPU on purpose)"))
+
+    procs = r.procs_per_node
+    if procs is None:
+        procs = gpus if gpus > 0 else 1
+    elif gpus > 0 and procs > gpus:
+        out.append(error(("resources", "procs_per_node"),
+                         f"{procs} processes per node share {gpus} GPUs: NCCL fails with 'Duplicate GPU detected'",
+                         f"use procs_per_node <= {gpus}"))
+    if spec.framework == "tensorflow":
+        if r.procs_per_node not in (None, 1):
+            out.append(error(("resources", "procs_per_node"),
+                             "TensorFlow runs one worker per node (MultiWorkerMirroredStrategy uses all its GPUs)",
+                             "remove procs_per_node"))
+        if spec.distribution.launcher is not None:
+            out.append(error(("distribution", "launcher"),
+                             "does not apply to tensorflow: the platform starts one worker per node",
+                             "remove distribution.launcher"))
+        if spec.distribution.backend is not None:
+            out.append(error(("distribution", "backend"),
+                             "does not apply to tensorflow: its collectives choose NCCL or ring themselves",
+                             "remove distribution.backend"))
+        procs = 1
+
+    # TensorFlow is told one way everywhere (tags, TRAINSPEC_*, plan): launcher and backend "tensorflow"
+    backend = TENSORFLOW if spec.framework == TENSORFLOW else spec.distribution.backend or ("nccl" if gpus > 0 else "gloo")
+    if backend == "nccl" and gpus == 0 and (sku is not None or r.gpus_per_node is not None):
+        out.append(error(("distribution", "backend"), "nccl needs GPUs, but the nodes have none",
+                         "use backend: gloo, or a GPU SKU"))
+    if (sku is not None and backend in ("nccl", TENSORFLOW) and sku.gpus and r.nodes > 1 and not sku.infiniband):
+        who = "TensorFlow's collectives fall" if backend == TENSORFLOW else "NCCL falls"
+        out.append(warning(("resources", "sku"),
+                           f"{sku.name} has no InfiniBand: {who} back to TCP sockets between {r.nodes} nodes",
+                           "multi-node training wants an RDMA size (an 'r' in the name, e.g. Standard_ND96isr_H100_v5)"))
+    return gpus, procs, backend
+
+
+def _check_names(spec: Spec, out: List[Diagnostic]) -> None:
+    for key in spec.env:
+        path = ("env", key)
+        if not re.fullmatch(ENV_NAME_PATTERN, key):
+            out.append(error(path, f"'{key}' is not a valid environment variable name",
+                             "letters, digits and _, not starting with a digit", on_key=True))
+        elif key in RESERVED_ENV or key.startswith(contract.ENV_PREFIX):
+            out.append(error(path, f"{key} is set by the trainspec shim in every process",
+                             "remove it; use distribution.master_port for the port", on_key=True))
+    for kind in ("inputs", "outputs"):
+        for key in getattr(spec, kind):
+            if not re.fullmatch(IO_NAME_PATTERN, key):
+                out.append(error((kind, key), f"'{key}' is not a valid {kind[:-1]} name",
+                                 "letters, digits and _, not starting with a digit", on_key=True))
+            elif key in RESERVED_INPUTS:
+                out.append(error((kind, key), f"'{key}' is reserved for the trainspec runtime", on_key=True))
+    clash = sorted(set(spec.inputs) & set(spec.outputs))
+    for key in clash:
+        out.append(error(("outputs", key), f"'{key}' is both an input and an output", on_key=True))
+
+
+def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
+    e = spec.environment
+    if e.image and e.azureml:
+        out.append(error(("environment", "azureml"), "set either image or azureml, not both"))
+    if e.build is not None:
+        for other in ENVIRONMENT_SOURCES:
+            if getattr(e, other):
+                out.append(error(("environment", other), "does not go with environment.build: the build context's "
+                                 "Dockerfile makes the whole environment", f"remove environment.{other}"))
+        context = _usable_path(("environment", "build", "path"), e.build.path, out)
+        dockerfile = _usable_path(("environment", "build", "dockerfile_path"), e.build.dockerfile_path, out)
+        if context is None or dockerfile is None:
+            pass
+        elif _kind(doc.path.parent / context) != "folder":
+            out.append(error(("environment", "build", "path"), f"'{e.build.path}' is not a folder (relative to the spec)"))
+        elif _kind(doc.path.parent / context / dockerfile) != "file":
+            out.append(error(("environment", "build", "dockerfile_path"),
+                             f"no {e.build.dockerfile_path} in {e.build.path}"))
+    if e.azureml and (e.conda_file or e.pip):
+        which = "conda_file" if e.conda_file else "pip"
+        out.append(error(("environment", which), "only applies to an image; a registered environment is complete"))
+    if e.conda_file and e.pip:
+        out.append(error(("environment", "pip"), "set either conda_file or pip, not both",
+                         "put the pip packages in the conda file's pip: section"))
+    if e.azureml:
+        value = e.azureml
+        if not value.startswith("azureml://"):
+            bare = value[len("azureml:"):] if value.startswith("azureml:") else value
+            name = bare.split(':')[0].split('@')[0]
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+                # a placeholder (`< your environment name >`) or a typo: never suggest writing it again
+                out.append(error(("environment", "azureml"), f"'{value}' is not an environment name",
+                                 "write the name of a registered environment with a version or label, e.g. "
+                                 "my-env@latest or azureml:my-env:1"))
+            elif not re.fullmatch(r"^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+|@[A-Za-z0-9_.-]+)$", bare):
+                out.append(error(("environment", "azureml"),
+                                 f"'{value}' needs a version or a label: Azure ML rejects it only at submit",
+                                 f"write {name}@latest or {name}:1"))
+
+
+def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
+    base = doc.path.parent
+    if _usable_path(("code",), spec.code, out) is not None:
+        code = base / spec.code
+        kind = _kind(code)
+        if kind != "folder":
+            what = {"missing": "does not exist", "loop": "is a symbolic link loop"}.get(kind, "is not a directory")
+            out.append(error(("code",), f"'{spec.code}' {what} (resolved against the spec's directory: {code})",
+                             "code is a directory relative to the spec file"))
+        else:
+            _check_code_scope(spec.code, code, base, out)
+    conda = spec.environment.conda_file
+    if conda is not None and _usable_path(("environment", "conda_file"), conda, out) is not None:
+        kind = _kind(base / conda)
+        if kind in ("missing", "loop"):
+            out.append(error(("environment", "conda_file"), f"'{conda}' does not exist (relative to the spec)"
+                             if kind == "missing" else f"'{conda}' is a symbolic link loop"))
+        elif kind != "file":
+            out.append(error(("environment", "conda_file"), f"'{conda}' is {'a folder' if kind == 'folder' else kind}, "
+                             "not a regular file",
+                             "a conda environment file (environment.yml)"))
+    for name, item in spec.inputs.items():
+        if item.path is None or is_remote(item.path):
+            continue
+        if _usable_path(("inputs", name, "path"), item.path, out) is None:
+            continue
+        # an absolute path may name the cluster's storage (HPC Pack, Ray): targets that upload
+        # local data check it themselves
+        if not item.path.startswith("/") and _kind(base / item.path) in ("missing", "loop"):
+            out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist (relative to the spec)",
+                             "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
+
+
+def _usable_path(path: SpecPath, text: str, out: List[Diagnostic]) -> Optional[str]:
+    """``text`` if it can name a file at all; else an error at ``path`` (NUL, a part over 255
+    bytes, a path over 4095) and None."""
+    problem = path_text_problem(text)
+    if problem is None:
+        return text
+    shown = text if len(text) <= 80 else text[:80] + "..."
+    out.append(error(path, f"'{shown}': the path {problem}", "a path relative to the spec file"))
+    return None
+
+
+def _kind(path: Path) -> str:
+    """What is at ``path`` (links followed): folder, file, missing, loop, or what else it is."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        import errno
+
+        return "loop" if exc.errno == errno.ELOOP else "missing"
+    except ValueError:
+        return "missing"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISREG(mode):
+        return "file"
+    return "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+
+
+def _check_code_scope(text: str, code: Path, spec_dir: Path, out: List[Diagnostic]) -> None:
+    """The code folder is uploaded or staged whole: never the file-system root, never a folder
+    above the repository the spec is in (its root is the nearest folder with .git above the spec).
+    Outside a repository there is no project boundary to hold it to: only the root is refused."""
+    try:
+        real = real_path(code)
+    except ReadProblem:
+        return  # _kind said folder; a race at worst
+    if real == Path(real.anchor):
+        out.append(error(("code",), f"'{text}' is the file-system root ({real}): the job would upload the "
+                         "whole machine", "code is the folder of your training code, relative to the spec file"))
+        return
+    root = _repository_root(spec_dir)
+    if root is not None and real != root and real in root.parents:
+        out.append(error(("code",), f"'{text}' is {real}, above the repository root {root}: the job would "
+                         "upload more than the repository", "point code at a folder inside the repository"))
+
+
+def _repository_root(start: Path) -> Optional[Path]:
+    for folder in (start, *start.parents):
+        if os.path.lexists(folder / ".git"):
+            try:
+                return real_path(folder)
+            except ReadProblem:
+                return None
+    return None
+
+
+def _check_data(spec: Spec, out: List[Diagnostic]) -> None:
+    for name, item in spec.inputs.items():
+        if item.path is not None and item.path.startswith("azureml:") and not item.path.startswith("azureml://"):
+            m = _AZUREML_ASSET.fullmatch(item.path)
+            if not m or not (m.group(2) or m.group(3)):
+                asset = item.path[len("azureml:"):].split(":")[0].split("@")[0]
+                out.append(error(("inputs", name, "path"), f"data asset '{item.path}' needs a version or a label",
+                                 f"write azureml:{asset}@latest or azureml:{asset}:1"))
+
+
+def _check_io_fields(spec: Spec, out: List[Diagnostic]) -> None:
+    """A literal input is a value and nothing else; a registered output has a name."""
+    for name, item in spec.inputs.items():
+        written = structure.written(item)
+        if item.path is None and item.value is None:
+            out.append(error(("inputs", name), "an input needs a path (data) or a value (a literal)",
+                             f"write `{name}: {{path: azureml:<asset>@latest}}`, or `{name}: 5` for a literal"))
+        elif item.path is not None and item.value is not None:
+            out.append(error(("inputs", name, "value"), "an input is either data (path) or a literal (value), not both"))
+        elif item.value is not None:
+            for key in ("type", "mode"):
+                if key in written:
+                    out.append(error(("inputs", name, key), f"a literal input has no {key}",
+                                     "remove it, or give a path for data"))
+            if isinstance(item.value, str) and is_remote(item.value):
+                out.append(warning(("inputs", name), f"'{item.value}' is passed as a literal string, not as data",
+                                   f"for data write `{name}: {{path: {item.value}}}`"))
+    for name, output in spec.outputs.items():
+        if output.version is not None and output.name is None:
+            out.append(error(("outputs", name, "version"), "a version needs the asset's name",
+                             "set outputs.%s.name, the data asset Azure ML registers" % name))
+
+
+def _check_target_settings(spec: Spec, out: List[Diagnostic]) -> None:
+    """Each configured target's own rules for its settings (targets/<name>/settings.py, settings_errors),
+    checked whatever is compiled: a spec is correct or not, not correct for one target only."""
+    from trainspec.targets import TARGETS
+    from trainspec.targets.vocabulary import settings
+
+    for name in TARGETS:
+        if getattr(spec.targets, name, None) is not None:
+            out.extend(settings(name).settings_errors(spec))
+
+
+# --- templates and the Lightning trap -------------------------------------------------------
+
+def _check_templates(valid: ValidSpec, out: List[Diagnostic], counts_stand: bool = True) -> None:
+    spec = valid.spec
+    ctx = valid.template_context(neutral_refs)
+    strings: List[Tuple[SpecPath, str]] = [(("command",), spec.command)]
+    strings += [(("env", k), v) for k, v in spec.env.items()]
+    if spec.description:
+        strings.append((("description",), spec.description))
+    rendered: Dict[SpecPath, str] = {}
+    for path, text in strings:
+        try:
+            rendered[path] = templating.render(text, ctx)
+        except templating.TemplateProblem as exc:
+            out.append(error(path, exc.message, exc.hint))
+    command = rendered.get(("command",))
+    if command is None:
+        return
+    if not command.strip():
+        out.append(error(("command",), "renders to an empty command"))
+        return
+    try:
+        split_command(command)
+    except ValueError as exc:
+        out.append(error(("command",), f"is not a valid shell command: {exc}", "close the quote"))
+        return
+    if spec.framework == "lightning" and counts_stand:
+        _check_lightning(valid, command, out)
+
+
+_LIGHTNING_FLAG = re.compile(r"^--?(?:[\w-]+\.)*(num[_-]nodes|devices)$")
+_LIGHTNING_ASSIGN = re.compile(r"^(?:--?)?(?:[\w-]+\.)*(num[_-]nodes|devices)=(.*)$")
+_LIGHTNING_KWARG = re.compile(r"\b(num_nodes|devices)\s*=\s*([\w\"'.-]+)")
+
+
+def lightning_settings(command: str) -> List[Tuple[str, str]]:
+    """Every (num_nodes|devices, value) literal in a command line: flags, key=value, kwargs in -c code."""
+    found: List[Tuple[str, str]] = []
+    tokens = split_command(command)
+    for i, token in enumerate(tokens):
+        m = _LIGHTNING_FLAG.match(token)
+        if m and i + 1 < len(tokens):
+            found.append((m.group(1).replace("-", "_"), tokens[i + 1]))
+            continue
+        m = _LIGHTNING_ASSIGN.match(token)
+        if m:
+            found.append((m.group(1).replace("-", "_"), m.group(2)))
+            continue
+        for kw, value in _LIGHTNING_KWARG.findall(token):
+            found.append((kw, value.strip("\"'")))
+    return found
+
+
+def _check_lightning(valid: ValidSpec, command: str, out: List[Diagnostic]) -> None:
+    expected = {"num_nodes": (valid.nodes, "resources.nodes"),
+                "devices": (valid.procs_per_node, "resources.procs_per_node"
+                            if valid.spec.resources.procs_per_node is not None else "resources.gpus_per_node")}
+    for key, value in lightning_settings(command):
+        want, source = expected[key]
+        if value.lstrip("-").isdigit():
+            if int(value) != want:
+                out.append(error(("command",),
+                                 f"Lightning {key}={value} but {source} gives {want}: "
+                                 f"the launcher starts {valid.world_size} processes and Lightning expects "
+                                 f"{int(value) * (valid.procs_per_node if key == 'num_nodes' else valid.nodes)}, "
+                                 "so the job hangs at the rendezvous",
+                                 f"write {{{{ {'nodes' if key == 'num_nodes' else 'procs_per_node'} }}}} instead of {value}"))
+        elif value in ("auto", "-1") and key == "devices":
+            out.append(warning(("command",), f"Lightning devices={value} lets Lightning count the devices itself",
+                               "write --devices {{ procs_per_node }} so it always matches the launcher"))
+
+
+def _display_path(path: Path) -> str:
+    for parent in path.parents:
+        if (parent / ".git").exists():
+            return path.relative_to(parent).as_posix()
+    return path.name

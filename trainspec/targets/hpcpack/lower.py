@@ -1,0 +1,332 @@
+"""HPC Pack job XML for Linux GPU nodes: ``job submit /jobfile:job.xml``.
+
+What the scheduler and its Linux node agent really do (../shared/reference/hpcpack.md) fixes
+the shape of the job:
+
+- whole nodes: ``UnitType="Node"``, ``MinNodes=MaxNodes=nodes``, ``IsExclusive`` -- a task is
+  pinned by cgroup to the cores it was allocated, and GPUs are not a schedulable resource;
+- one Basic task per node (``MinNodes=MaxNodes=1``): a multi-node task runs its command on the
+  first node only. Each task runs ``<python> <shim> -- <python> -m torch.distributed.run ...``
+  (``-- bash -c '...'`` when the command expands ``$...``: base.under_shim) through bash, as the job owner, with the agent's PATH (nothing activated: ``python`` and
+  ``setup`` say what to use);
+- rendezvous: each task carries its node rank (``TRAINSPEC_NODE_RANK``). With explicit
+  ``nodes`` the first node's name is baked in as the master; otherwise the shim elects node
+  0's host through ``<shared_dir>/.trainspec/<job id>/`` on the shared storage
+  (docs/runtime.md) and hands torchrun the rank and master through ``PET_*``;
+- ``WorkDirectory``, ``StdOutFilePath`` and ``StdErrFilePath`` on the shared storage: without
+  them a multi-node task cannot ``cd`` and the output is deleted on success.
+
+Layout on the shared storage (``stage.sh`` makes it)::
+
+    <shared_dir>/<name>/code/              the spec's code directory (WorkDirectory)
+    <shared_dir>/<name>/trainspec_shim.py
+    <shared_dir>/<name>/trainspec_hpcpack_election.py   the shim's master election
+    <shared_dir>/logs/<name>/<job id>.node-<i>.out|.err
+    <shared_dir>/.trainspec/               rendezvous files
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any, Dict, List
+
+from trainspec.core.diagnostics import Diagnostic, error
+from trainspec.spec.validate import ValidSpec
+from trainspec.compile import base, emit
+from trainspec.compile.base import contract
+from trainspec.targets.hpcpack.settings import NAME
+# Who starts the processes when the spec does not say (framework -> distribution.launcher):
+# HPC Pack starts one task per node; torchrun fans out to the GPUs.
+LAUNCHERS = {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node", "deepspeed": "per-node"}
+JOB_FILE = "job.xml"
+STAGE_FILE = "stage.sh"
+NAMESPACE = "http://schemas.microsoft.com/HPCS2008R2/scheduler/"
+VERSION = "3.000"
+SUBMIT = "job submit /jobfile:{dir}/" + JOB_FILE + "  (after: bash {dir}/" + STAGE_FILE + ", which stages the code)"
+
+# XML 1.0 has no way to carry C0 controls (but tab, newline, carriage return) or non-characters;
+# C1 controls and the Unicode line separators are turned into line ends by readers.
+_XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff\ud800-\udfff]")
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def _settings(valid: ValidSpec):
+    return valid.spec.targets.hpcpack
+
+
+def refs_for(valid: ValidSpec):
+    """How ``{{ inputs.x }}`` / ``{{ outputs.x }}`` render in the command: an input is a path on
+    the nodes (quoted for bash); an output defaults to ``<shared_dir>/outputs/<name>/$CCP_JOBID/x``
+    (``$CCP_JOBID`` expanded by bash on the node; the rest is validated to need no quoting)."""
+    outputs = _Layout(_settings(valid).shared_dir, valid.spec.name).outputs
+    return base.node_path_refs(valid, lambda name: f"{outputs}/$CCP_JOBID/{name}")
+
+
+def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
+    """What HPC Pack cannot run, reported by field, the way sqlglot reports what a dialect lacks."""
+    spec = valid.spec
+    settings = _settings(valid)
+    out: List[Diagnostic] = []
+    out += base.data_in_env(NAME, valid)  # ${{outputs.x}} in a variable is Azure ML's alone
+    if settings is None:
+        out.append(error(("targets", "hpcpack"), "compiling for hpcpack needs targets.hpcpack.shared_dir",
+                         "add targets: {hpcpack: {shared_dir: /app}} -- storage every node mounts"))
+        return out
+    launcher = base.launcher(valid, LAUNCHERS)
+    out += base.command_variable_errors(NAME, valid, launcher)
+    if spec.framework == "tensorflow":
+        out.append(base.unsupported(NAME, ("framework",), "TensorFlow multi-worker jobs (nothing sets TF_CONFIG)",
+                                    "run TensorFlow on Azure ML"))
+    elif launcher != "per-node":
+        out.append(base.unsupported(NAME, ("distribution", "launcher"), f"launcher {launcher}",
+                                    "HPC Pack runs one task per node: use launcher: per-node (torchrun)"))
+    else:
+        out += base.torchrun_errors(valid, refs_for(valid), "HPC Pack runs the command under torchrun",
+                                    "write `python train.py ...`; put preparation in targets.hpcpack.setup")
+    if spec.resources.spot:
+        out.append(base.unsupported(NAME, ("resources", "spot"), "spot capacity: the job runs on the cluster's nodes",
+                                    "remove resources.spot, or compile this spec for azureml only", fatal=False))
+    env = spec.environment
+    if env.azureml:
+        out.append(base.unsupported(NAME, ("environment", "azureml"), "an Azure ML registered environment",
+                                    "set targets.hpcpack.python (and setup) to what the nodes have"))
+    if env.build:
+        out.append(base.unsupported(NAME, ("environment", "build"), "a Docker build context: tasks run on the "
+                                    "nodes' own software", "set targets.hpcpack.python / setup", fatal=False))
+    for field in ("image", "conda_file", "pip"):
+        if getattr(env, field):
+            out.append(base.unsupported(NAME, ("environment", field),
+                                        f"environment.{field}: tasks run on the nodes' own software",
+                                        "set targets.hpcpack.python / setup; the nodes must have the packages",
+                                        fatal=False))
+    if spec.resources.shm_size:
+        out.append(base.unsupported(NAME, ("resources", "shm_size"), "a shared-memory size: tasks run on the host",
+                                    fatal=False))
+    out += base.data_asset_features(NAME, valid)
+    out += base.node_path_problems(NAME, "HPC Pack", valid)
+    for path, text in _xml_strings(valid):
+        bad = _XML_UNSAFE.search(text)
+        if bad:
+            out.append(error(path, f"contains the character U+{ord(bad.group()):04X}, which an HPC Pack job XML "
+                                   "cannot carry unchanged", "remove the control character"))
+    if settings.nodes is not None:
+        if len(settings.nodes) != valid.nodes:
+            out.append(error(("targets", "hpcpack", "nodes"),
+                             f"{len(settings.nodes)} node names for resources.nodes: {valid.nodes}",
+                             "list exactly one name per node, or leave nodes out and use node_group"))
+        for i, node in enumerate(settings.nodes):
+            if not _NODE_NAME.fullmatch(node):
+                out.append(error(("targets", "hpcpack", "nodes", i), f"'{node}' is not an HPC Pack node name"))
+        if len(set(n.upper() for n in settings.nodes)) != len(settings.nodes):
+            out.append(error(("targets", "hpcpack", "nodes"), "a node is listed twice: one task per node"))
+    return out
+
+
+def _xml_strings(valid: ValidSpec):
+    """Every spec string that lands in the job XML, with its spec path."""
+    spec = valid.spec
+    yield ("command",), spec.command
+    for key, value in spec.env.items():
+        yield ("env", key), value
+    for key, value in spec.vars.items():
+        if isinstance(value, str):
+            yield ("vars", key), value
+    settings = _settings(valid)
+    for field in ("setup", "python", "node_group", "job_template", "project"):
+        value = getattr(settings, field)
+        if value:
+            yield ("targets", NAME, field), value
+    for name, item in spec.inputs.items():
+        if item.path is not None:
+            yield ("inputs", name, "path"), item.path
+        elif isinstance(item.value, str):
+            yield ("inputs", name, "value"), item.value
+
+
+def _keep_carriage_returns(xml: str) -> str:
+    """ElementTree writes a carriage return in element text raw, and every XML reader turns a raw
+    one into a line feed (end-of-line handling): `a\r\nb` in an env value would arrive as `a\nb`.
+    Its character reference survives. ElementTree already writes one in attributes, so a raw
+    carriage return in its output can only be element text."""
+    return xml.replace("\r", "&#13;")
+
+
+def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
+    spec = valid.spec
+    settings = _settings(valid)
+    layout = _Layout(settings.shared_dir, spec.name)
+    command = _command(valid, layout)
+
+    ET.register_namespace("", NAMESPACE)
+    job = ET.Element(_tag("Job"), _job_attributes(valid))
+    ET.SubElement(job, _tag("Dependencies"))
+    tasks = ET.SubElement(job, _tag("Tasks"))
+    shared_env = _environment(valid, layout)
+    for node_rank in range(valid.nodes):
+        task = ET.SubElement(tasks, _tag("Task"), _task_attributes(valid, layout, node_rank, command))
+        variables = ET.SubElement(task, _tag("EnvironmentVariables"))
+        env = dict(shared_env)
+        env[contract.ENV_NODE_RANK] = str(node_rank)
+        for name, value in env.items():
+            variable = ET.SubElement(variables, _tag("Variable"))
+            ET.SubElement(variable, _tag("Name")).text = name
+            ET.SubElement(variable, _tag("Value")).text = value
+    ET.indent(job, space="  ")
+    comment = " ".join(emit.header_lines(valid.source.display, valid.source.digest, NAME)).replace("--", "- -")
+    xml = ('<?xml version="1.0" encoding="utf-8"?>\n'
+           + ET.tostring(ET.Comment(f" {comment} "), encoding="unicode") + "\n"
+           + _keep_carriage_returns(ET.tostring(job, encoding="unicode")) + "\n")
+    files = (
+        base.OutFile(JOB_FILE, xml.encode("utf-8")),
+        base.OutFile(STAGE_FILE, _stage_script(valid, layout, out_dir).encode("utf-8"), executable=True),
+        base.shim_file(),
+        base.runtime_file(contract.ELECTION_FILE, base.SHIM_SOURCE.with_name("hpcpack_election.py")),
+    )
+    return base.Artifact(target=NAME, name=spec.name, files=files, submit=SUBMIT)
+
+
+class _Layout:
+    """Where things live on the shared storage."""
+
+    def __init__(self, shared_dir: str, name: str):
+        root = shared_dir.rstrip("/") or "/"
+        self.root = root
+        self.job = f"{root}/{name}"
+        self.code = f"{root}/{name}/code"
+        self.shim = f"{root}/{name}/{base.SHIM_FILE}"
+        self.logs = f"{root}/logs/{name}"
+        self.rendezvous = f"{root}/.trainspec"
+        self.outputs = f"{root}/outputs/{name}"
+
+
+def _tag(name: str) -> str:
+    return f"{{{NAMESPACE}}}{name}"
+
+
+def _job_attributes(valid: ValidSpec) -> Dict[str, str]:
+    settings = _settings(valid)
+    n = str(valid.nodes)
+    attrs = {"Version": VERSION, "Name": valid.name, "UnitType": "Node", "MinNodes": n, "MaxNodes": n,
+             "AutoCalculateMin": "false", "AutoCalculateMax": "false", "IsExclusive": "true",
+             "FailOnTaskFailure": "true"}
+    if settings.node_group:
+        attrs["NodeGroups"] = settings.node_group
+    if settings.nodes:
+        attrs["RequestedNodes"] = ",".join(settings.nodes)
+    if settings.priority:
+        attrs["Priority"] = settings.priority
+    if settings.runtime is not None:
+        attrs["RuntimeSeconds"] = str(settings.runtime)
+    if settings.job_template:
+        attrs["JobTemplate"] = settings.job_template
+    if settings.project:
+        attrs["Project"] = settings.project
+    return attrs
+
+
+def _task_attributes(valid: ValidSpec, layout: _Layout, node_rank: int, command: str) -> Dict[str, str]:
+    settings = _settings(valid)
+    attrs = {"Version": VERSION, "Name": f"node-{node_rank}", "Type": "Basic", "MinNodes": "1", "MaxNodes": "1",
+             "IsExclusive": "true", "IsRerunnable": "false"}
+    if settings.nodes:
+        attrs["RequiredNodes"] = settings.nodes[node_rank]
+    # Std* paths are unquoted bash redirections on the node: $CCP_JOBID expands there
+    attrs["WorkDirectory"] = layout.code
+    attrs["StdOutFilePath"] = f"{layout.logs}/$CCP_JOBID.node-{node_rank}.out"
+    attrs["StdErrFilePath"] = f"{layout.logs}/$CCP_JOBID.node-{node_rank}.err"
+    attrs["CommandLine"] = command
+    return attrs
+
+
+def _python(valid: ValidSpec) -> List[str]:
+    return shlex.split(_settings(valid).python)
+
+
+def _command(valid: ValidSpec, layout: _Layout) -> str:
+    """The bash line every task runs. Our words go through shlex; the user's command after
+    its interpreter and their ``setup`` line are shell they wrote, kept verbatim."""
+    spec = valid.spec
+    settings = _settings(valid)
+    python = _python(valid)
+    user = valid.render(("command",), spec.command, refs_for(valid)).strip()
+    shim = shlex.join([*python, *base.SHIM_FLAGS, layout.shim])
+    if base.own_spawner(user):  # accelerate launch / deepspeed: the shim hands it the world as flags
+        line = base.under_shim(shim, user, valid)
+    else:
+        # node rank, master address and port (TRAINSPEC_MASTER_PORT = rdzv_port) reach torchrun
+        # from the shim as PET_NODE_RANK / PET_MASTER_ADDR / PET_MASTER_PORT
+        torchrun = base.torchrun_line(valid, user, (*python, "-m", "torch.distributed.run"), python=shlex.join(python))
+        line = base.under_shim(shim, torchrun, valid)
+    if settings.setup:
+        line = f"{settings.setup} && {line}"
+    return line
+
+
+def _environment(valid: ValidSpec, layout: _Layout) -> Dict[str, str]:
+    settings = _settings(valid)
+    env = base.job_env(valid, refs_for(valid), "per-node", settings.rdzv_port)
+    if settings.nodes:
+        env[contract.ENV_MASTER_ADDR] = settings.nodes[0]
+    else:
+        env[contract.ENV_RDZV_DIR] = layout.rendezvous
+    return env
+
+
+def _stage_script(valid: ValidSpec, layout: _Layout, out_dir: Path) -> str:
+    """Copies the code, the shim and its election file to the shared storage and makes the log
+    folder. Run it on any machine that mounts the shared storage, from the folder it sits in."""
+    code = base.relative(valid.resolve(valid.spec.code), out_dir)
+    q = shlex.quote
+    lines = [
+        "#!/usr/bin/env bash",
+        *[f"# {line}" for line in emit.header_lines(valid.source.display, valid.source.digest, NAME)],
+        "# Stage the job on the shared storage, then submit job.xml from a Windows client:",
+        f"#   job submit /jobfile:{JOB_FILE}",
+        "set -euo pipefail",
+        'cd "$(dirname "$0")"',
+        f"shared=${{TRAINSPEC_SHARED_DIR:-{q(layout.root)}}}",
+        f"mkdir -p \"$shared\"/{q(valid.name)}/code \"$shared\"/logs/{q(valid.name)} \"$shared\"/.trainspec "
+        f"\"$shared\"/outputs/{q(valid.name)}",
+        f"cp -R {q(code)}/. \"$shared\"/{q(valid.name)}/code/",
+        f"cp {q(base.SHIM_FILE)} \"$shared\"/{q(valid.name)}/{q(base.SHIM_FILE)}",
+        f"cp {q(contract.ELECTION_FILE)} \"$shared\"/{q(valid.name)}/{q(contract.ELECTION_FILE)}",
+        'echo "staged in $shared"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --- what plan and run --local need --------------------------------------------------------
+
+def plan_port(valid: ValidSpec) -> str:
+    return str(_settings(valid).rdzv_port)
+
+
+def plan_settings(valid: ValidSpec) -> Dict[str, str]:
+    return {"shim": base.plan_shim(_settings(valid).python)}
+
+
+def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
+    """The "shared storage" is a folder of the run; the nodes' python is this one."""
+    import sys
+
+    settings["shared_dir"] = str(workdir / "shared")
+    settings["python"] = shlex.quote(sys.executable)
+    settings.pop("setup", None)
+    return settings
+
+
+class HPCPack(base.Target):
+    name = NAME
+    launchers = LAUNCHERS
+    cannot_express = staticmethod(cannot_express)
+    lower = staticmethod(lower)
+    refs_for = staticmethod(refs_for)
+    plan_port = staticmethod(plan_port)
+    plan_settings = staticmethod(plan_settings)
+    local_settings = staticmethod(local_settings)
+
+
+TARGET = HPCPack()

@@ -1,0 +1,75 @@
+"""targets.hpcpack, the spec's words for an HPC Pack job: its settings model, the hints for a bad
+value, the rules the model cannot state, and the variables only HPC Pack sets in a process.
+
+Imports nothing but trainspec.core and the runtime's names: validation loads it, and none of lower.py.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import List
+
+from trainspec.core import interpreter
+from trainspec.core.diagnostics import Diagnostic
+from trainspec.runtime import shim as contract
+
+NAME = "hpcpack"
+# What the node agent sets in a task that no other target's platform does, and the portable name
+# to read instead (None: there is none): another target's command that reads one is an error there.
+PLATFORM_VARIABLES = {"CCP_TASKID": "$NODE_RANK (one task per node)", "CCP_*": None}
+
+
+# --- settings: targets.hpcpack in a spec -------------------------------------------------------
+
+SETTINGS_DESCRIPTION = 'HPC Pack job settings.'
+SETTINGS_EXAMPLE = {'shared_dir': '/app', 'node_group': 'LinuxNodes'}
+# for a bad spec (spec/explain.py): a hint per field below targets.hpcpack, and what a pattern means
+HINTS = {("runtime",): "e.g. 2d, 12h, 1h30m or 3600",
+         ("shared_dir",): "an absolute path without spaces or shell characters, e.g. /app",
+         ("python",): interpreter.PYTHON_HINT}
+PATTERN_WORDS = {("shared_dir",): "is not an absolute path the node agent can use unquoted"}
+
+
+@functools.lru_cache(maxsize=None)
+def settings_model():
+    """The pydantic model of this target's settings. Built on demand: only model.py (the JSON
+    Schema, the stored structure snapshot) and explain.py (hints for a bad spec) need it."""
+    from typing import Literal, Optional
+
+    from pydantic import Field
+
+    from trainspec.core.fields import SHELL_WORD
+    from trainspec.core.types import Duration, Model
+
+    class HPCPackTarget(Model):
+        shared_dir: str = Field(
+            ..., pattern="^/" + SHELL_WORD + "*$",
+            description="Absolute path of storage every node mounts: the code, the shim and the logs live there.",
+            examples=["/app"])
+        node_group: Optional[str] = Field(None, min_length=1, description="HPC Pack node group to run on.",
+                                          examples=["LinuxNodes"])
+        nodes: Optional[list[str]] = Field(
+            None, description="Explicit node names, one per resources.nodes: the first is the rendezvous host.",
+            examples=[["GPUNODE-000", "GPUNODE-001"]])
+        python: str = interpreter.python_field("python3", "on the nodes (no conda or venv is active in a task)")
+        setup: Optional[str] = Field(None, min_length=1,
+                                     description="Shell line run before training on every node, e.g. an activation.",
+                                     examples=["source /opt/conda/bin/activate torch"])
+        rdzv_port: int = Field(contract.HPCPACK_MASTER_PORT, ge=1024, le=65535,
+                               description="torchrun rendezvous port on the first node.",
+                               examples=[contract.HPCPACK_MASTER_PORT])
+        priority: Optional[Literal["Lowest", "BelowNormal", "Normal", "AboveNormal", "Highest"]] = Field(
+            None, description="Job priority.", examples=["Normal"])
+        runtime: Optional[Duration] = Field(None, description="Job run-time limit: 2d, 12h, 90m or seconds.",
+                                            examples=["12h"])
+        job_template: Optional[str] = Field(None, min_length=1, description="HPC Pack job template.",
+                                            examples=["GPUJobs"])
+        project: Optional[str] = Field(None, min_length=1, description="Project name, for accounting.",
+                                       examples=["ddp"])
+
+    return HPCPackTarget
+
+
+def settings_errors(spec) -> List[Diagnostic]:
+    """What targets.hpcpack may not say, whatever is compiled (run by validation)."""
+    return interpreter.python_errors(NAME, spec.targets.hpcpack)

@@ -1,0 +1,73 @@
+"""targets.ray, the spec's words for a Ray cluster on Azure: its settings model, the hints for a
+bad value, the rules the model cannot state, and the variables only Ray sets in a process.
+
+Imports nothing but trainspec.core and the runtime's names: validation loads it, and none of lower.py.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import List
+
+from trainspec.core import interpreter
+from trainspec.core.diagnostics import Diagnostic
+
+NAME = "ray"
+# What Ray sets in an actor's process that no other target's platform does (None: no portable
+# name to read instead): another target's command that reads one is an error there.
+PLATFORM_VARIABLES = {"RAY_*": None}
+
+
+# --- settings: targets.ray in a spec ----------------------------------------------------------
+
+SETTINGS_DESCRIPTION = 'Ray cluster on Azure settings.'
+SETTINGS_EXAMPLE = {'location': 'eastus', 'resource_group': 'rg-training'}
+# for a bad spec (spec/explain.py): a hint per field below targets.ray, and what a pattern means
+HINTS = {("python",): interpreter.PYTHON_HINT}
+
+
+@functools.lru_cache(maxsize=None)
+def settings_model():
+    """The pydantic model of this target's settings. Built on demand: only model.py (the JSON
+    Schema, the stored structure snapshot) and explain.py (hints for a bad spec) need it."""
+    from typing import Literal, Optional
+
+    from pydantic import Field
+
+    from trainspec.core.fields import NAME_PATTERN
+    from trainspec.core.types import Model
+
+    class RayTarget(Model):
+        location: str = Field(..., pattern=r"^[a-z0-9]+$", description="Azure region of the cluster.",
+                              examples=["eastus"])
+        # `+` and max_length, not `{1,90}`: ninety copies of the Unicode class \w cost pydantic-core's
+        # regex compiler 25 ms at every start (README, "Speed")
+        resource_group: str = Field(..., pattern=r"^[-\w._()]+$", max_length=90,
+                                    description="Azure resource group (created if missing).", examples=["rg-training"])
+        subscription_id: Optional[str] = Field(
+            None, pattern=r"^[0-9a-fA-F-]{36}$", description="Default: the subscription of the `az` CLI profile.",
+            examples=["00000000-0000-0000-0000-000000000000"])
+        cluster_name: Optional[str] = Field(None, pattern=NAME_PATTERN, description="Default: the spec's name.",
+                                            examples=["mnist-ray"])
+        head: Literal["worker", "cpu"] = Field(
+            "worker", description="The head node: one of the training nodes (worker), or a small extra CPU VM (cpu).",
+            examples=["cpu"])
+        head_sku: str = Field("Standard_D8s_v3", description="VM size of a cpu head.", examples=["Standard_D8s_v3"])
+        ssh_user: str = Field("ubuntu", pattern=r"^[a-z_][a-z0-9_-]{0,31}$", description="SSH user on the nodes.",
+                              examples=["ubuntu"])
+        ssh_private_key: Optional[str] = Field(None, description="Both keys or neither: Ray generates a pair if unset.",
+                                               examples=["~/.ssh/id_rsa"])
+        ssh_public_key: Optional[str] = Field(None, description="The public half of ssh_private_key.",
+                                              examples=["~/.ssh/id_rsa.pub"])
+        python: str = interpreter.python_field("python", "on the nodes (or in the image)")
+        ray_version: str = Field("2.60.0", pattern=r"^\d+\.\d+\.\d+$", description="Ray installed on the nodes.",
+                                 examples=["2.60.0"])
+        idle_timeout_minutes: int = Field(10, ge=0, description="Minutes before idle workers are removed.",
+                                          examples=[10])
+
+    return RayTarget
+
+
+def settings_errors(spec) -> List[Diagnostic]:
+    """What targets.ray may not say, whatever is compiled (run by validation)."""
+    return interpreter.python_errors(NAME, spec.targets.ray)
