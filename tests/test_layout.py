@@ -52,7 +52,7 @@ def test_the_rule_sees_a_leak():
 
 
 REQUIRED = ("NAME", "LAUNCHERS", "SETTINGS_DESCRIPTION", "SETTINGS_EXAMPLE", "settings_model", "settings_errors",
-            "cannot_express", "lower", "refs_for", "plan_port", "plan_settings", "local_settings")
+            "CANNOT_RUN", "cannot_express", "lower", "refs_for", "plan_port", "plan_settings", "local_settings")
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))

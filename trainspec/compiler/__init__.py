@@ -15,8 +15,12 @@ Artifact, the shim, who starts the processes) and emit.py (YAML, shell). It expo
 ``HINTS``, ``PATTERN_WORDS`` (optional)    help for a bad value below ``targets.<name>``
 ``settings_errors(spec)``                  rules for its settings that the model cannot state;
                                            run by validation whenever the spec configures it
+``CANNOT_RUN``                             what the platform cannot run, as data: catalogued
+                                           features (capabilities.py) -> ``unsupported()``
+                                           or ``problem()``; docs/capabilities.md shows them
 ``cannot_express(valid)``                  what the platform cannot run as the spec says, as
-                                           diagnostics through ``base.unsupported()``
+                                           diagnostics: ``capabilities.check(CANNOT_RUN)``,
+                                           then what depends on settings and the command
 ``lower(valid, out_dir) -> Artifact``      the files, pure: no I/O, no clock, no randomness
 ``refs_for(valid)``                        how ``{{ inputs.x }}`` / ``{{ outputs.x }}`` render
                                            in its job (``base.spec_env``: the env ``plan`` shows)

@@ -41,23 +41,32 @@ Occurrence = Tuple[SpecPath, Dict[str, str]]  # where in the spec, and the field
 
 # --- where a feature occurs ---------------------------------------------------------------------
 
+def _fields(*names: str):
+    """The fields each occurrence carries (what a message may name besides ``spec``)."""
+    def mark(find):
+        find.fields = names
+        return find
+    return mark
+
+
 def _at(path: SpecPath, test: Callable[[Any], Any]) -> Callable[[Any], List[Occurrence]]:
     """A feature at one fixed path: there when ``test(valid)`` holds."""
-    return lambda valid: [(path, {})] if test(valid) else []
+    return _fields()(lambda valid: [(path, {})] if test(valid) else [])
 
 
 def _inputs(test: Callable[[Any, Any], Any], key: str = "path") -> Callable[[Any], List[Occurrence]]:
     """A feature of each input with a path (at ``inputs.<name>.<key>``) for which ``test(valid, item)`` holds."""
-    return lambda valid: [(("inputs", name, key), {"name": name, "path": item.path, "mode": item.mode})
-                          for name, item in valid.spec.inputs.items()
-                          if item.path is not None and test(valid, item)]
+    return _fields("name", "path", "mode")(
+        lambda valid: [(("inputs", name, key), {"name": name, "path": item.path, "mode": item.mode})
+                       for name, item in valid.spec.inputs.items() if item.path is not None and test(valid, item)])
 
 
 def _outputs(test: Callable[[Any], Any], key: str) -> Callable[[Any], List[Occurrence]]:
-    return lambda valid: [(("outputs", name, key), {"name": name, "path": item.path})
-                          for name, item in valid.spec.outputs.items() if test(item)]
+    return _fields("name", "path")(lambda valid: [(("outputs", name, key), {"name": name, "path": item.path})
+                                                 for name, item in valid.spec.outputs.items() if test(item)])
 
 
+@_fields("ref")
 def _data_in_env(valid) -> List[Occurrence]:
     """Each env key whose value names an input or output (``{{ outputs.x }}``, what an imported
     ``${{outputs.x}}`` becomes), with the first one named as ``ref``."""
@@ -142,6 +151,11 @@ class Feature(enum.Enum):
         self.description = description
         self.find = find
         self.standard = standard
+
+    @property
+    def fields(self) -> Tuple[str, ...]:
+        """What an occurrence carries for a message to name (``{path}``), besides ``{spec.x}``."""
+        return self.find.fields
 
     @property
     def anchor(self) -> str:
@@ -240,18 +254,24 @@ def placeholders(template: str) -> str:
     return "".join(out)
 
 
+def text(value: str) -> str:
+    """Our own text as Python-Markdown (mkdocs) shows it literally, in a table cell or a heading."""
+    value = value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_\[\]|{}])", r"\\\1", value)
+
+
+def code(value: str) -> str:
+    return f"`{value}`"  # catalogue paths and target names: no backtick, no pipe
+
+
 def _cell(entry: Optional[Entry]) -> str:
     if entry is None:
         return "supported"
-    from ..markdown import text
-
     return entry.severity + (f" ({text(entry.when.text)})" if entry.when else "")
 
 
 def matrix(tables: Mapping[str, Table]) -> str:
     """docs/capabilities.md: every feature x every target, then each feature's messages."""
-    from ..markdown import code, text
-
     targets = list(tables)
     lines = [
         "# What each target can run",
