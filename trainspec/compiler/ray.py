@@ -33,7 +33,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..diagnostics import Diagnostic, error, warning
+from ..diagnostics import Diagnostic, error
 from ..schema import skus
 from ..schema.validate import ValidSpec
 from . import TARGETS, base, capabilities, emit
