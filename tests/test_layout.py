@@ -56,7 +56,7 @@ def test_the_rule_sees_a_leak():
 
 SETTINGS = ("NAME", "SETTINGS_DESCRIPTION", "SETTINGS_EXAMPLE", "settings_model", "settings_errors",
             "PLATFORM_VARIABLES")
-OVERRIDDEN = ("cannot_express", "lower", "refs_for")  # no default in compile/base.py's Target
+OVERRIDDEN = ("cannot_run", "cannot_express", "lower", "refs_for")  # no default in compile/base.py's Target
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))

@@ -61,8 +61,13 @@ class Target:
     ``name``                                   its name in ``-t`` and under ``targets:``
     ``launchers``                              framework -> distribution.launcher when the spec
                                                gives none
+    ``cannot_run``                             what the platform cannot run, as data: catalogued
+                                               features (compile/capabilities.py) ->
+                                               ``unsupported()`` or ``problem()``;
+                                               docs/capabilities.md shows every table
     ``cannot_express(valid)``                  what the platform cannot run as the spec says, as
-                                               diagnostics through ``unsupported()``
+                                               diagnostics: ``capabilities.check(cannot_run)``,
+                                               then what depends on settings and the command
     ``lower(valid, out_dir) -> Artifact``      the files, pure: no I/O, no clock, no randomness
     ``refs_for(valid)``                        how ``{{ inputs.x }}`` / ``{{ outputs.x }}`` render
                                                in its job (``spec_env``: the env ``plan`` shows)
@@ -85,6 +90,7 @@ class Target:
 
     name: str = ""
     launchers: Mapping[str, str] = {}
+    cannot_run: Mapping[Any, Any] = {}  # capabilities.Feature -> capabilities.Entry
 
     def cannot_express(self, valid: ValidSpec) -> List[Diagnostic]:
         return []
@@ -122,21 +128,6 @@ def literal_text(value) -> str:
     return str(value)
 
 
-def data_asset_features(target: str, valid: ValidSpec) -> List[Diagnostic]:
-    """Spec fields only a platform with data assets acts on (an MLTable's eval modes, registering an
-    output), reported by the targets that have none (never dropped)."""
-    out: List[Diagnostic] = []
-    for name, item in valid.spec.inputs.items():
-        if item.path is not None and item.mode in ("eval_mount", "eval_download"):
-            out.append(unsupported(target, ("inputs", name, "mode"), f"input mode {item.mode} (an Azure ML "
-                                   "runtime feature): the path is passed as it is", fatal=False))
-    for name, item in valid.spec.outputs.items():
-        if item.name is not None:
-            out.append(unsupported(target, ("outputs", name, "name"), "registering an output as a data asset",
-                                   "register it after the job, or leave name out", fatal=False))
-    return out
-
-
 def node_path_refs(valid: ValidSpec, default_output):
     """References for a target whose jobs see the data as paths on the nodes (HPC Pack, Slurm):
     ``{{ inputs.x }}`` is its path (or literal), ``{{ outputs.x }}`` its path or
@@ -151,28 +142,6 @@ def node_path_refs(valid: ValidSpec, default_output):
         return shlex.quote(item.path) if item.path is not None else default_output(name)
 
     return refs
-
-
-def node_path_problems(target: str, title: str, valid: ValidSpec) -> List[Diagnostic]:
-    """Data a job on the cluster's own storage cannot use: remote data, relative paths (they mean
-    nothing on the nodes), output locations that are not absolute paths."""
-    from trainspec.core.fields import is_remote
-
-    out: List[Diagnostic] = []
-    for name, item in valid.spec.inputs.items():
-        if item.path is None:
-            continue
-        if is_remote(item.path):
-            out.append(unsupported(target, ("inputs", name, "path"), f"the remote data '{item.path}'",
-                                   "give an absolute path on storage the nodes mount"))
-        elif not item.path.startswith("/"):
-            out.append(error(("inputs", name, "path"), f"on {title} an input is a path on the "
-                             "nodes: it must be absolute", "e.g. /data/mnist on the shared storage"))
-    for name, item in valid.spec.outputs.items():
-        if item.path is not None and not item.path.startswith("/"):
-            out.append(unsupported(target, ("outputs", name, "path"), f"the output location '{item.path}'",
-                                   "give an absolute path on shared storage, or leave path out"))
-    return out
 
 
 def launcher(valid: ValidSpec, defaults: Mapping[str, str]) -> str:
@@ -190,24 +159,6 @@ def unsupported(target: str, path: SpecPath, what: str, hint: Optional[str] = No
     safely). Never dropped silently."""
     message = f"{target} cannot express {what}"
     return error(path, message, hint) if fatal else warning(path, message, hint)
-
-
-def data_in_env(target: str, valid: ValidSpec) -> List[Diagnostic]:
-    """An error at each env key whose value names an input or output (``{{ outputs.x }}``, what an
-    imported ``${{outputs.x}}`` becomes), for a target that sets variables as written: no shell
-    expands the path it renders to there (Azure ML expands ``${{...}}`` in variables itself)."""
-    out: List[Diagnostic] = []
-    def marker(kind: str, name: str) -> str:
-        return f"\x00{kind}.{name}\x00"
-
-    for key, value in valid.spec.env.items():
-        rendered = valid.render(("env", key), value, marker)
-        named = [f"{{{{ {m} }}}}" for m in re.findall(r"\x00([^\x00]+)\x00", rendered)]
-        if named:
-            out.append(unsupported(target, ("env", key), f"{named[0]} in a variable: it sets variables as written, "
-                                   "and nothing there would expand the path",
-                                   f"pass it in the command instead (--arg {named[0]}), where it is expanded"))
-    return out
 
 
 def expectations(valid: ValidSpec, launcher_name: str, master_port: Optional[int] = None) -> Dict[str, str]:

@@ -31,8 +31,10 @@ from trainspec import __version__
 from trainspec.core.diagnostics import Diagnostic, error, warning
 from trainspec.core.fields import is_remote
 from trainspec.spec.validate import ValidSpec
-from trainspec.compile import base, emit
+from trainspec.compile import base, capabilities, emit
 from trainspec.targets.azureml.settings import NAME, _bare_compute
+from trainspec.compile.capabilities import Feature, only, problem
+
 # Who starts the processes when the spec does not say (framework -> distribution.launcher).
 # DeepSpeed goes through MPI (Azure's guidance).
 LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process", "deepspeed": "mpi"}
@@ -57,29 +59,32 @@ def refs_for(valid: ValidSpec):
     return refs
 
 
+# What Azure ML cannot run, by feature (capabilities.py: the catalogue, the matrix in docs/capabilities.md);
+# its messages may name {compute}, the compute cluster's name
+CANNOT_RUN = {
+    Feature.NO_ENVIRONMENT: problem("Azure ML needs an environment",
+                                    "set environment.image (+ conda_file or pip) or environment.azureml: name@label"),
+    Feature.NO_SKU: problem("serverless Azure ML jobs need a VM size (it becomes instance_type)",
+                            "set resources.sku, or targets.azureml.compute to run on a cluster",
+                            when=only("serverless: no targets.azureml.compute", lambda valid: _compute_name(valid) is None)),
+    Feature.SPOT: problem("on the cluster '{compute}' spot capacity is the cluster's VM priority, not the job's",
+                          "create the cluster with tier low_priority; job_tier: spot applies to serverless jobs",
+                          fatal=False, when=only("on a cluster: targets.azureml.compute",
+                                                 lambda valid: _compute_name(valid) is not None)),
+    Feature.INPUT_NOT_HERE: problem("local path '{path}' does not exist: Azure ML uploads local inputs from this "
+                                    "machine", "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an "
+                                    "existing path"),
+}
+
+
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
-    """What Azure ML cannot run, or runs differently from what the spec says."""
+    """What Azure ML cannot run, or runs differently from what the spec says: its table (CANNOT_RUN),
+    then what depends on the environment's contents, the launcher and the command."""
     spec = valid.spec
-    out: List[Diagnostic] = []
-    compute = _compute_name(valid)
+    out = capabilities.check(NAME, CANNOT_RUN, valid, compute=_compute_name(valid))
     env = spec.environment
-    if not (env.image or env.azureml or env.build):
-        out.append(error(("environment",), "Azure ML needs an environment",
-                         "set environment.image (+ conda_file or pip) or environment.azureml: name@label"))
     if env.image and env.pip:
         out += _docker_context_problems(valid)
-    if compute is None and spec.resources.sku is None:
-        out.append(error(("resources", "sku"), "serverless Azure ML jobs need a VM size (it becomes instance_type)",
-                         "set resources.sku, or targets.azureml.compute to run on a cluster"))
-    if spec.resources.spot and compute is not None:
-        out.append(warning(("resources", "spot"),
-                           f"on the cluster '{compute}' spot capacity is the cluster's VM priority, not the job's",
-                           "create the cluster with tier low_priority; job_tier: spot applies to serverless jobs"))
-    for name, item in spec.inputs.items():
-        if item.path is not None and not is_remote(item.path) and not valid.resolve(item.path).exists():
-            out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist: Azure ML uploads "
-                             "local inputs from this machine",
-                             "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
     launcher = base.launcher(valid, LAUNCHERS)
     out += base.command_variable_errors(NAME, valid, launcher)
     if launcher == "per-node" and spec.framework != "lightning":
@@ -335,6 +340,7 @@ def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
 class AzureML(base.Target):
     name = NAME
     launchers = LAUNCHERS
+    cannot_run = CANNOT_RUN
     cannot_express = staticmethod(cannot_express)
     lower = staticmethod(lower)
     refs_for = staticmethod(refs_for)

@@ -35,9 +35,11 @@ from typing import Any, Dict, List
 
 from trainspec.core.diagnostics import Diagnostic, error
 from trainspec.spec.validate import ValidSpec
-from trainspec.compile import base, emit
+from trainspec.compile import base, capabilities, emit
 from trainspec.compile.base import contract
 from trainspec.targets.hpcpack.settings import NAME
+from trainspec.compile.capabilities import Feature, problem, unsupported
+
 # Who starts the processes when the spec does not say (framework -> distribution.launcher):
 # HPC Pack starts one task per node; torchrun fans out to the GPUs.
 LAUNCHERS = {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node", "deepspeed": "per-node"}
@@ -65,48 +67,49 @@ def refs_for(valid: ValidSpec):
     return base.node_path_refs(valid, lambda name: f"{outputs}/$CCP_JOBID/{name}")
 
 
+# What HPC Pack cannot run, by feature (capabilities.py: the catalogue, the matrix in docs/capabilities.md)
+_NODES_SOFTWARE = "set targets.hpcpack.python / setup; the nodes must have the packages"
+_ONE_TASK_PER_NODE = "HPC Pack runs one task per node: use launcher: per-node (torchrun)"
+CANNOT_RUN = {
+    Feature.ENV_DATA_REF: unsupported(),  # ${{outputs.x}} in a variable is Azure ML's alone
+    Feature.TENSORFLOW: unsupported(),
+    Feature.LAUNCHER_PER_PROCESS: unsupported("launcher per-process", _ONE_TASK_PER_NODE),
+    Feature.LAUNCHER_MPI: unsupported("launcher mpi", _ONE_TASK_PER_NODE),
+    Feature.SPOT: unsupported("spot capacity: the job runs on the cluster's nodes",
+                              "remove resources.spot, or compile this spec for azureml only", fatal=False),
+    Feature.ENV_AZUREML: unsupported(hint="set targets.hpcpack.python (and setup) to what the nodes have"),
+    Feature.ENV_BUILD: unsupported("a Docker build context: tasks run on the nodes' own software",
+                                   "set targets.hpcpack.python / setup", fatal=False),
+    Feature.ENV_IMAGE: unsupported("environment.image: tasks run on the nodes' own software", _NODES_SOFTWARE,
+                                   fatal=False),
+    Feature.ENV_CONDA_FILE: unsupported("environment.conda_file: tasks run on the nodes' own software",
+                                        _NODES_SOFTWARE, fatal=False),
+    Feature.ENV_PIP: unsupported("environment.pip: tasks run on the nodes' own software", _NODES_SOFTWARE,
+                                 fatal=False),
+    Feature.SHM_SIZE: unsupported("a shared-memory size: tasks run on the host", None, fatal=False),
+    Feature.INPUT_EVAL_MODE: unsupported(fatal=False),
+    Feature.OUTPUT_ASSET_NAME: unsupported(fatal=False),
+    Feature.INPUT_URL: unsupported(),
+    Feature.INPUT_DATA_ASSET: unsupported(),
+    Feature.INPUT_RELATIVE: problem("on HPC Pack an input is a path on the nodes: it must be absolute",
+                                    "e.g. /data/mnist on the shared storage"),
+    Feature.OUTPUT_NOT_ABSOLUTE: unsupported(),
+}
+
+
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
-    """What HPC Pack cannot run, reported by field, the way sqlglot reports what a dialect lacks."""
-    spec = valid.spec
+    """What HPC Pack cannot run: its table (CANNOT_RUN), then what depends on its settings and the command."""
     settings = _settings(valid)
-    out: List[Diagnostic] = []
-    out += base.data_in_env(NAME, valid)  # ${{outputs.x}} in a variable is Azure ML's alone
+    out = capabilities.check(NAME, CANNOT_RUN, valid)
     if settings is None:
         out.append(error(("targets", "hpcpack"), "compiling for hpcpack needs targets.hpcpack.shared_dir",
                          "add targets: {hpcpack: {shared_dir: /app}} -- storage every node mounts"))
         return out
     launcher = base.launcher(valid, LAUNCHERS)
     out += base.command_variable_errors(NAME, valid, launcher)
-    if spec.framework == "tensorflow":
-        out.append(base.unsupported(NAME, ("framework",), "TensorFlow multi-worker jobs (nothing sets TF_CONFIG)",
-                                    "run TensorFlow on Azure ML"))
-    elif launcher != "per-node":
-        out.append(base.unsupported(NAME, ("distribution", "launcher"), f"launcher {launcher}",
-                                    "HPC Pack runs one task per node: use launcher: per-node (torchrun)"))
-    else:
+    if launcher == "per-node":
         out += base.torchrun_errors(valid, refs_for(valid), "HPC Pack runs the command under torchrun",
                                     "write `python train.py ...`; put preparation in targets.hpcpack.setup")
-    if spec.resources.spot:
-        out.append(base.unsupported(NAME, ("resources", "spot"), "spot capacity: the job runs on the cluster's nodes",
-                                    "remove resources.spot, or compile this spec for azureml only", fatal=False))
-    env = spec.environment
-    if env.azureml:
-        out.append(base.unsupported(NAME, ("environment", "azureml"), "an Azure ML registered environment",
-                                    "set targets.hpcpack.python (and setup) to what the nodes have"))
-    if env.build:
-        out.append(base.unsupported(NAME, ("environment", "build"), "a Docker build context: tasks run on the "
-                                    "nodes' own software", "set targets.hpcpack.python / setup", fatal=False))
-    for field in ("image", "conda_file", "pip"):
-        if getattr(env, field):
-            out.append(base.unsupported(NAME, ("environment", field),
-                                        f"environment.{field}: tasks run on the nodes' own software",
-                                        "set targets.hpcpack.python / setup; the nodes must have the packages",
-                                        fatal=False))
-    if spec.resources.shm_size:
-        out.append(base.unsupported(NAME, ("resources", "shm_size"), "a shared-memory size: tasks run on the host",
-                                    fatal=False))
-    out += base.data_asset_features(NAME, valid)
-    out += base.node_path_problems(NAME, "HPC Pack", valid)
     for path, text in _xml_strings(valid):
         bad = _XML_UNSAFE.search(text)
         if bad:
@@ -321,6 +324,7 @@ def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
 class HPCPack(base.Target):
     name = NAME
     launchers = LAUNCHERS
+    cannot_run = CANNOT_RUN
     cannot_express = staticmethod(cannot_express)
     lower = staticmethod(lower)
     refs_for = staticmethod(refs_for)

@@ -36,8 +36,10 @@ from trainspec.core.diagnostics import Diagnostic, error, warning
 from trainspec.spec import skus
 from trainspec.spec.validate import ValidSpec
 from trainspec.targets import TARGETS
-from trainspec.compile import base, emit
+from trainspec.compile import base, capabilities, emit
 from trainspec.targets.ray.settings import NAME
+from trainspec.compile.capabilities import Feature, only, problem, unsupported
+
 # Who starts the processes when the spec does not say (framework -> distribution.launcher):
 # the driver starts one actor per process, like Azure ML's pytorch distribution.
 LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
@@ -73,11 +75,36 @@ AZURE_REGIONS = (
 )
 
 
+# What Ray cannot run, by feature (capabilities.py: the catalogue, the matrix in docs/capabilities.md)
+CANNOT_RUN = {
+    Feature.ENV_DATA_REF: unsupported(),  # ${{outputs.x}} in a variable is Azure ML's alone
+    Feature.NO_SKU: problem("a Ray cluster on Azure needs the VM size of its nodes",
+                            "set resources.sku, e.g. Standard_ND96isr_H100_v5"),
+    Feature.TENSORFLOW: unsupported("TensorFlow jobs (the launcher sets torch's variables)", "run TensorFlow on Azure ML"),
+    Feature.LAUNCHER_MPI: unsupported("launcher mpi: Ray has no mpirun",
+                                      "use per-process (one actor per process) or per-node"),
+    Feature.ENV_AZUREML: unsupported(hint="use environment.image, conda_file or pip"),
+    Feature.ENV_BUILD: unsupported("a Docker build context (Ray pulls an image)",
+                                   "push the image it builds and use environment.image"),
+    Feature.SPOT: problem("the head is one of the training nodes and stays on regular capacity; only the other "
+                          "nodes are spot", "set targets.ray.head: cpu to make every training node spot", fatal=False,
+                          when=only("head: worker, the default", lambda valid: valid.spec.targets.ray is None
+                                    or valid.spec.targets.ray.head == "worker")),
+    Feature.SHM_SIZE: unsupported("a shared-memory size without a container: it sizes the docker block",
+                                  "set environment.image, or remove shm_size", fatal=False,
+                                  when=only("without environment.image", lambda valid: not valid.spec.environment.image)),
+    Feature.INPUT_EVAL_MODE: unsupported(fatal=False),
+    Feature.OUTPUT_ASSET_NAME: unsupported(fatal=False),
+    Feature.INPUT_DATA_ASSET: unsupported("the Azure ML data asset '{path}'",
+                                          "give a local path (uploaded with file_mounts) or an https/abfss URL"),
+}
+
+
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
+    """What Ray cannot run: its table (CANNOT_RUN), then what depends on its settings and the command."""
     spec = valid.spec
     settings = spec.targets.ray
-    out: List[Diagnostic] = []
-    out += base.data_in_env(NAME, valid)  # ${{outputs.x}} in a variable is Azure ML's alone
+    out = capabilities.check(NAME, CANNOT_RUN, valid)
     if settings is None:
         out.append(error(("targets", "ray"), "compiling for ray needs targets.ray (location, resource_group)",
                          "add targets: {ray: {location: eastus, resource_group: rg-training}}"))
@@ -86,9 +113,6 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
         close = difflib.get_close_matches(settings.location, AZURE_REGIONS, n=2)
         out.append(error(("targets", "ray", "location"), f"'{settings.location}' is not an Azure region",
                          f"did you mean {' or '.join(close)}?" if close else "e.g. eastus, westeurope"))
-    if valid.sku is None:
-        out.append(error(("resources", "sku"), "a Ray cluster on Azure needs the VM size of its nodes",
-                         "set resources.sku, e.g. Standard_ND96isr_H100_v5"))
     if settings.head == "cpu" and _head_sku(valid) is None:
         close = skus.closest(settings.head_sku)
         out.append(error(("targets", "ray", "head_sku"), f"unknown Azure VM size '{settings.head_sku}'",
@@ -98,34 +122,9 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
         out.append(error(("targets", "ray", which), "give both ssh keys or neither (Ray generates a pair)"))
     launcher = base.launcher(valid, LAUNCHERS)
     out += base.command_variable_errors(NAME, valid, launcher)
-    if spec.framework == "tensorflow":
-        out.append(base.unsupported(NAME, ("framework",), "TensorFlow jobs (the launcher sets torch's variables)",
-                                    "run TensorFlow on Azure ML"))
-    elif launcher == "mpi":
-        out.append(base.unsupported(NAME, ("distribution", "launcher"), "launcher mpi: Ray has no mpirun",
-                                    "use per-process (one actor per process) or per-node"))
-    elif launcher == "per-node" and spec.framework != "lightning":
+    if launcher == "per-node" and spec.framework != "lightning":
         out += base.torchrun_errors(valid, refs_for(valid), "per-node launch wraps the command in torchrun",
                                     "write `python train.py ...`, or use launcher: per-process")
-    if spec.environment.azureml:
-        out.append(base.unsupported(NAME, ("environment", "azureml"), "an Azure ML registered environment",
-                                    "use environment.image, conda_file or pip"))
-    if spec.environment.build:
-        out.append(base.unsupported(NAME, ("environment", "build"), "a Docker build context (Ray pulls an image)",
-                                    "push the image it builds and use environment.image"))
-    if spec.resources.spot and settings.head == "worker":
-        out.append(warning(("resources", "spot"), "the head is one of the training nodes and stays on regular "
-                           "capacity; only the other nodes are spot",
-                           "set targets.ray.head: cpu to make every training node spot"))
-    if spec.resources.shm_size and not spec.environment.image:
-        out.append(base.unsupported(NAME, ("resources", "shm_size"),
-                                    "a shared-memory size without a container: it sizes the docker block",
-                                    "set environment.image, or remove shm_size", fatal=False))
-    out += base.data_asset_features(NAME, valid)
-    for name, item in spec.inputs.items():
-        if item.path is not None and item.path.startswith("azureml:"):
-            out.append(base.unsupported(NAME, ("inputs", name, "path"), f"the Azure ML data asset '{item.path}'",
-                                        "give a local path (uploaded with file_mounts) or an https/abfss URL"))
     return out
 
 
@@ -359,6 +358,7 @@ LOCAL_REFUSAL = ("run --local plays the jobs of the other targets (-t " + "|".jo
 class Ray(base.Target):
     name = NAME
     launchers = LAUNCHERS
+    cannot_run = CANNOT_RUN
     cannot_express = staticmethod(cannot_express)
     lower = staticmethod(lower)
     refs_for = staticmethod(refs_for)

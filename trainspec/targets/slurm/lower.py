@@ -31,8 +31,10 @@ from typing import Any, Dict, List
 
 from trainspec.core.diagnostics import Diagnostic
 from trainspec.spec.validate import ValidSpec
-from trainspec.compile import base, emit
+from trainspec.compile import base, capabilities, emit
 from trainspec.targets.slurm.settings import NAME
+from trainspec.compile.capabilities import Feature, only, problem, unsupported
+
 # Who starts the processes when the spec does not say: srun starts every rank (Lightning's own
 # SLURMEnvironment expects that too: tasks per node = devices).
 LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
@@ -60,49 +62,45 @@ def refs_for(valid: ValidSpec):
     return base.node_path_refs(valid, lambda name: f'"$job_dir"/outputs/"$SLURM_JOB_ID"/{name}')
 
 
+# What Slurm cannot run, by feature (capabilities.py: the catalogue, the matrix in docs/capabilities.md)
+_NODES_SOFTWARE = "set targets.slurm.setup (module load, an activation) or container_image"
+CANNOT_RUN = {
+    Feature.ENV_DATA_REF: unsupported(),  # ${{outputs.x}} in a variable is Azure ML's alone
+    Feature.TENSORFLOW: unsupported(),
+    Feature.LAUNCHER_MPI: unsupported("launcher mpi: srun starts every rank itself",
+                                      "use launcher: per-process (srun) or per-node (torchrun)"),
+    Feature.SPOT: unsupported("spot capacity: the partition decides",
+                              "remove resources.spot, or pick the partition with targets.slurm.partition", fatal=False),
+    Feature.ENV_AZUREML: unsupported(hint="set targets.slurm.setup / python, or container_image"),
+    Feature.ENV_BUILD: unsupported("a Docker build context",
+                                   "build and push the image, then set targets.slurm.container_image", fatal=False),
+    Feature.ENV_IMAGE: unsupported("environment.image without a container runtime: tasks run on the nodes' own "
+                                   "software", "set targets.slurm.container_image: {spec.environment.image} (pyxis/enroot)",
+                                   fatal=False, when=only("without targets.slurm.container_image",
+                                                          lambda valid: not _settings(valid).container_image)),
+    Feature.ENV_CONDA_FILE: unsupported("environment.conda_file: tasks run on the nodes' own software (or the "
+                                        "container's)", _NODES_SOFTWARE, fatal=False),
+    Feature.ENV_PIP: unsupported("environment.pip: tasks run on the nodes' own software (or the container's)",
+                                 _NODES_SOFTWARE, fatal=False),
+    Feature.SHM_SIZE: unsupported("a shared-memory size: tasks see the node's", None, fatal=False),
+    Feature.INPUT_EVAL_MODE: unsupported(fatal=False),
+    Feature.OUTPUT_ASSET_NAME: unsupported(fatal=False),
+    Feature.INPUT_URL: unsupported(),
+    Feature.INPUT_DATA_ASSET: unsupported(),
+    Feature.INPUT_RELATIVE: problem("on Slurm an input is a path on the nodes: it must be absolute",
+                                    "e.g. /data/mnist on the shared storage"),
+    Feature.OUTPUT_NOT_ABSOLUTE: unsupported(),
+}
+
+
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
-    """What Slurm cannot run as the spec says, reported by field."""
-    spec = valid.spec
-    settings = _settings(valid)
-    out: List[Diagnostic] = []
-    out += base.data_in_env(NAME, valid)  # ${{outputs.x}} in a variable is Azure ML's alone
+    """What Slurm cannot run: its table (CANNOT_RUN), then what depends on the command."""
+    out = capabilities.check(NAME, CANNOT_RUN, valid)
     launcher = base.launcher(valid, LAUNCHERS)
     out += base.command_variable_errors(NAME, valid, launcher)
-    if spec.framework == "tensorflow":
-        out.append(base.unsupported(NAME, ("framework",), "TensorFlow multi-worker jobs (nothing sets TF_CONFIG)",
-                                    "run TensorFlow on Azure ML"))
-    elif launcher == "mpi":
-        out.append(base.unsupported(NAME, ("distribution", "launcher"), "launcher mpi: srun starts every rank itself",
-                                    "use launcher: per-process (srun) or per-node (torchrun)"))
-    elif launcher == "per-node" and spec.framework != "lightning":
+    if launcher == "per-node" and valid.spec.framework != "lightning":
         out += base.torchrun_errors(valid, refs_for(valid), "per node, Slurm runs the command under torchrun",
                                     "write `python train.py ...`; put preparation in targets.slurm.setup")
-    if spec.resources.spot:
-        out.append(base.unsupported(NAME, ("resources", "spot"), "spot capacity: the partition decides",
-                                    "remove resources.spot, or pick the partition with targets.slurm.partition",
-                                    fatal=False))
-    env = spec.environment
-    if env.azureml:
-        out.append(base.unsupported(NAME, ("environment", "azureml"), "an Azure ML registered environment",
-                                    "set targets.slurm.setup / python, or container_image"))
-    if env.build:
-        out.append(base.unsupported(NAME, ("environment", "build"), "a Docker build context",
-                                    "build and push the image, then set targets.slurm.container_image", fatal=False))
-    if env.image and not settings.container_image:
-        out.append(base.unsupported(NAME, ("environment", "image"), "environment.image without a container runtime: "
-                                    "tasks run on the nodes' own software",
-                                    f"set targets.slurm.container_image: {env.image} (pyxis/enroot)", fatal=False))
-    for field in ("conda_file", "pip"):
-        if getattr(env, field):
-            out.append(base.unsupported(NAME, ("environment", field), f"environment.{field}: tasks run on the "
-                                        "nodes' own software (or the container's)",
-                                        "set targets.slurm.setup (module load, an activation) or container_image",
-                                        fatal=False))
-    if spec.resources.shm_size:
-        out.append(base.unsupported(NAME, ("resources", "shm_size"), "a shared-memory size: tasks see the node's",
-                                    fatal=False))
-    out += base.data_asset_features(NAME, valid)
-    out += base.node_path_problems(NAME, "Slurm", valid)
     return out
 
 
@@ -194,6 +192,7 @@ def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
 class Slurm(base.Target):
     name = NAME
     launchers = LAUNCHERS
+    cannot_run = CANNOT_RUN
     cannot_express = staticmethod(cannot_express)
     lower = staticmethod(lower)
     refs_for = staticmethod(refs_for)
