@@ -237,3 +237,19 @@ def assert_probed(results, *, master, world=4, per_node=2):
         assert (r["world_size"], r["allreduce"]) == (world, world)
         assert r["node_rank"] == str(r["rank"] // per_node), r
         assert r["master"] == r["torch_master"] == master, r
+
+
+@contextmanager
+def no_hang(seconds: float = 10, raising=AssertionError):
+    """Fail instead of hanging: a blocked open() or a runaway loop is interrupted by the alarm
+    (``raising``: the exception it raises, e.g. one main()'s own error net does not catch)."""
+    def ring(signum, frame):
+        raise raising(f"no answer within {seconds} s (a hang)")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -1,14 +1,12 @@
 """extends chains, --set and --var: merged before validation, and every error points at the
 file (or the override) that wrote the value."""
 
-import contextlib
 import os
-import signal
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, ts
+from conftest import no_hang, REPO, ts
 from trainspec.core.diagnostics import SpecError
 from trainspec.spec.compose import compose
 
@@ -104,20 +102,6 @@ def test_vars_from_the_command_line(tmp_path):
 
 
 # ---------------------------------------------------------------- hostile extends (issue 20)
-
-
-@contextlib.contextmanager
-def no_hang(seconds: float = 10):
-    def ring(signum, frame):
-        raise AssertionError(f"no answer within {seconds} s (a hang)")
-
-    previous = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.mark.parametrize("kind, message", [

@@ -24,14 +24,13 @@ import io
 import os
 import random
 import re
-import signal
 import subprocess
 from pathlib import Path
 from typing import List, Optional, Tuple
 
 import pytest
 
-from conftest import REPO, trainspec_cmd
+from conftest import no_hang, REPO, trainspec_cmd
 from trainspec import cli
 
 SEED = int(os.environ.get("TRAINSPEC_FUZZ_SEED", "20"))
@@ -60,24 +59,10 @@ class Hang(BaseException):
     """Raised by the alarm; a BaseException so that main()'s 'internal error' net does not catch it."""
 
 
-@contextlib.contextmanager
-def alarm(seconds: float):
-    def ring(signum, frame):
-        raise Hang(f"no answer within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def run_in_process(argv: List[str]) -> Tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code: object = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), alarm(PER_RUN):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), no_hang(PER_RUN, Hang):
         try:
             cli.main(argv)
         except SystemExit as exc:

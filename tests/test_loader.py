@@ -6,13 +6,11 @@ These tests pin what a spec means (YAML 1.2, not 1.1), that every key and value 
 position, and that every error is located.
 """
 
-import contextlib
 import os
-import signal
 
 import pytest
 
-from conftest import REPO, SPECS
+from conftest import no_hang, REPO, SPECS
 from trainspec.core.diagnostics import SpecError
 from trainspec.spec import loader
 
@@ -102,21 +100,6 @@ def test_errors_are_located():
 
 
 # ---------------------------------------------------------------- hostile input (issue 20)
-
-
-@contextlib.contextmanager
-def no_hang(seconds: float = 10):
-    """Fail instead of hanging: a blocked open() or a runaway format is interrupted by the alarm."""
-    def ring(signum, frame):
-        raise AssertionError(f"no answer within {seconds} s (a hang)")
-
-    previous = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _error(text: str):
