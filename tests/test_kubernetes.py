@@ -92,6 +92,7 @@ def test_the_shape_as_aks_wants_it_trainjob(tmp_path):
     shim, code, job = docs
     assert shim["metadata"]["name"] == "job-shim" and "trainspec_shim.py" in shim["data"]
     assert shim["data"]["trainspec_shim.py"] == (REPO / "trainspec" / "runtime" / "shim.py").read_text()
+    assert shim["data"]["trainspec_kubeflow.py"] == (REPO / "trainspec" / "runtime" / "kubeflow.py").read_text()
     assert code["data"]["train.py"] == (REPO / "examples" / "ddp" / "train.py").read_text()
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" and job["spec"]["suspend"] is True
     assert job["spec"]["activeDeadlineSeconds"] == 7200
@@ -172,7 +173,8 @@ def test_binary_files_travel_as_binary_data(tmp_path):
     items = compiled(tmp_path, code=str(code))[2]["spec"]["runtimePatches"][0]
     volumes = items["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
         "spec"]["volumes"]
-    assert {"key": "pkg_blob.bin", "path": "pkg/blob.bin"} in volumes[1]["configMap"]["items"]
+    code_volume = next(v for v in volumes if v["name"] == "trainspec-code")
+    assert {"key": "pkg_blob.bin", "path": "pkg/blob.bin"} in code_volume["configMap"]["items"]
 
 
 @pytest.mark.parametrize("environment, fragment", [

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from trainspec.core.diagnostics import Diagnostic, error
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, capabilities, emit
+from trainspec.runtime import shim as contract  # the runtime file's name, written once
 from trainspec.targets.kubernetes.settings import NAME, RESERVED_ENV
 from trainspec.compile.capabilities import Feature, only, problem, unsupported
 
@@ -184,15 +185,22 @@ def _quantity(size: str) -> str:
     return number + {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit]
 
 
+def _volume(path: str) -> str:
+    """trainspec_shim.py -> trainspec-shim: a runtime file's volume name."""
+    return path[:-len(".py")].replace("_", "-")
+
+
 def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
     """What every pod of the job gets, both APIs alike: volumes, mounts, node selection, the
     container's command, env and resources."""
     spec = valid.spec
     settings = _settings(valid)
     name = valid.name
-    volumes: List[Dict[str, Any]] = [{"name": "trainspec-shim", "configMap": {"name": f"{name}-shim"}}]
-    mounts: List[Dict[str, Any]] = [{"name": "trainspec-shim", "mountPath": f"{SHIM_DIR}/{base.SHIM_FILE}",
-                                     "subPath": base.SHIM_FILE, "readOnly": True}]
+    # one volume per runtime file: a container's volumeMounts are keyed by volume name
+    volumes: List[Dict[str, Any]] = [{"name": _volume(file.path), "configMap": {
+        "name": f"{name}-shim", "items": [{"key": file.path, "path": file.path}]}} for file in runtime_files()]
+    mounts: List[Dict[str, Any]] = [{"name": _volume(file.path), "mountPath": f"{SHIM_DIR}/{file.path}",
+                                     "subPath": file.path, "readOnly": True} for file in runtime_files()]
     code_dir = CODE_DIR
     if settings.code is None:
         _, items = _configmap(f"{name}-code", valid, code_files(valid))
@@ -309,11 +317,15 @@ def pytorchjob(valid: ValidSpec) -> Dict[str, Any]:
             "metadata": _metadata(valid, valid.name, queue=True), "spec": spec}
 
 
+def runtime_files() -> Tuple[base.OutFile, ...]:
+    """The shim and Kubeflow's detectors beside it (runtime/kubeflow.py), which it loads by path."""
+    return (base.shim_file(), base.runtime_file(contract.KUBEFLOW_FILE, base.SHIM_SOURCE.with_name("kubeflow.py")))
+
+
 def documents(valid: ValidSpec) -> List[Dict[str, Any]]:
     """The documents of job.yaml, in the order kubectl creates them."""
-    shim = base.shim_file()
     docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(valid, f"{valid.name}-shim", queue=False),
-             "data": {base.SHIM_FILE: shim.data.decode("utf-8")}}]
+             "data": {file.path: file.data.decode("utf-8") for file in runtime_files()}}]
     if _settings(valid).code is None:
         docs.append(_configmap(f"{valid.name}-code", valid, code_files(valid))[0])
     docs.append(trainjob(valid) if _settings(valid).api == "trainjob" else pytorchjob(valid))
