@@ -1,0 +1,62 @@
+"""Kubernetes jobs as compiled, run on emulated pods (tests/kube_pods.py: one network, mount, UTS
+and pid namespace per pod, the JobSet / operator host and DNS names, exactly the variables the
+controllers inject, the ConfigMaps and emptyDirs mounted where job.yaml says): every rank of a
+real torch DDP fit (gloo) finds its peers through the shim's Kubeflow detectors and agrees."""
+
+import json
+import os
+import re
+import shutil
+
+import pytest
+import yaml
+
+from conftest import REPO, ts
+from kube_schema import REFERENCE, validate_stream
+
+pytestmark = [pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"the pinned Kubeflow files are not at {REFERENCE}"),
+              pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"),
+                                 reason="pods run in namespaces: needs root, iproute2 and util-linux"),
+              pytest.mark.realproc]
+
+from kube_pods import job_pods, run_pods  # noqa: E402
+
+
+def compiled(tmp_path, api, launcher, procs):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"""version: 1
+name: k8s-run
+code: {REPO}/examples/ddp
+command: python train.py --steps 2 --timeout 60
+framework: pytorch
+resources: {{nodes: 2, gpus_per_node: 0, procs_per_node: {procs}, shm_size: 64m}}
+distribution: {{backend: gloo, launcher: {launcher}}}
+environment: {{image: pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime}}
+targets:
+  kubernetes: {{api: {api}}}
+""")
+    proc = ts("compile", str(spec), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "out" / "k8s-run" / "kubernetes" / "job.yaml").read_text()
+    assert validate_stream(text) == []
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+@pytest.mark.parametrize("api, launcher, procs", [
+    ("trainjob", "per-node", 2), ("trainjob", "per-process", 1), ("pytorchjob", "per-node", 2),
+    ("pytorchjob", "per-process", 1)])
+def test_every_rank_of_a_ddp_fit_agrees(tmp_path, api, launcher, procs):
+    pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+    docs = compiled(tmp_path, api, launcher, procs)
+    result = run_pods(job_pods(docs), docs, workdir=tmp_path / "pods", timeout=240)
+    assert result.ok, result.output
+    ranks = sorted((json.loads(m) for out in result.output.values()
+                    for m in re.findall(r"^TRAINSPEC_RESULT (\{.*\})$", out, re.M)), key=lambda r: r["rank"])
+    world = 2 * procs
+    assert [r["rank"] for r in ranks] == list(range(world)), result.output
+    assert {(r["world_size"], r["allreduce"]) for r in ranks} == {(world, world)}
+    assert [str(r["node_rank"]) for r in ranks] == [str(i // procs) for i in range(world)]
+    # the master every rank used: the JobSet DNS name of node 0 / the operator's master Service, at its port
+    master = "k8s-run-node-0-0.k8s-run:29500" if api == "trainjob" else "k8s-run-master-0:6105"
+    assert {r["master"] for r in ranks} == {master}
+    assert not os.path.exists("/trainspec")  # the mount points the run made are gone
