@@ -15,14 +15,14 @@ from conftest import REPO, ts
 from kube_schema import REFERENCE, validate_stream
 
 pytestmark = [pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"the pinned Kubeflow files are not at {REFERENCE}"),
-              pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"),
-                                 reason="pods run in namespaces: needs root, iproute2 and util-linux"),
               pytest.mark.realproc]
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"),
+                                reason="pods run in namespaces: needs root, iproute2 and util-linux")
 
 from kube_pods import job_pods, run_pods  # noqa: E402
 
 
-def compiled(tmp_path, api, launcher, procs):
+def spec_file(tmp_path, api, launcher, procs):
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"""version: 1
 name: k8s-run
@@ -35,6 +35,11 @@ environment: {{image: pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime}}
 targets:
   kubernetes: {{api: {api}}}
 """)
+    return spec
+
+
+def compiled(tmp_path, api, launcher, procs):
+    spec = spec_file(tmp_path, api, launcher, procs)
     proc = ts("compile", str(spec), "-o", str(tmp_path / "out"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "out" / "k8s-run" / "kubernetes" / "job.yaml").read_text()
@@ -42,6 +47,7 @@ targets:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
+@needs_root
 @pytest.mark.parametrize("api, launcher, procs", [
     ("trainjob", "per-node", 2), ("trainjob", "per-process", 1), ("pytorchjob", "per-node", 2),
     ("pytorchjob", "per-process", 1)])
@@ -60,3 +66,20 @@ def test_every_rank_of_a_ddp_fit_agrees(tmp_path, api, launcher, procs):
     master = "k8s-run-node-0-0.k8s-run:29500" if api == "trainjob" else "k8s-run-master-0:6105"
     assert {r["master"] for r in ranks} == {master}
     assert not os.path.exists("/trainspec")  # the mount points the run made are gone
+
+
+@pytest.mark.parametrize("api, launcher, procs", [("trainjob", "per-node", 2), ("pytorchjob", "per-process", 1)])
+def test_run_local_plays_the_pods_with_kubeflows_variables(tmp_path, api, launcher, procs):
+    """`run --local -t kubernetes`: job.yaml's pods on simulated nodes, the shim's Kubeflow detector
+    reading what the controller sets, every rank agreeing."""
+    pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+    spec = spec_file(tmp_path, api, launcher, procs)
+    proc = ts("run", "--local", str(spec), "-t", "kubernetes", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"kubeflow-{api} detected" in proc.stdout + proc.stderr
+    ranks = sorted((json.loads(m) for m in re.findall(r"TRAINSPEC_RESULT (\{.*\})$", proc.stdout, re.M)),
+                   key=lambda r: r["rank"])
+    world = 2 * procs
+    assert [r["rank"] for r in ranks] == list(range(world)), proc.stdout
+    assert {(r["world_size"], r["allreduce"]) for r in ranks} == {(world, world)}
+    assert len({r["master"] for r in ranks}) == 1

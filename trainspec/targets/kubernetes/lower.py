@@ -355,6 +355,15 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     return shown
 
 
+def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
+    """run --local: the pods' python is this one; the code travels as a ConfigMap, as by default."""
+    import sys
+
+    settings["python"] = shlex.quote(sys.executable)
+    settings.pop("code", None)
+    return settings
+
+
 class Kubernetes(base.Target):
     name = NAME
     launchers = LAUNCHERS
@@ -364,6 +373,7 @@ class Kubernetes(base.Target):
     refs_for = staticmethod(refs_for)
     plan_port = staticmethod(plan_port)
     plan_settings = staticmethod(plan_settings)
+    local_settings = staticmethod(local_settings)
 
 
 TARGET = Kubernetes()
