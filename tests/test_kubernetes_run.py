@@ -22,13 +22,22 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or n
 from kube_pods import job_pods, run_pods  # noqa: E402
 
 
-def spec_file(tmp_path, api, launcher, procs):
+DDP = ("ddp", "python train.py --steps 2 --timeout 60", "pytorch", "")
+# Lightning per node: the shim hands the pod's world to Lightning, which spawns its devices; checkpoints
+# go to an output (an emptyDir), as the code's ConfigMap is read-only
+LIGHTNING = ("mnist", "python train.py --num_nodes {{ nodes }} --devices {{ procs_per_node }} --output "
+             "{{ outputs.ckpt }}", "lightning", "outputs: {ckpt: {}}")
+
+
+def spec_file(tmp_path, api, launcher, procs, example=DDP):
+    folder, command, framework, extra = example
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"""version: 1
 name: k8s-run
-code: {REPO}/examples/ddp
-command: python train.py --steps 2 --timeout 60
-framework: pytorch
+code: {REPO}/examples/{folder}
+command: {command}
+framework: {framework}
+{extra}
 resources: {{nodes: 2, gpus_per_node: 0, procs_per_node: {procs}, shm_size: 64m}}
 distribution: {{backend: gloo, launcher: {launcher}}}
 environment: {{image: pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime}}
@@ -38,8 +47,8 @@ targets:
     return spec
 
 
-def compiled(tmp_path, api, launcher, procs):
-    spec = spec_file(tmp_path, api, launcher, procs)
+def compiled(tmp_path, api, launcher, procs, example=DDP):
+    spec = spec_file(tmp_path, api, launcher, procs, example)
     proc = ts("compile", str(spec), "-o", str(tmp_path / "out"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "out" / "k8s-run" / "kubernetes" / "job.yaml").read_text()
@@ -48,12 +57,17 @@ def compiled(tmp_path, api, launcher, procs):
 
 
 @needs_root
-@pytest.mark.parametrize("api, launcher, procs", [
-    ("trainjob", "per-node", 2), ("trainjob", "per-process", 1), ("pytorchjob", "per-node", 2),
-    ("pytorchjob", "per-process", 1)])
-def test_every_rank_of_a_ddp_fit_agrees(tmp_path, api, launcher, procs):
+@pytest.mark.parametrize("api, launcher, procs, example", [
+    ("trainjob", "per-node", 2, DDP), ("trainjob", "per-process", 1, DDP), ("pytorchjob", "per-node", 2, DDP),
+    ("pytorchjob", "per-process", 1, DDP), ("trainjob", "per-node", 2, LIGHTNING),
+    ("pytorchjob", "per-node", 2, LIGHTNING)],
+    ids=["trainjob-per-node-ddp", "trainjob-per-process-ddp", "pytorchjob-per-node-ddp", "pytorchjob-per-process-ddp",
+         "trainjob-per-node-lightning", "pytorchjob-per-node-lightning"])
+def test_every_rank_of_a_fit_agrees(tmp_path, api, launcher, procs, example):
     pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
-    docs = compiled(tmp_path, api, launcher, procs)
+    if example is LIGHTNING:
+        pytest.importorskip("lightning", reason="lightning is a test extra")
+    docs = compiled(tmp_path, api, launcher, procs, example)
     result = run_pods(job_pods(docs), docs, workdir=tmp_path / "pods", timeout=240)
     assert result.ok, result.output
     ranks = sorted((json.loads(m) for out in result.output.values()
