@@ -443,12 +443,17 @@ def run_pods(pods: Sequence[Pod], documents: Sequence[Dict[str, Any]] = (), *, w
                         if how:
                             raise EmulationError(f"pod {pod.name}: subPath on a Memory emptyDir is not emulated")
                         source = source / mount["subPath"]
-                        source.mkdir(parents=True, exist_ok=True)
+                        if not source.is_file():  # one key of a ConfigMap mounts as that file
+                            source.mkdir(parents=True, exist_ok=True)
                     read_only = bool(mount.get("readOnly")) or "configmaps" in source.parts
                     target = Path(mount["mountPath"])
                     missing = next((p for p in [*reversed(target.parents), target] if not p.exists()), None)
                     if missing is not None:
-                        target.mkdir(parents=True)
+                        if source.is_file():
+                            target.parent.mkdir(parents=True, exist_ok=True)
+                            target.touch()
+                        else:
+                            target.mkdir(parents=True)
                         created_dirs.append(missing)
                     mounts.append((str(target), source, how, read_only))
                 env = {"PATH": path, "HOME": "/root", "HOSTNAME": pod.hostname, **pod.environ,
@@ -464,7 +469,9 @@ def run_pods(pods: Sequence[Pod], documents: Sequence[Dict[str, Any]] = (), *, w
         finally:
             stopped = _stop(procs, exit_codes)
             for directory in reversed(created_dirs):  # empty here: the mounts were the pods' own
-                if not os.path.ismount(directory):
+                if os.path.isfile(directory):
+                    os.unlink(directory)
+                elif not os.path.ismount(directory):
                     shutil.rmtree(directory, ignore_errors=True)
     output = {name: log.read_text(errors="replace") for name, log in logs.items()}
     return RunResult(exit_codes=exit_codes, output=output, first_failure=first_failure, stopped=stopped,

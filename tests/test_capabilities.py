@@ -162,7 +162,7 @@ def test_a_changed_table_makes_the_page_stale(tmp_path):
     fresh = capabilities.matrix(changed)
     assert fresh != page
     row = next(line for line in fresh.splitlines() if line.startswith("| [no VM size"))
-    assert row.endswith("compute) | supported | error | error |")  # azureml (serverless), hpcpack, ray, slurm
+    assert row.endswith("compute) | supported | error | error | supported |")  # azureml (serverless), hpcpack, ray, slurm, kubernetes
     assert "| `slurm` | error | Slurm &lt;needs&gt; a size | set \\`sku\\` |" in fresh
     stale = tmp_path / "capabilities.md"
     stale.write_text(page.replace("| warning |", "| error |", 1))

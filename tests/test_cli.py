@@ -198,7 +198,7 @@ def test_run_refuses_a_ray_job_in_one_line_before_reading_the_spec():
     proc = ts("run", "specs/ray-lightning.yaml", "-t", "ray")
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
-    assert errors == ["trainspec run: error: run --local plays the jobs of the other targets (-t azureml|hpcpack|slurm); "
+    assert errors == ["trainspec run: error: run --local plays the jobs of the other targets (-t azureml|hpcpack|kubernetes|slurm); "
                       "a Ray job runs on a Ray cluster: start it with `bash OUT/<name>/ray/launch.sh` (README, Ray), "
                       "or try the spec here with another -t"], proc.stderr
 

@@ -292,7 +292,7 @@ def test_help_names_every_target():
     done = subprocess.run([sys.executable, "-m", "trainspec.cli", "--help"], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     text = " ".join(done.stdout.split())
-    assert done.returncode == 0 and "Azure ML, HPC Pack, Ray and Slurm" in text, done.stdout
+    assert done.returncode == 0 and "Azure ML, HPC Pack, Ray, Slurm and Kubernetes" in text, done.stdout
     for display in TARGETS.values():
         assert display in text
 

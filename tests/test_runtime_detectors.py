@@ -428,3 +428,98 @@ def test_compiled_jobs_start_the_shim_isolated_from_the_jobs_python_environment(
     plain = subprocess.run(f"python {SHIM_PATH} --print -- true", shell=True, env=env, capture_output=True,
                            text=True, timeout=300)
     assert plain.returncode != 0 and "the job environment ran in the shim" in plain.stderr
+
+
+# ---------------------------------------------------------------- Kubeflow (runtime/kubeflow.py, shipped beside the shim)
+
+
+def trainjob(node, nodes=3, procs=4, **extra):
+    """What the Trainer's torch plugin puts in the trainer container of node ``node``'s pod, and nothing else."""
+    return {"PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": str(procs), "PET_NODE_RANK": str(node),
+            "PET_MASTER_ADDR": "job-node-0-0.job", "PET_MASTER_PORT": "29500", **extra}
+
+
+def pytorchjob(pod, pods=3, nproc="4", **extra):
+    """What the training-operator sets in pod ``pod`` (Master 0, Worker i -> i + 1)."""
+    procs = 1 if nproc == "auto" else int(nproc)
+    return {"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "PET_MASTER_ADDR": "job-master-0",
+            "PET_MASTER_PORT": "23456", "WORLD_SIZE": str(pods * procs), "RANK": str(pod), "PET_NODE_RANK": str(pod),
+            "PET_NNODES": str(pods), "PET_NPROC_PER_NODE": nproc, "PYTHONUNBUFFERED": "1", **extra}
+
+
+PER_NODE = {"TRAINSPEC_LAUNCHER": "per-node", "TRAINSPEC_NODES": "3", "TRAINSPEC_PROCS_PER_NODE": "4"}
+PER_PROCESS = {"TRAINSPEC_LAUNCHER": "per-process", "TRAINSPEC_NODES": "3", "TRAINSPEC_PROCS_PER_NODE": "1"}
+
+KUBEFLOW_CASES = [  # env, the world, the exports that differ by platform
+    pytest.param({**trainjob(2), **PER_NODE, "TRAINSPEC_MASTER_PORT": "29500"},
+                 World("kubeflow-trainjob", "job-node-0-0.job", 29500, 3, 2, 0, 1, 2, 3),
+                 {"PET_NNODES": "3", "PET_NODE_RANK": "2", "PET_NPROC_PER_NODE": "4", "NODE_RANK": "2",
+                  "MASTER_ADDR": "job-node-0-0.job", "MASTER_PORT": "29500", "RANK": None, "WORLD_SIZE": None},
+                 id="trainjob-per-node"),
+    pytest.param({**trainjob(1, procs=1), **PER_PROCESS},
+                 World("kubeflow-trainjob", "job-node-0-0.job", 29500, 3, 1, 0, 1, 1, 3),
+                 {"RANK": "1", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "MASTER_ADDR": "job-node-0-0.job"},
+                 id="trainjob-per-process"),
+    pytest.param({**pytorchjob(1), **PER_NODE},
+                 World("kubeflow-pytorchjob", "job-master-0", 23456, 3, 1, 0, 1, 1, 3),
+                 {"PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "4", "RANK": None, "WORLD_SIZE": None},
+                 id="pytorchjob-per-node-worker-0"),
+    pytest.param({**pytorchjob(0, nproc="auto"), **PER_NODE},
+                 World("kubeflow-pytorchjob", "job-master-0", 23456, 3, 0, 0, 1, 0, 3),
+                 {"PET_NPROC_PER_NODE": "4"},  # the spec's number, not "auto"
+                 id="pytorchjob-per-node-master-auto"),
+    pytest.param({**pytorchjob(2, nproc="1"), **PER_PROCESS},
+                 World("kubeflow-pytorchjob", "job-master-0", 23456, 3, 2, 0, 1, 2, 3),
+                 {"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "NODE_RANK": "2"},
+                 id="pytorchjob-per-process"),
+]
+
+
+@pytest.mark.parametrize("env, expected, exports", KUBEFLOW_CASES)
+def test_kubeflow_world_and_exports(env, expected, exports):
+    env = dict(env)
+    assert normalize(env) == expected
+    for key, value in exports.items():
+        assert env.get(key) == value, (key, env.get(key))
+
+
+KUBEFLOW_MISMATCHES = [
+    pytest.param({**trainjob(0, nodes=2), **PER_NODE}, ["2", "PET_NNODES=2", "resources.nodes (3)"],
+                 id="trainjob-nodes"),
+    pytest.param({**trainjob(0, procs=8), **PER_NODE}, ["PET_NPROC_PER_NODE=8", "resources.procs_per_node (4)"],
+                 id="trainjob-procs"),
+    pytest.param({**trainjob(3), **PER_NODE}, ["rank 3 (PET_NODE_RANK=3) is outside 0..2 (PET_NNODES=3)"],
+                 id="trainjob-node-rank"),
+    pytest.param({**pytorchjob(0, pods=4), **PER_NODE}, ["PET_NNODES=4", "resources.nodes (3)"],
+                 id="pytorchjob-pods"),
+    pytest.param({**pytorchjob(1, PET_NODE_RANK="2"), **PER_NODE}, ["RANK=1 but PET_NODE_RANK=2"],
+                 id="pytorchjob-ranks-disagree"),
+    pytest.param({**trainjob(0, PET_MASTER_ADDR=""), **PER_NODE}, ["PET_MASTER_ADDR is not set"],
+                 id="trainjob-no-master"),
+]
+
+
+@pytest.mark.parametrize("env, fragments", KUBEFLOW_MISMATCHES)
+def test_kubeflow_mismatches_name_the_variable_and_the_spec_field(env, fragments):
+    with pytest.raises(ShimError) as caught:
+        normalize(dict(env))
+    for fragment in fragments:
+        assert fragment in str(caught.value), str(caught.value)
+
+
+def test_kubeflow_detectors_come_only_from_the_file_beside_the_shim(tmp_path):
+    """The shipped shim alone does not know Kubeflow (its env looks like nothing: one process);
+    with trainspec_kubeflow.py beside it, it reads the pod's world."""
+    shutil.copyfile(SHIM_PATH, tmp_path / "trainspec_shim.py")
+    env = {**trainjob(1), **PER_NODE}
+    alone = run_shim(["--print"], env, shim_path=tmp_path / "trainspec_shim.py", python=(sys.executable, "-I", "-S"))
+    assert alone.returncode != 0 and "resources.nodes (3)" in alone.stderr, alone.stderr
+    shutil.copyfile(SHIM_PATH.with_name("kubeflow.py"), tmp_path / "trainspec_kubeflow.py")
+    done = run_shim(["--print"], env, shim_path=tmp_path / "trainspec_shim.py", python=(sys.executable, "-I", "-S"))
+    assert done.returncode == 0, done.stderr
+    assert "PET_NODE_RANK=1" in done.stdout.splitlines() and "NODE_RANK=1" in done.stdout.splitlines()
+
+
+def test_inside_torchrun_in_a_kubeflow_pod_the_workers_keep_torchruns_world():
+    env = {**trainjob(1, nodes=2, procs=2), **torchrun(3)}
+    assert detect(env)[0].name == "torchelastic"

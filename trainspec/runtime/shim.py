@@ -40,6 +40,7 @@ RDZV_TIMEOUT = 900  # seconds a node waits for node 0 in the shared directory (T
 # HPC Pack's shared-folder election ships beside this file in HPC Pack jobs only, under this
 # name (runtime/hpcpack_election.py in the package); the HPC Pack detector loads it when needed.
 ELECTION_FILE = "trainspec_hpcpack_election.py"
+KUBEFLOW_FILE = "trainspec_kubeflow.py"  # Kubeflow's detectors (runtime/kubeflow.py): Kubernetes jobs only
 
 
 class ShimError(Exception):
@@ -362,19 +363,32 @@ def _election():
     """The election module beside this file, loaded by path: the shim runs as ``python -I -S
     trainspec_shim.py``, so its own folder is not on sys.path. HPC Pack jobs ship it as
     ELECTION_FILE; in the trainspec package it is hpcpack_election.py."""
-    import importlib.util  # only here: keeps the shim's start-up cheap elsewhere
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in (ELECTION_FILE, "hpcpack_election.py"):
-        path = os.path.join(here, name)
-        if os.path.isfile(path):
-            spec = importlib.util.spec_from_file_location("trainspec_hpcpack_election", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module
+    module = _beside(ELECTION_FILE, "hpcpack_election.py")
+    if module is not None:
+        return module
     raise ShimError("%s is missing beside %s: this HPC Pack job elects its master through TRAINSPEC_RDZV_DIR, "
                     "which needs it; stage the job again (bash stage.sh copies both files), or list the nodes "
                     "(targets.hpcpack.nodes) so that none is elected" % (ELECTION_FILE, os.path.abspath(__file__)))
+
+
+def _beside(*names: str):
+    """The first of ``names`` beside this file, loaded by path as a module (None: none is there)."""
+    import importlib.util  # only here: keeps the shim's start-up cheap elsewhere
+
+    for name in names:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location(os.path.splitext(names[0])[0], path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    return None
+
+
+def _shipped(env: Mapping[str, str]) -> tuple[type[Detector], ...]:
+    """Kubeflow's detectors when Kubeflow may have started this pod (PET_NNODES) and they are here."""
+    module = _beside(KUBEFLOW_FILE, "kubeflow.py") if "PET_NNODES" in env and ENV_RAY not in env else None
+    return module.detectors(sys.modules[__name__]) if module is not None else ()
 
 
 def _safe_name(text: str) -> bool:
@@ -660,7 +674,7 @@ def detect(env: Mapping[str, str], expect: Expectation | None = None) -> tuple[t
     """The first detector that recognises env, and the world it reads from env."""
     if expect is None:
         expect = Expectation.from_env(env)
-    for detector in DETECTORS:
+    for detector in (DETECTORS[0], *_shipped(env), *DETECTORS[1:]):  # torchrun's workers first
         if detector.detect(env):
             return detector, detector.world(env, expect)
     raise ShimError("no detector matched")  # unreachable: SingleProcess always matches
@@ -723,7 +737,7 @@ def _resolve(env: Mapping[str, str]) -> tuple[World, Expectation, dict[str, str 
     if detector.inside_launcher:
         # The agent owns ports and started the final workers: keep what it exported.
         expect = expect._replace(launcher="per-process", master_port=None)
-    verify(world, expect)
+    verify(world, expect, detector.sources)
     if expect.master_port is not None:
         world = world._replace(master_port=expect.master_port)
     world = detector.rendezvous(env, world)  # after verify: a wrong world fails before any waiting

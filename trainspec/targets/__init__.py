@@ -16,6 +16,7 @@ TARGETS = {  # name (in -t and under targets:) -> the platform's name, as people
     "hpcpack": "HPC Pack",
     "ray": "Ray",
     "slurm": "Slurm",
+    "kubernetes": "Kubernetes",
 }
 DEFAULT_TARGET = "azureml"  # what `compile` lowers to when neither -t nor the spec's targets say
 IMPORTER = "azureml"  # `trainspec import`: whose job files it reads (targets/<name>/importer.py)

@@ -1,0 +1,276 @@
+"""The Kubernetes target as a cluster admin reads it: every document of both APIs valid against the
+pinned CRDs as strict schemas (tests/kube_schema.py: CEL, webhooks, ConfigMap rules), the spec's
+shape mapped as AKS wants it, settings errors located, hostile strings carried exactly, and plan,
+diff and check showing the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, ts, yq
+import kube_schema
+
+
+def spec(tmp_path, body="", settings="{}", command="python train.py --steps 3", name="job",
+         resources="{nodes: 2, sku: Standard_ND96isr_H100_v5}", code=f"{REPO}/examples/ddp",
+         environment="{image: 'pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime'}"):
+    path = tmp_path / "spec.yaml"
+    path.write_text(f"""version: 1
+name: {name}
+code: {code}
+command: {command}
+resources: {resources}
+environment: {environment}
+{body}
+targets:
+  kubernetes: {settings}
+""", encoding="utf-8")
+    return path
+
+
+def compiled(tmp_path, **kw):
+    proc = ts("compile", str(spec(tmp_path, **kw)), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "kubectl apply -f " in proc.stdout
+    text = (tmp_path / "out" / kw.get("name", "job") / "kubernetes" / "job.yaml").read_text(encoding="utf-8")
+    assert kube_schema.validate_stream(text) == []
+    return list(yaml.safe_load_all(text))
+
+
+def errors(tmp_path, **kw):
+    proc = ts("compile", str(spec(tmp_path, **kw)), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+    return proc.stderr
+
+
+def patched_pod(job):
+    return job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
+        "template"]["spec"]["template"]["spec"]
+
+
+SETTINGS = [
+    "{}",
+    "{namespace: ml, queue: team-a, timeout: 12h, service_account: trainer, image_pull_secrets: [acr-pull], "
+    "node_selector: {agentpool: gpu}, tolerations: [{key: dedicated, value: ml, effect: NoSchedule}]}",
+    "{code: {pvc: {claim: code, sub_path: team/mnist}}, rdma_resource: rdma/shared_ib}",
+    "{code: {image: {path: /workspace}}}",
+]
+
+
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+@pytest.mark.parametrize("settings", SETTINGS)
+def test_every_document_of_both_apis_passes_the_strict_crd_validation(tmp_path, api, settings):
+    settings = settings[:-1] + (", " if settings != "{}" else "") + f"api: {api}}}"
+    docs = compiled(tmp_path, settings=settings)
+    job = docs[-1]
+    assert job["kind"] == ("TrainJob" if api == "trainjob" else "PyTorchJob")
+    assert [d["kind"] for d in docs[:-1]] == ["ConfigMap"] * (len(docs) - 1)
+
+
+def test_a_broken_document_fails_the_same_validation(tmp_path):
+    """The validation above is not vacuous: nprocPerNode as an integer, an unknown key, fail it."""
+    job = compiled(tmp_path, settings="{api: pytorchjob}")[-1]
+    job["spec"]["nprocPerNode"] = 8
+    assert kube_schema.validate(job)
+    job = compiled(tmp_path, settings="{}")[-1]
+    job["spec"]["trainer"]["workingDir"] = "/x"
+    assert kube_schema.validate(job)
+
+
+def test_the_shape_as_aks_wants_it_trainjob(tmp_path):
+    docs = compiled(tmp_path, settings="{namespace: ml, queue: team-a, timeout: 2h}", resources="{nodes: 3, sku: Standard_ND96isr_H100_v5, shm_size: 16g}")
+    shim, code, job = docs
+    assert shim["metadata"]["name"] == "job-shim" and "trainspec_shim.py" in shim["data"]
+    assert shim["data"]["trainspec_shim.py"] == (REPO / "trainspec" / "runtime" / "shim.py").read_text()
+    assert shim["data"]["trainspec_kubeflow.py"] == (REPO / "trainspec" / "runtime" / "kubeflow.py").read_text()
+    assert code["data"]["train.py"] == (REPO / "examples" / "ddp" / "train.py").read_text()
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" and job["spec"]["suspend"] is True
+    assert job["spec"]["activeDeadlineSeconds"] == 7200
+    trainer = job["spec"]["trainer"]
+    assert trainer["numNodes"] == 3 and trainer["numProcPerNode"] == 8
+    assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": 8, "rdma/ib": 1}}
+    assert trainer["command"][:2] == ["bash", "-c"]
+    line = shlex.split(trainer["command"][2])
+    assert line[:3] == ["cd", "/trainspec/code", "&&"]
+    assert line[4:9] == ["python3", "-I", "-S", "/trainspec/trainspec_shim.py", "--"]
+    assert line[9:15] == ["torchrun", "--nnodes", "3", "--nproc_per_node", "8", "--no-python"]
+    pod = patched_pod(job)
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "Standard_ND96isr_H100_v5"}
+    assert pod["tolerations"] == [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+    container = pod["containers"][0]
+    assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+
+
+def test_the_shape_as_aks_wants_it_pytorchjob(tmp_path):
+    job = compiled(tmp_path, settings="{api: pytorchjob, queue: q}", resources="{nodes: 3, sku: Standard_NC24ads_A100_v4}")[-1]
+    spec_ = job["spec"]
+    assert spec_["nprocPerNode"] == "1"  # a string: the CRD rejects 1
+    assert spec_["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
+    assert spec_["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert spec_["runPolicy"]["suspend"] is True
+    container = spec_["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert container["name"] == "pytorch" and container["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+    assert "securityContext" not in container  # no InfiniBand on this size
+
+
+def test_one_node_pytorchjob_has_no_workers(tmp_path):
+    job = compiled(tmp_path, settings="{api: pytorchjob}", resources="{nodes: 1, sku: Standard_NC24ads_A100_v4}")[-1]
+    assert list(job["spec"]["pytorchReplicaSpecs"]) == ["Master"]
+
+
+def test_compiling_twice_gives_the_same_bytes(tmp_path):
+    path = spec(tmp_path)
+    for out in ("a", "b"):
+        assert ts("compile", str(path), "-o", str(tmp_path / out), cwd=tmp_path).returncode == 0
+    assert (tmp_path / "a/job/kubernetes/job.yaml").read_bytes() == (tmp_path / "b/job/kubernetes/job.yaml").read_bytes()
+
+
+def test_a_name_that_is_no_dns_label_is_an_error_at_name_with_a_suggestion(tmp_path):
+    err = errors(tmp_path, name="2k8s_ddp")
+    assert re.search(r"spec\.yaml:2:\d+: error: name: '2k8s_ddp' cannot name a Kubernetes job", err), err
+    assert "name: job-2k8s-ddp" in err
+
+
+def test_reserved_pet_variables_are_an_error_at_their_key(tmp_path):
+    err = errors(tmp_path, body="env: {PET_NNODES: '4', OK: x}")
+    assert re.search(r"spec\.yaml:\d+:\d+: error: env\.PET_NNODES: PET_NNODES is set by Kubeflow", err), err
+
+
+def test_a_code_folder_over_a_configmap_is_an_error_naming_the_alternatives(tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print(1)\n")
+    (code / "weights.bin").write_bytes(os.urandom(1100 * 1024))
+    err = errors(tmp_path, code=str(code))
+    assert re.search(r"error: code: the code folder holds \d+ bytes, more than a ConfigMap's 1 MiB", err), err
+    assert "pvc" in err and "image" in err
+    # the same folder from a claim compiles
+    compiled(tmp_path, code=str(code), settings="{code: {pvc: {claim: code}}}")
+
+
+def test_binary_files_travel_as_binary_data(tmp_path):
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "train.py").write_text("print(1)\n")
+    (code / "pkg" / "blob.bin").write_bytes(b"\xff\x00\xfe")
+    (code / ".git").mkdir()
+    (code / ".git" / "HEAD").write_text("x")
+    cm = compiled(tmp_path, code=str(code))[1]
+    assert cm["data"] == {"train.py": "print(1)\n"}
+    assert cm["binaryData"] == {"pkg_blob.bin": "/wD+"}
+    items = compiled(tmp_path, code=str(code))[2]["spec"]["runtimePatches"][0]
+    volumes = items["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+        "spec"]["volumes"]
+    code_volume = next(v for v in volumes if v["name"] == "trainspec-code")
+    assert {"key": "pkg_blob.bin", "path": "pkg/blob.bin"} in code_volume["configMap"]["items"]
+
+
+@pytest.mark.parametrize("environment, fragment", [
+    ("{azureml: 'azureml:torch:1'}", "environment.azureml: kubernetes cannot express an Azure ML registered"),
+    ("{conda_file: environment.yml}", "environment: a pod needs an image"),
+])
+def test_no_image_is_an_error(tmp_path, environment, fragment):
+    (tmp_path / "environment.yml").write_text("name: x\n")
+    assert fragment in errors(tmp_path, environment=environment)
+
+
+@pytest.mark.parametrize("inputs, fragment", [
+    ("{data: {path: 'azureml:mnist:1'}}", "inputs.data.path: kubernetes cannot express the remote data"),
+    ("{data: {path: 'https://example.com/x'}}", "inputs.data.path: kubernetes cannot express the remote data"),
+    ("{data: {path: data/mnist}}", "inputs.data.path: on Kubernetes an input is a path in the pod"),
+])
+def test_inputs_that_are_no_path_in_the_pod_are_located_errors(tmp_path, inputs, fragment):
+    (tmp_path / "data" / "mnist").mkdir(parents=True)
+    assert fragment in errors(tmp_path, body=f"inputs: {inputs}")
+
+
+@pytest.mark.parametrize("settings, where", [
+    ("{api: tfjob}", "targets.kubernetes.api"),
+    ("{namespace: ML_Team}", "targets.kubernetes.namespace"),
+    ("{queue: 'a b'}", "targets.kubernetes.queue"),
+    ("{runtime: 'Torch'}", "targets.kubernetes.runtime"),
+    ("{image_pull_secrets: [Bad_Secret]}", "targets.kubernetes.image_pull_secrets[0]"),
+    ("{node_selector: {'bad key!': x}}", "targets.kubernetes.node_selector"),
+    ("{node_selector: {ok: 'bad value!'}}", "targets.kubernetes.node_selector.ok"),
+    ("{tolerations: [{effect: Sometimes}]}", "targets.kubernetes.tolerations[0].effect"),
+    ("{code: {pvc: {claim: c, sub_path: ../x}}}", "targets.kubernetes.code.pvc.sub_path"),
+    ("{code: {pvc: {claim: c}, image: {path: /x}}}", "targets.kubernetes.code"),
+    ("{code: {image: {path: relative}}}", "targets.kubernetes.code.image.path"),
+    ("{rdma_resource: 'RDMA IB'}", "targets.kubernetes.rdma_resource"),
+    ("{timeout: soon}", "targets.kubernetes.timeout"),
+    ("{python: ''}", "targets.kubernetes.python"),
+    ("{colour: blue}", "targets.kubernetes.colour"),
+])
+def test_settings_errors_are_located(tmp_path, settings, where):
+    err = errors(tmp_path, settings=settings)
+    assert re.search(r"spec\.yaml:\d+:\d+: error: " + re.escape(where), err), err
+
+
+HOSTILE = ['<tag attr="v">&amp;</tag>', "'; DROP TABLE x; --", "$(touch pwned) `id` ${HOME} $HOME",
+           "a && b || c ; d | e > f < g 2>&1", "key: value # not a comment", "&anchor *alias !!python/object/apply:os.system",
+           "---", "...", "null", "yes", "0o17", "\u202eevil\u202c", "😀👩‍👩‍👧‍👦", "\u2028line sep\u2029",
+           "two\nlines", "bell\x07", "esc\x1b[31mred", "crlf\r\nline", "nel\x85", "nonchar\ufffe", "trailing\n"]
+
+
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+def test_hostile_strings_stay_valid_yaml_and_the_same_data(tmp_path, api):
+    """Env values and command arguments come back exactly (PyYAML, as kubectl's YAML reader reads
+    them; the argv after bash runs the container's command), and the documents stay valid."""
+    env = {f"K{i}": s for i, s in enumerate(HOSTILE)}
+    args = [w for s in HOSTILE for w in ("--a", s)]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    (bin_dir / "python3").chmod(0o755)
+    path = spec(tmp_path, command=yq(shlex.join(["python", "train.py", *args])),
+                body="env: {" + ", ".join(f"{k}: {yq(v)}" for k, v in env.items()) + "}\ndescription: "
+                + yq(" | ".join(HOSTILE)), settings=f"{{api: {api}, code: {{image: {{path: {yq(str(tmp_path))}}}}}}}")
+    proc = ts("compile", str(path), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "out" / "job" / "kubernetes" / "job.yaml").read_text(encoding="utf-8")
+    assert kube_schema.validate_stream(text) == []
+    job = list(yaml.safe_load_all(text))[-1]
+    container = (job["spec"]["trainer"] if api == "trainjob"
+                 else job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0])
+    got = {e["name"]: e["value"] for e in container["env"]}
+    assert {k: got[k] for k in env} == env
+    run = subprocess.run(container["command"], capture_output=True, text=True, timeout=60,
+                         env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert run.returncode == 0, run.stderr
+    argv = json.loads(run.stdout)
+    assert argv[argv.index("--no-python") + 2:] == ["train.py", *args]
+
+
+def test_plan_diff_and_check_show_the_job(tmp_path):
+    plan = json.loads(ts("plan", "specs/k8s-ddp.yaml", "-t", "kubernetes", "--format", "json", cwd=REPO).stdout)
+    target = plan["jobs"][0]["targets"][0]
+    text = json.dumps(target)
+    assert target["target"] == "kubernetes" and target["submit"] == "kubectl apply -f build/k8s-ddp/kubernetes/job.yaml"
+    assert target["settings"]["job"] == "TrainJob trainer.kubeflow.org/v1alpha1", text
+    assert target["settings"]["queue"] == "Kueue team-a (created suspended)"
+    assert target["ranks"]["last"]["PET_NODE_RANK"] == "1" and target["ranks"]["last"]["MASTER_PORT"] == "29500", text
+    changed = tmp_path / "k8s-ddp.yaml"
+    changed.write_text((REPO / "specs" / "k8s-ddp.yaml").read_text().replace("timeout: 12h", "timeout: 13h")
+                       .replace("../examples/ddp", str(REPO / "examples" / "ddp")))
+    diff = ts("diff", "specs/k8s-ddp.yaml", str(changed), "-t", "kubernetes", cwd=REPO)
+    assert "-  activeDeadlineSeconds: 43200" in diff.stdout and "+  activeDeadlineSeconds: 46800" in diff.stdout, \
+        diff.stdout + diff.stderr
+    check = ts("check", "specs/k8s-ddp.yaml", "-t", "kubernetes", "-o", "tests/golden", cwd=REPO)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_the_golden_job_is_valid():
+    text = (REPO / "tests" / "golden" / "k8s-ddp" / "kubernetes" / "job.yaml").read_text(encoding="utf-8")
+    assert kube_schema.validate_stream(text) == []

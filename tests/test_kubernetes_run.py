@@ -1,0 +1,99 @@
+"""Kubernetes jobs as compiled, run on emulated pods (tests/kube_pods.py: one network, mount, UTS
+and pid namespace per pod, the JobSet / operator host and DNS names, exactly the variables the
+controllers inject, the ConfigMaps and emptyDirs mounted where job.yaml says): every rank of a
+real torch DDP fit (gloo) finds its peers through the shim's Kubeflow detectors and agrees."""
+
+import json
+import os
+import re
+import shutil
+
+import pytest
+import yaml
+
+from conftest import REPO, ts
+from kube_schema import REFERENCE, validate_stream
+
+pytestmark = [pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"the pinned Kubeflow files are not at {REFERENCE}"),
+              pytest.mark.realproc]
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"),
+                                reason="pods run in namespaces: needs root, iproute2 and util-linux")
+
+from kube_pods import job_pods, run_pods  # noqa: E402
+
+
+DDP = ("ddp", "python train.py --steps 2 --timeout 60", "pytorch", "")
+# Lightning per node: the shim hands the pod's world to Lightning, which spawns its devices; checkpoints
+# go to an output (an emptyDir), as the code's ConfigMap is read-only
+LIGHTNING = ("mnist", "python train.py --num_nodes {{ nodes }} --devices {{ procs_per_node }} --output "
+             "{{ outputs.ckpt }}", "lightning", "outputs: {ckpt: {}}")
+
+
+def spec_file(tmp_path, api, launcher, procs, example=DDP):
+    folder, command, framework, extra = example
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"""version: 1
+name: k8s-run
+code: {REPO}/examples/{folder}
+command: {command}
+framework: {framework}
+{extra}
+resources: {{nodes: 2, gpus_per_node: 0, procs_per_node: {procs}, shm_size: 64m}}
+distribution: {{backend: gloo, launcher: {launcher}}}
+environment: {{image: pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime}}
+targets:
+  kubernetes: {{api: {api}}}
+""")
+    return spec
+
+
+def compiled(tmp_path, api, launcher, procs, example=DDP):
+    spec = spec_file(tmp_path, api, launcher, procs, example)
+    proc = ts("compile", str(spec), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "out" / "k8s-run" / "kubernetes" / "job.yaml").read_text()
+    assert validate_stream(text) == []
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+@needs_root
+@pytest.mark.parametrize("api, launcher, procs, example", [
+    ("trainjob", "per-node", 2, DDP), ("trainjob", "per-process", 1, DDP), ("pytorchjob", "per-node", 2, DDP),
+    ("pytorchjob", "per-process", 1, DDP), ("trainjob", "per-node", 2, LIGHTNING),
+    ("pytorchjob", "per-node", 2, LIGHTNING)],
+    ids=["trainjob-per-node-ddp", "trainjob-per-process-ddp", "pytorchjob-per-node-ddp", "pytorchjob-per-process-ddp",
+         "trainjob-per-node-lightning", "pytorchjob-per-node-lightning"])
+def test_every_rank_of_a_fit_agrees(tmp_path, api, launcher, procs, example):
+    pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+    if example is LIGHTNING:
+        pytest.importorskip("lightning", reason="lightning is a test extra")
+    docs = compiled(tmp_path, api, launcher, procs, example)
+    result = run_pods(job_pods(docs), docs, workdir=tmp_path / "pods", timeout=240)
+    assert result.ok, result.output
+    ranks = sorted((json.loads(m) for out in result.output.values()
+                    for m in re.findall(r"^TRAINSPEC_RESULT (\{.*\})$", out, re.M)), key=lambda r: r["rank"])
+    world = 2 * procs
+    assert [r["rank"] for r in ranks] == list(range(world)), result.output
+    assert {(r["world_size"], r["allreduce"]) for r in ranks} == {(world, world)}
+    assert [str(r["node_rank"]) for r in ranks] == [str(i // procs) for i in range(world)]
+    # the master every rank used: the JobSet DNS name of node 0 / the operator's master Service, at its port
+    master = "k8s-run-node-0-0.k8s-run:29500" if api == "trainjob" else "k8s-run-master-0:6105"
+    assert {r["master"] for r in ranks} == {master}
+    assert not os.path.exists("/trainspec")  # the mount points the run made are gone
+
+
+@pytest.mark.parametrize("api, launcher, procs", [("trainjob", "per-node", 2), ("pytorchjob", "per-process", 1)])
+def test_run_local_plays_the_pods_with_kubeflows_variables(tmp_path, api, launcher, procs):
+    """`run --local -t kubernetes`: job.yaml's pods on simulated nodes, the shim's Kubeflow detector
+    reading what the controller sets, every rank agreeing."""
+    pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+    spec = spec_file(tmp_path, api, launcher, procs)
+    proc = ts("run", "--local", str(spec), "-t", "kubernetes", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"kubeflow-{api} detected" in proc.stdout + proc.stderr
+    ranks = sorted((json.loads(m) for m in re.findall(r"TRAINSPEC_RESULT (\{.*\})$", proc.stdout, re.M)),
+                   key=lambda r: r["rank"])
+    world = 2 * procs
+    assert [r["rank"] for r in ranks] == list(range(world)), proc.stdout
+    assert {(r["world_size"], r["allreduce"]) for r in ranks} == {(world, world)}
+    assert len({r["master"] for r in ranks}) == 1

@@ -1,0 +1,379 @@
+"""Kubernetes (AKS): ``kubectl apply -f job.yaml`` (../shared/reference/kubernetes.md).
+
+==============  ===========================================================================
+launcher        Kubeflow
+==============  ===========================================================================
+per-node        one pod per node runs torchrun under the shim (Lightning: its own
+                ``devices``); the shim reads the PET_* the Trainer's torch plugin (or the
+                training-operator) sets
+per-process     one process per pod: only with one process per node
+==============  ===========================================================================
+
+``job.yaml`` holds, in order, the ConfigMap of the shim, the ConfigMap of the code folder
+(unless ``targets.kubernetes.code`` names a claim or a path in the image) and the job: a
+TrainJob (trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2.3) or, with ``api: pytorchjob``, a
+PyTorchJob (kubeflow.org/v1, training-operator v1.9). Every container runs ``bash -c 'cd <code>
+&& exec <python> -I -S /trainspec/trainspec_shim.py -- <command>'``, built with shlex; every
+document goes through ruamel (compile/emit.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from trainspec.core.diagnostics import Diagnostic, error
+from trainspec.spec.validate import ValidSpec
+from trainspec.compile import base, capabilities, emit
+from trainspec.runtime import shim as contract  # the runtime file's name, written once
+from trainspec.targets.kubernetes.settings import NAME, RESERVED_ENV
+from trainspec.compile.capabilities import Feature, only, problem, unsupported
+
+LAUNCHERS = {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node", "deepspeed": "per-node"}
+JOB_FILE = "job.yaml"
+SUBMIT = "kubectl apply -f {dir}/" + JOB_FILE
+SHIM_DIR = "/trainspec"
+CODE_DIR = "/trainspec/code"
+OUTPUTS_DIR = "/trainspec/outputs"
+CONFIGMAP_LIMIT = 1 << 20  # what the API server stores in one object
+TRAINJOB_PORT = 29500  # PET_MASTER_PORT, fixed by the Trainer's torch plugin
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_CODE_CHOICES = ("put the code on a PersistentVolumeClaim (targets.kubernetes.code: {pvc: {claim: NAME, sub_path: "
+                 "DIR}}) or in the image (targets.kubernetes.code: {image: {path: /DIR}})")
+
+
+def _settings(valid: ValidSpec):
+    return valid.spec.targets.kubernetes or settings_defaults()
+
+
+@functools.lru_cache(maxsize=None)
+def settings_defaults():
+    from trainspec.spec import structure
+
+    return structure.parse({"version": 1, "name": "x", "code": ".", "command": "x",
+                            "targets": {NAME: {}}}).targets.kubernetes
+
+
+def refs_for(valid: ValidSpec):
+    """``{{ inputs.x }}``: its path in the pod (or literal); ``{{ outputs.x }}``: its path, or
+    ``/trainspec/outputs/x`` (an emptyDir: gone with the pod unless a volume is mounted there)."""
+    return base.node_path_refs(valid, lambda name: shlex.quote(f"{OUTPUTS_DIR}/{name}"))
+
+
+CANNOT_RUN = {
+    Feature.ENV_DATA_REF: unsupported(),
+    Feature.TENSORFLOW: unsupported(),
+    Feature.LAUNCHER_MPI: unsupported("launcher mpi: Kubeflow starts torchrun, not mpirun",
+                                      "use launcher: per-node (torchrun in every pod)"),
+    Feature.SPOT: unsupported("spot capacity: the node pool decides",
+                              "remove resources.spot, or select a spot pool with targets.kubernetes.node_selector",
+                              fatal=False),
+    Feature.NO_ENVIRONMENT: problem("a pod needs an image: environment has none",
+                                    "set environment.image (with torch, and bash)"),
+    Feature.ENV_AZUREML: unsupported(hint="a pod needs an image: set environment.image"),
+    Feature.ENV_BUILD: unsupported("a Docker build context (a pod pulls an image)",
+                                   "build and push the image, then set environment.image"),
+    Feature.ENV_CONDA_FILE: unsupported("environment.conda_file: pods run the image's software",
+                                        "install it in the image", fatal=False),
+    Feature.ENV_PIP: unsupported("environment.pip: pods run the image's software", "install it in the image",
+                                 fatal=False),
+    Feature.INPUT_EVAL_MODE: unsupported(fatal=False),
+    Feature.OUTPUT_ASSET_NAME: unsupported(fatal=False),
+    Feature.INPUT_URL: unsupported(),
+    Feature.INPUT_DATA_ASSET: unsupported(),
+    Feature.INPUT_RELATIVE: problem("on Kubernetes an input is a path in the pod: it must be absolute",
+                                    "e.g. /data/mnist on a volume the cluster mounts"),
+    Feature.OUTPUT_NOT_ABSOLUTE: unsupported(),
+}
+
+
+def suggested_name(name: str) -> str:
+    """A DNS-1035 label close to ``name``: lower case, - for anything else, a letter first."""
+    out = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    if not out or not out[0].isalpha():
+        out = "job-" + out
+    return out[:63].rstrip("-")
+
+
+def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
+    """What Kubernetes cannot run: its table, the job name, reserved variables, the code's size."""
+    out = capabilities.check(NAME, CANNOT_RUN, valid)
+    name = valid.name
+    if not DNS_1035.match(name) or len(name) > 63:
+        out.append(error(("name",), f"'{name}' cannot name a Kubernetes job: it must be a DNS-1035 label (lower-case "
+                         "letters, digits and -, starting with a letter, at most 63 characters)",
+                         f"e.g. name: {suggested_name(name)}"))
+    for key in valid.spec.env:
+        if key in RESERVED_ENV or key.startswith("PET_"):
+            out.append(error(("env", key), f"{key} is set by Kubeflow in every pod: the Trainer rejects a job "
+                             "that sets it", "remove it: the shim reads the platform's value"))
+    launcher = base.launcher(valid, LAUNCHERS)
+    if launcher == "per-process" and valid.procs_per_node > 1:
+        out.append(error(("distribution", "launcher"), "per process on Kubernetes means one process per pod, "
+                         f"and this spec runs {valid.procs_per_node} per node",
+                         "use launcher: per-node (torchrun in every pod), the default"))
+    out += base.command_variable_errors(NAME, valid, launcher)
+    if launcher == "per-node" and valid.spec.framework != "lightning":
+        out += base.torchrun_errors(valid, refs_for(valid), "per node, each pod runs the command under torchrun",
+                                    "write `python train.py ...`")
+    if _settings(valid).code is None:
+        size = sum(len(data) for _, data in code_files(valid))
+        if size > CONFIGMAP_LIMIT:
+            out.append(error(("code",), f"the code folder holds {size} bytes, more than a ConfigMap's 1 MiB",
+                             _CODE_CHOICES))
+    return out
+
+
+def code_files(valid: ValidSpec) -> List[Tuple[str, bytes]]:
+    """The code folder's files (posix paths, sorted), without hidden files and caches."""
+    root = valid.resolve(valid.spec.code)
+    if not root.is_dir():
+        return []
+    out = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if any(part.startswith(".") or part == "__pycache__" for part in rel.parts) or not path.is_file():
+            continue
+        out.append((rel.as_posix(), path.read_bytes()))
+    return out
+
+
+def _configmap(name: str, valid: ValidSpec, files: List[Tuple[str, bytes]]) -> Tuple[Dict[str, Any], List[Dict]]:
+    """A ConfigMap of ``files`` and the volume items that put each key back at its path."""
+    data: Dict[str, str] = {}
+    binary: Dict[str, str] = {}
+    items = []
+    used = set()
+    for i, (path, raw) in enumerate(files):
+        key = re.sub(r"[^-._a-zA-Z0-9]", "_", path)[:240] or "_"
+        if key in used or key in (".", ".."):
+            key = f"{i}.{key}"[:253]
+        used.add(key)
+        try:
+            data[key] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            binary[key] = base64.b64encode(raw).decode("ascii")
+        items.append({"key": key, "path": path})
+    doc: Dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(valid, name, queue=False)}
+    if data:
+        doc["data"] = data
+    if binary:
+        doc["binaryData"] = binary
+    return doc, items
+
+
+def _metadata(valid: ValidSpec, name: str, *, queue: bool) -> Dict[str, Any]:
+    settings = _settings(valid)
+    meta: Dict[str, Any] = {"name": name}
+    if settings.namespace:
+        meta["namespace"] = settings.namespace
+    labels = {"app.kubernetes.io/managed-by": "trainspec"}
+    if queue and settings.queue:
+        labels["kueue.x-k8s.io/queue-name"] = settings.queue
+    meta["labels"] = labels
+    return meta
+
+
+def _quantity(size: str) -> str:
+    """The spec's shm_size (16g) as a Kubernetes quantity (16Gi)."""
+    match = re.match(r"^\s*(\d+)\s*([bkmgBKMG]?)", size)
+    number, unit = match.group(1), match.group(2).lower()
+    return number + {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit]
+
+
+def _volume(path: str) -> str:
+    """trainspec_shim.py -> trainspec-shim: a runtime file's volume name."""
+    return path[:-len(".py")].replace("_", "-")
+
+
+def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
+    """What every pod of the job gets, both APIs alike: volumes, mounts, node selection, the
+    container's command, env and resources."""
+    spec = valid.spec
+    settings = _settings(valid)
+    name = valid.name
+    # one volume per runtime file: a container's volumeMounts are keyed by volume name
+    volumes: List[Dict[str, Any]] = [{"name": _volume(file.path), "configMap": {
+        "name": f"{name}-shim", "items": [{"key": file.path, "path": file.path}]}} for file in runtime_files()]
+    mounts: List[Dict[str, Any]] = [{"name": _volume(file.path), "mountPath": f"{SHIM_DIR}/{file.path}",
+                                     "subPath": file.path, "readOnly": True} for file in runtime_files()]
+    code_dir = CODE_DIR
+    if settings.code is None:
+        _, items = _configmap(f"{name}-code", valid, code_files(valid))
+        volumes.append({"name": "trainspec-code", "configMap": {"name": f"{name}-code", "items": items}})
+        mounts.append({"name": "trainspec-code", "mountPath": CODE_DIR, "readOnly": True})
+    elif settings.code.pvc is not None:
+        volumes.append({"name": "trainspec-code", "persistentVolumeClaim": {"claimName": settings.code.pvc.claim}})
+        mount = {"name": "trainspec-code", "mountPath": CODE_DIR}
+        if settings.code.pvc.sub_path:
+            mount["subPath"] = settings.code.pvc.sub_path
+        mounts.append(mount)
+    else:
+        code_dir = settings.code.image.path
+    if spec.resources.shm_size:
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(spec.resources.shm_size)}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    if any(item.path is None for item in spec.outputs.values()):
+        volumes.append({"name": "trainspec-outputs", "emptyDir": {}})
+        mounts.append({"name": "trainspec-outputs", "mountPath": OUTPUTS_DIR})
+    limits: Dict[str, Any] = {}
+    if valid.gpus_per_node:
+        limits["nvidia.com/gpu"] = valid.gpus_per_node
+    infiniband = valid.sku is not None and valid.sku.infiniband and valid.nodes > 1
+    if infiniband:
+        limits[settings.rdma_resource] = 1
+    node_selector = {}
+    tolerations = []
+    if valid.sku is not None:
+        node_selector["node.kubernetes.io/instance-type"] = valid.sku.name
+        if valid.sku.gpus:
+            tolerations.append({"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"})
+    node_selector.update(settings.node_selector)
+    for toleration in settings.tolerations:
+        tolerations.append({field: getattr(toleration, field) for field in ("key", "operator", "value", "effect")
+                            if getattr(toleration, field) is not None})
+    launcher = base.launcher(valid, LAUNCHERS)
+    python = shlex.split(settings.python)
+    command = valid.render(("command",), spec.command, refs_for(valid)).strip()
+    if launcher == "per-node" and spec.framework != "lightning" and not base.own_spawner(command):
+        command = base.torchrun_line(valid, command, python=shlex.join(python))
+    shim = shlex.join([*python, *base.SHIM_FLAGS, f"{SHIM_DIR}/{base.SHIM_FILE}"])
+    line = f"cd {shlex.quote(code_dir)} && exec {base.under_shim(shim, command, valid)}"
+    api = settings.api
+    port = TRAINJOB_PORT if api == "trainjob" else spec.distribution.master_port
+    env = base.job_env(valid, refs_for(valid), launcher, port)
+    return {"volumes": volumes, "mounts": mounts, "limits": limits, "node_selector": node_selector,
+            "tolerations": tolerations, "command": ["bash", "-c", line],
+            "env": [{"name": k, "value": v} for k, v in env.items()], "ipc_lock": infiniband}
+
+
+def _pod_settings(valid: ValidSpec, parts: Dict[str, Any]) -> Dict[str, Any]:
+    settings = _settings(valid)
+    pod: Dict[str, Any] = {}
+    if settings.service_account:
+        pod["serviceAccountName"] = settings.service_account
+    if settings.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": s} for s in settings.image_pull_secrets]
+    if parts["node_selector"]:
+        pod["nodeSelector"] = parts["node_selector"]
+    if parts["tolerations"]:
+        pod["tolerations"] = parts["tolerations"]
+    return pod
+
+
+def trainjob(valid: ValidSpec) -> Dict[str, Any]:
+    settings = _settings(valid)
+    parts = pod_parts(valid)
+    trainer: Dict[str, Any] = {"image": valid.spec.environment.image, "command": parts["command"],
+                               "env": parts["env"], "numNodes": valid.nodes}
+    if base.launcher(valid, LAUNCHERS) == "per-node" or valid.procs_per_node == 1:
+        trainer["numProcPerNode"] = valid.procs_per_node
+    if parts["limits"]:
+        trainer["resourcesPerNode"] = {"limits": parts["limits"]}
+    container: Dict[str, Any] = {"name": "node", "volumeMounts": parts["mounts"]}
+    if parts["ipc_lock"]:
+        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    pod = {**_pod_settings(valid, parts), "containers": [container], "volumes": parts["volumes"]}
+    spec: Dict[str, Any] = {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
+                                           "name": settings.runtime}}
+    if settings.queue:
+        spec["suspend"] = True
+    if settings.timeout is not None:
+        spec["activeDeadlineSeconds"] = settings.timeout
+    spec["trainer"] = trainer
+    spec["runtimePatches"] = [{"manager": "trainspec", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": pod}}}}]}}}}]
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": _metadata(valid, valid.name, queue=True), "spec": spec}
+
+
+def pytorchjob(valid: ValidSpec) -> Dict[str, Any]:
+    settings = _settings(valid)
+    parts = pod_parts(valid)
+    container: Dict[str, Any] = {"name": "pytorch", "image": valid.spec.environment.image,
+                                 "command": parts["command"], "env": parts["env"],
+                                 "ports": [{"name": "pytorchjob-port", "containerPort":
+                                            valid.spec.distribution.master_port}],
+                                 "volumeMounts": parts["mounts"]}
+    if parts["limits"]:
+        container["resources"] = {"limits": parts["limits"]}
+    if parts["ipc_lock"]:
+        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    pod = {**_pod_settings(valid, parts), "containers": [container], "volumes": parts["volumes"]}
+    replicas = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": pod}}}
+    if valid.nodes > 1:
+        replicas["Worker"] = {"replicas": valid.nodes - 1, "restartPolicy": "Never", "template": {"spec": pod}}
+    run_policy: Dict[str, Any] = {"backoffLimit": 0}
+    if settings.queue:
+        run_policy["suspend"] = True
+    if settings.timeout is not None:
+        run_policy["activeDeadlineSeconds"] = settings.timeout
+    spec = {"nprocPerNode": str(valid.procs_per_node), "runPolicy": run_policy, "pytorchReplicaSpecs": replicas}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": _metadata(valid, valid.name, queue=True), "spec": spec}
+
+
+def runtime_files() -> Tuple[base.OutFile, ...]:
+    """The shim and Kubeflow's detectors beside it (runtime/kubeflow.py), which it loads by path."""
+    return (base.shim_file(), base.runtime_file(contract.KUBEFLOW_FILE, base.SHIM_SOURCE.with_name("kubeflow.py")))
+
+
+def documents(valid: ValidSpec) -> List[Dict[str, Any]]:
+    """The documents of job.yaml, in the order kubectl creates them."""
+    docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(valid, f"{valid.name}-shim", queue=False),
+             "data": {file.path: file.data.decode("utf-8") for file in runtime_files()}}]
+    if _settings(valid).code is None:
+        docs.append(_configmap(f"{valid.name}-code", valid, code_files(valid))[0])
+    docs.append(trainjob(valid) if _settings(valid).api == "trainjob" else pytorchjob(valid))
+    return docs
+
+
+def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
+    header = emit.yaml_header(valid.source.display, valid.source.digest, NAME)
+    text = b"---\n".join(emit.yaml_bytes(doc, header if i == 0 else "") for i, doc in enumerate(documents(valid)))
+    return base.Artifact(target=NAME, name=valid.name, files=(base.OutFile(JOB_FILE, text),), submit=SUBMIT)
+
+
+def plan_port(valid: ValidSpec) -> str:
+    return str(TRAINJOB_PORT if _settings(valid).api == "trainjob" else valid.spec.distribution.master_port)
+
+
+def plan_settings(valid: ValidSpec) -> Dict[str, str]:
+    settings = _settings(valid)
+    job = trainjob(valid) if settings.api == "trainjob" else pytorchjob(valid)
+    shown = {"job": f"{job['kind']} {job['apiVersion']}", "namespace": settings.namespace or "(kubectl's)"}
+    if settings.queue:
+        shown["queue"] = f"Kueue {settings.queue} (created suspended)"
+    code = ("ConfigMap" if settings.code is None else
+            f"PVC {settings.code.pvc.claim}" if settings.code.pvc is not None else f"image {settings.code.image.path}")
+    shown["code"] = code
+    shown["shim"] = base.plan_shim(settings.python)
+    return shown
+
+
+def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
+    """run --local: the pods' python is this one; the code travels as a ConfigMap, as by default."""
+    import sys
+
+    settings["python"] = shlex.quote(sys.executable)
+    settings.pop("code", None)
+    return settings
+
+
+class Kubernetes(base.Target):
+    name = NAME
+    launchers = LAUNCHERS
+    cannot_run = CANNOT_RUN
+    cannot_express = staticmethod(cannot_express)
+    lower = staticmethod(lower)
+    refs_for = staticmethod(refs_for)
+    plan_port = staticmethod(plan_port)
+    plan_settings = staticmethod(plan_settings)
+    local_settings = staticmethod(local_settings)
+
+
+TARGET = Kubernetes()

@@ -1,0 +1,140 @@
+"""targets.kubernetes, the spec's words for a Kubeflow job on Kubernetes (AKS): its settings
+model, the hints for a bad value, the rules the model cannot state, and the variables only
+Kubeflow sets in a pod (../shared/reference/kubernetes.md).
+
+Imports nothing but trainspec.core and the runtime's names: validation loads it, and none of lower.py.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import List
+
+from trainspec.core import interpreter
+from trainspec.core.diagnostics import Diagnostic, error
+
+NAME = "kubernetes"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # DNS-1123 label: namespaces, claims, secrets, queues
+_QUALIFIED = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+_LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+_RESOURCE = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+# What the Trainer's torch plugin and the training-operator set in a pod that no other target's
+# platform does, and the portable name to read instead.
+PLATFORM_VARIABLES = {"PET_NNODES": "{{ nodes }}", "PET_NPROC_PER_NODE": "{{ procs_per_node }}",
+                      "PET_NODE_RANK": "$NODE_RANK", "PET_MASTER_ADDR": "$MASTER_ADDR",
+                      "PET_MASTER_PORT": "$MASTER_PORT", "PET*": None}
+# The names the Trainer's webhook rejects in trainer.env (TorchRunReservedEnvNames)
+RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+
+
+# --- settings: targets.kubernetes in a spec ----------------------------------------------
+
+SETTINGS_DESCRIPTION = "Kubernetes (Kubeflow TrainJob or PyTorchJob) settings."
+SETTINGS_EXAMPLE = {"namespace": "ml", "queue": "team-a"}
+HINTS = {("api",): "trainjob (Kubeflow Trainer v2, the default) or pytorchjob (training-operator v1)",
+         ("timeout",): "e.g. 2d, 12h, 1h30m or 3600",
+         ("python",): interpreter.PYTHON_HINT,
+         ("code",): "leave it out (a ConfigMap), or {pvc: {claim: NAME, sub_path: DIR}} or {image: {path: /DIR}}"}
+_LABEL_WORDS = "is not a Kubernetes name (lower-case letters, digits and -, at most 63 characters)"
+PATTERN_WORDS = {("namespace",): _LABEL_WORDS, ("queue",): "is not a Kueue LocalQueue name (a label value)",
+                 ("runtime",): _LABEL_WORDS, ("service_account",): _LABEL_WORDS,
+                 ("image_pull_secrets",): _LABEL_WORDS, ("rdma_resource",): "is not a resource name, e.g. rdma/ib",
+                 ("code", "pvc", "claim"): _LABEL_WORDS,
+                 ("code", "pvc", "sub_path"): "is not a relative path inside the claim",
+                 ("code", "image", "path"): "is not an absolute path in the image"}
+
+
+@functools.lru_cache(maxsize=None)
+def settings_model():
+    """The pydantic model of this target's settings (built on demand, as every target's)."""
+    from typing import Dict, List as ListOf, Literal, Optional
+
+    from pydantic import Field
+
+    from trainspec.core.types import Duration, Model
+
+    class Pvc(Model):
+        claim: str = Field(..., pattern=DNS_LABEL, max_length=253, description="The PersistentVolumeClaim.",
+                           examples=["code"])
+        sub_path: Optional[str] = Field(None, pattern=r"^[^/\x00][^\x00]*$",
+                                        description="The folder inside the claim that holds the code.",
+                                        examples=["trainspec/mnist"])
+
+    class Image(Model):
+        path: str = Field(..., pattern=r"^/[^\x00]*$", description="Where the code is in the image.",
+                          examples=["/workspace"])
+
+    class Code(Model):
+        pvc: Optional[Pvc] = Field(None, description="Code on a PersistentVolumeClaim (at a sub-path).",
+                                   examples=[{"claim": "code", "sub_path": "team/mnist"}])
+        image: Optional[Image] = Field(None, description="Code already in the image at a path.",
+                                       examples=[{"path": "/workspace"}])
+
+    class Toleration(Model):
+        key: Optional[str] = Field(None, pattern=_QUALIFIED, max_length=316, description="The taint's key.",
+                                   examples=["dedicated"])
+        operator: Literal["Equal", "Exists"] = Field("Equal", description="Equal: key and value match; Exists: "
+                                                     "the key does.", examples=["Equal"])
+        value: Optional[str] = Field(None, pattern=_LABEL_VALUE, max_length=63, description="The taint's value.",
+                                     examples=["ml"])
+        effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(
+            None, description="The taint's effect (default: all).", examples=["NoSchedule"])
+
+    class KubernetesTarget(Model):
+        api: Literal["trainjob", "pytorchjob"] = Field(
+            "trainjob", description="trainjob: a Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1); "
+            "pytorchjob: a training-operator PyTorchJob (kubeflow.org/v1).", examples=["trainjob"])
+        namespace: Optional[str] = Field(None, pattern=DNS_LABEL, max_length=63,
+                                         description="The namespace (default: kubectl's).", examples=["ml"])
+        queue: Optional[str] = Field(None, pattern=_LABEL_VALUE, min_length=1, max_length=63,
+                                     description="A Kueue LocalQueue: the job is created suspended and Kueue "
+                                     "admits it.", examples=["team-a"])
+        runtime: str = Field("torch-distributed", pattern=DNS_LABEL, max_length=253,
+                             description="The ClusterTrainingRuntime a TrainJob runs on.",
+                             examples=["torch-distributed"])
+        service_account: Optional[str] = Field(None, pattern=DNS_LABEL, max_length=253,
+                                               description="The pods' service account.", examples=["training"])
+        image_pull_secrets: ListOf[str] = Field([], description="Secrets for pulling the image.",
+                                                examples=[["acr-pull"]])
+        node_selector: Dict[str, str] = Field({}, description="Extra node labels the pods need.",
+                                              examples=[{"agentpool": "gpu"}])
+        tolerations: ListOf[Toleration] = Field([], description="Extra taints the pods tolerate.",
+                                                examples=[[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]])
+        code: Optional[Code] = Field(
+            None, description="How the code reaches the pods when not as a ConfigMap of the code folder (the "
+            "default, at most 1 MiB): pvc (a PersistentVolumeClaim with a sub-path) or image (a path in it).",
+            examples=[{"pvc": {"claim": "code", "sub_path": "team/mnist"}}])
+        rdma_resource: str = Field("rdma/ib", pattern=_RESOURCE, max_length=253,
+                                   description="The extended resource for InfiniBand on sizes that have it "
+                                   "(NVIDIA Network Operator).", examples=["rdma/shared_ib"])
+        timeout: Optional[Duration] = Field(None, description="activeDeadlineSeconds: 2d, 12h, 90m or seconds.",
+                                            examples=["12h"])
+        python: str = interpreter.python_field("python3", "in the image")
+
+    return KubernetesTarget
+
+
+def settings_errors(spec) -> List[Diagnostic]:
+    """What targets.kubernetes may not say, whatever is compiled (run by validation)."""
+    import re
+
+    settings = spec.targets.kubernetes
+    out = interpreter.python_errors(NAME, settings)
+    if settings.code is not None and (settings.code.pvc is None) == (settings.code.image is None):
+        out.append(error(("targets", NAME, "code"), "give one of pvc or image",
+                         "leave code out to ship the code folder as a ConfigMap"))
+    pvc = settings.code.pvc if settings.code is not None else None
+    if pvc is not None and pvc.sub_path and ".." in pvc.sub_path.split("/"):
+        out.append(error(("targets", NAME, "code", "pvc", "sub_path"), f"'{pvc.sub_path}' leaves the claim (..)",
+                         "a folder inside the claim, e.g. trainspec/mnist"))
+    for i, secret in enumerate(settings.image_pull_secrets):
+        if not re.match(DNS_LABEL, secret) or len(secret) > 253:
+            out.append(error(("targets", NAME, "image_pull_secrets", i), f"'{secret}' {_LABEL_WORDS}"))
+    for key, value in settings.node_selector.items():
+        if not re.match(_QUALIFIED, key) or len(key) > 316:
+            out.append(error(("targets", NAME, "node_selector", key), f"'{key}' is not a label key",
+                             "e.g. agentpool or kubernetes.azure.com/agentpool"))
+        elif not re.match(_LABEL_VALUE, value) or len(value) > 63:
+            out.append(error(("targets", NAME, "node_selector", key), f"'{value}' is not a label value",
+                             "letters, digits, - _ . (at most 63), starting and ending with a letter or digit"))
+    return out
