@@ -920,3 +920,15 @@ def test_import_and_skus_import_refuse_a_fifo_in_one_line(tmp_path):
     os.mkfifo(tmp_path / "skus.json")
     proc = ts("skus", "--import", "skus.json", cwd=tmp_path)
     assert proc.returncode == 2 and "--import skus.json: is a FIFO (named pipe)" in proc.stderr
+
+
+def test_an_env_variable_named_underscore_is_an_error_at_its_key(tmp_path):
+    """bash sets $_ after every command (Slurm's job.sbatch, every command run through bash under
+    the shim): a spec's `_` would never reach the job, so it is refused where it is written."""
+    from conftest import ts
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "spec.yaml").write_text("version: 1\nname: underscore\ncode: code\ncommand: python train.py\n"
+                                        "resources: {nodes: 1, gpus_per_node: 1}\nenv:\n  _: x\n")
+    proc = ts("validate", str(tmp_path / "spec.yaml"))
+    assert proc.returncode == 1 and "spec.yaml:7:3: error: env._: _ is the shell's own" in proc.stderr, proc.stderr

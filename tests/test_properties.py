@@ -149,7 +149,7 @@ nasty_text = st.one_of(
 ).filter(no_template)
 
 ENV_KEY = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,15}\Z").filter(
-    lambda k: k not in RESERVED_ENV and not k.startswith(("TRAINSPEC_", "PL_TRAINER_")))
+    lambda k: k not in RESERVED_ENV and k != "_" and not k.startswith(("TRAINSPEC_", "PL_TRAINER_")))
 IO_NAME = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,12}\Z").filter(lambda k: k != "trainspec_runtime")
 NAME = st.from_regex(r"\A[a-z0-9][a-z0-9_-]{0,20}\Z")
 FLAG = st.from_regex(r"\A--[a-z][a-z_]{0,10}\Z").filter(lambda t: not re.search(r"num[_-]nodes|devices", t))

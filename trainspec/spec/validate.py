@@ -254,6 +254,9 @@ def _check_names(spec: Spec, out: List[Diagnostic]) -> None:
         elif key in RESERVED_ENV or key.startswith(contract.ENV_PREFIX):
             out.append(error(path, f"{key} is set by the trainspec shim in every process",
                              "remove it; use distribution.master_port for the port", on_key=True))
+        elif key == "_":
+            out.append(error(path, "_ is the shell's own: bash sets $_ after every command, so no job would "
+                             "read the value", "give the variable a name", on_key=True))
     for kind in ("inputs", "outputs"):
         for key in getattr(spec, kind):
             if not re.fullmatch(IO_NAME_PATTERN, key):
