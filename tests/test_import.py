@@ -39,7 +39,8 @@ def environment_of(job):
     env = job.environment
     if isinstance(env, str):
         return env
-    build = (job.base_path / env.build.path).resolve() if env.build else None
+    # an environment in a file of its own (`file:`) is relative to that file
+    build = (Path(env.base_path or job.base_path) / env.build.path).resolve() if env.build else None
     return {"image": env.image, "conda": env.conda_file, "build": build}
 
 

@@ -14,13 +14,13 @@ the team would fill in before submitting it anyway -- in the original copy as in
 import json
 import shlex
 import shutil
-import warnings
 from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
 
 from conftest import REPO, ts
+from test_import import environment_of, loaded as rest
 from trainspec.core.fields import is_remote
 
 azure_ml = pytest.importorskip("azure.ai.ml", reason="azure-ai-ml is a test extra: pip install -e '.[test]'")
@@ -72,23 +72,6 @@ def prepare(root, name, catalog=True):
         (root / "trainspec-skus.yaml").write_text(TEAM_CATALOG)
     (root / "specs").mkdir(exist_ok=True)
     return job_file
-
-
-def rest(path):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        job = azure_ml.load_job(path)
-        return job, job._to_job()._to_rest_object().as_dict()["properties"]
-
-
-def environment_of(job):
-    env = job.environment
-    if isinstance(env, str):
-        return env
-    # an environment in a file of its own (`file:`) is relative to that file
-    build = (Path(env.base_path or job.base_path) / env.build.path).resolve() if env.build else None
-    conda = env.conda_file
-    return {"image": env.image, "conda": conda, "build": build}
 
 
 def where(job, inputs):
