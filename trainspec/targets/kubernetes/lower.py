@@ -30,7 +30,7 @@ from trainspec.core.diagnostics import Diagnostic, error
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, capabilities, emit
 from trainspec.runtime import shim as contract  # the runtime file's name, written once
-from trainspec.targets.kubernetes.settings import NAME, RESERVED_ENV
+from trainspec.targets.kubernetes.settings import NAME, RESERVED_ENV, image_problem, shown
 from trainspec.compile.capabilities import Feature, only, problem, unsupported
 
 LAUNCHERS = {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node", "deepspeed": "per-node"}
@@ -107,6 +107,10 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
         out.append(error(("name",), f"'{name}' cannot name a Kubernetes job: it must be a DNS-1035 label (lower-case "
                          "letters, digits and -, starting with a letter, at most 63 characters)",
                          f"e.g. name: {suggested_name(name)}"))
+    image = valid.spec.environment.image
+    if image and image_problem(image):
+        out.append(error(("environment", "image"), f"'{shown(image)}' {image_problem(image)}",
+                         "e.g. pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime or myregistry.azurecr.io/train:1"))
     for key in valid.spec.env:
         if key in RESERVED_ENV or key.startswith("PET_"):
             out.append(error(("env", key), f"{key} is set by Kubeflow in every pod: the Trainer rejects a job "

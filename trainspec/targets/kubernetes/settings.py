@@ -8,7 +8,7 @@ Imports nothing but trainspec.core and the runtime's names: validation loads it,
 from __future__ import annotations
 
 import functools
-from typing import List
+from typing import List, Optional
 
 from trainspec.core import interpreter
 from trainspec.core.diagnostics import Diagnostic, error
@@ -18,6 +18,13 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # DNS-1123 label: namespaces, cl
 _QUALIFIED = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 _LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 _RESOURCE = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+# A container image as the kubelet parses it (distribution/reference's grammar): [host[:port]/]path[:tag][@digest],
+# the path's components lower case, the name at most 255 characters; anything else fails as InvalidImageName
+_IMAGE_HOST = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*"
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_NAME = rf"(?:(?:{_IMAGE_HOST}|\[[a-fA-F0-9:]+\])(?::[0-9]+)?/)?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
+_IMAGE = rf"(?P<name>{_IMAGE_NAME})(?::[\w][\w.-]{{0,127}})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?"
+MAX_SECONDS = 2 ** 63 - 1  # activeDeadlineSeconds is an int64
 # What the Trainer's torch plugin and the training-operator set in a pod that no other target's
 # platform does, and the portable name to read instead.
 PLATFORM_VARIABLES = {"PET_NNODES": "{{ nodes }}", "PET_NPROC_PER_NODE": "{{ procs_per_node }}",
@@ -40,6 +47,8 @@ PATTERN_WORDS = {("namespace",): _LABEL_WORDS, ("queue",): "is not a Kueue Local
                  ("runtime",): _LABEL_WORDS, ("service_account",): _LABEL_WORDS,
                  ("image_pull_secrets",): _LABEL_WORDS, ("rdma_resource",): "is not a resource name, e.g. rdma/ib",
                  ("code", "pvc", "claim"): _LABEL_WORDS,
+                 ("tolerations", "key"): "is not a taint key (a label key, e.g. dedicated or example.com/pool)",
+                 ("tolerations", "value"): "is not a taint value (a label value)",
                  ("code", "pvc", "sub_path"): "is not a relative path inside the claim",
                  ("code", "image", "path"): "is not an absolute path in the image"}
 
@@ -114,6 +123,39 @@ def settings_model():
     return KubernetesTarget
 
 
+def shown(text: str) -> str:
+    """A value as an error message quotes it: its first 80 characters."""
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
+def qualified_name_problem(key: str) -> Optional[str]:
+    """Why ``key`` is no Kubernetes qualified name (a label or taint key, an extended resource):
+    ``[prefix/]name``, the prefix a DNS-1123 subdomain of at most 253 characters, the name at most 63."""
+    import re
+
+    prefix, _, name = key.rpartition("/")
+    if not re.fullmatch(_QUALIFIED, key):
+        return "lower-case DNS prefix and /, then letters, digits, - _ . starting and ending with a letter or digit"
+    if len(name) > 63:
+        return f"the name after the prefix has {len(name)} characters, at most 63"
+    if len(prefix) > 253:
+        return f"the prefix has {len(prefix)} characters, at most 253"
+    return None
+
+
+def image_problem(image: str) -> Optional[str]:
+    """Why ``image`` is not an image reference a kubelet pulls (None: it is one)."""
+    import re
+
+    match = re.fullmatch(_IMAGE, image)
+    if match is None:
+        return ("is not an image reference: [registry[:port]/]repository[:tag][@digest], the repository in lower "
+                "case, no spaces")
+    if len(match.group("name")) > 255:
+        return f"is too long: the repository name has {len(match.group('name'))} characters, at most 255"
+    return None
+
+
 def settings_errors(spec) -> List[Diagnostic]:
     """What targets.kubernetes may not say, whatever is compiled (run by validation)."""
     import re
@@ -125,16 +167,41 @@ def settings_errors(spec) -> List[Diagnostic]:
                          "leave code out to ship the code folder as a ConfigMap"))
     pvc = settings.code.pvc if settings.code is not None else None
     if pvc is not None and pvc.sub_path and ".." in pvc.sub_path.split("/"):
-        out.append(error(("targets", NAME, "code", "pvc", "sub_path"), f"'{pvc.sub_path}' leaves the claim (..)",
+        out.append(error(("targets", NAME, "code", "pvc", "sub_path"), f"'{shown(pvc.sub_path)}' leaves the claim (..)",
                          "a folder inside the claim, e.g. trainspec/mnist"))
     for i, secret in enumerate(settings.image_pull_secrets):
-        if not re.match(DNS_LABEL, secret) or len(secret) > 253:
-            out.append(error(("targets", NAME, "image_pull_secrets", i), f"'{secret}' {_LABEL_WORDS}"))
+        if not re.fullmatch(DNS_LABEL, secret) or len(secret) > 253:
+            out.append(error(("targets", NAME, "image_pull_secrets", i), f"'{shown(secret)}' {_LABEL_WORDS}"))
     for key, value in settings.node_selector.items():
-        if not re.match(_QUALIFIED, key) or len(key) > 316:
-            out.append(error(("targets", NAME, "node_selector", key), f"'{key}' is not a label key",
-                             "e.g. agentpool or kubernetes.azure.com/agentpool"))
-        elif not re.match(_LABEL_VALUE, value) or len(value) > 63:
-            out.append(error(("targets", NAME, "node_selector", key), f"'{value}' is not a label value",
+        problem = qualified_name_problem(key)
+        if problem:
+            out.append(error(("targets", NAME, "node_selector", key), f"'{shown(key)}' is not a label key: {problem}",
+                             "e.g. agentpool or kubernetes.azure.com/agentpool", on_key=True))
+        elif not re.fullmatch(_LABEL_VALUE, value) or len(value) > 63:
+            out.append(error(("targets", NAME, "node_selector", key), f"'{shown(value)}' is not a label value",
                              "letters, digits, - _ . (at most 63), starting and ending with a letter or digit"))
+    for i, toleration in enumerate(settings.tolerations):
+        where = ("targets", NAME, "tolerations", i)
+        problem = toleration.key and qualified_name_problem(toleration.key)
+        if problem:
+            out.append(error(where + ("key",), f"'{shown(toleration.key)}' is not a taint key: {problem}",
+                             "e.g. dedicated or example.com/pool"))
+        if not toleration.key and toleration.operator != "Exists":
+            out.append(error(where, "a toleration without a key must have operator: Exists (it tolerates every "
+                             "taint)", "give the taint's key, or operator: Exists"))
+        if toleration.operator == "Exists" and toleration.value:
+            out.append(error(where + ("value",), "operator Exists tolerates any value: Kubernetes refuses one here",
+                             "remove value, or use operator: Equal"))
+    resource = settings.rdma_resource
+    problem = qualified_name_problem(resource) if "/" in resource else "it names no domain (domain/name)"
+    if not problem and (resource.startswith("requests.") or resource.split("/")[0].endswith("kubernetes.io")):
+        problem = "requests.* and the kubernetes.io domain are Kubernetes' own"
+    if not problem and resource == "nvidia.com/gpu":
+        problem = "it is the GPU resource, which the job requests already"
+    if problem:
+        out.append(error(("targets", NAME, "rdma_resource"), f"'{shown(resource)}' is not an extended resource: {problem}",
+                         "e.g. rdma/ib or rdma/shared_ib, as the NVIDIA Network Operator names it"))
+    if settings.timeout is not None and settings.timeout > MAX_SECONDS:
+        out.append(error(("targets", NAME, "timeout"), f"{settings.timeout} seconds is more than Kubernetes' "
+                         f"activeDeadlineSeconds holds (an int64, at most {MAX_SECONDS})", HINTS[("timeout",)]))
     return out
