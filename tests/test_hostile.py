@@ -30,10 +30,11 @@ from trainspec.targets.ray import lower as ray_target
 CODE = REPO / "examples" / "ddp"
 NS = "{http://schemas.microsoft.com/HPCS2008R2/scheduler/}"
 XSD = REPO.parent / "shared" / "reference" / "hpcpack" / "xsd" / "job-v4.fixed.xsd"
-TARGETS = ["azureml", "hpcpack", "ray", "slurm"]
+TARGETS = ["azureml", "hpcpack", "kubernetes", "ray", "slurm"]
 SETTINGS = {
     "azureml": "azureml: {compute: gpu-cluster}",
     "hpcpack": "hpcpack: {shared_dir: /shared/jobs, python: python3}",
+    "kubernetes": "kubernetes: {namespace: ml}",
     "ray": "ray: {location: eastus, resource_group: rg-hostile}",
     "slurm": "slurm: {python: python3}",
 }
@@ -184,6 +185,27 @@ def ray_request(folder: Path, tmp: Path) -> Tuple[Dict[str, str], str]:
     return request["env"], request["command"]
 
 
+def kube_job(folder: Path) -> Tuple[List[dict], Dict[str, str], List[str]]:
+    """job.yaml as kubectl reads it (PyYAML) and checked as the API server would (the pinned CRDs,
+    tests/kube_schema.py); returns its documents, the container's env, and the argv the
+    container's `bash -c` line gives the shim's interpreter (the code folder's `cd` left out: it is
+    a path in the pod)."""
+    import yaml
+
+    import kube_schema
+
+    text = (folder / "job.yaml").read_text(encoding="utf-8")
+    assert kube_schema.validate_stream(text) == []
+    docs = list(yaml.safe_load_all(text))
+    container = docs[-1]["spec"]["trainer"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    bash, dash_c, line = container["command"]
+    assert (bash, dash_c) == ("bash", "-c") and line.startswith("cd /trainspec/code && exec "), line
+    argv = bash_argv(line[len("cd /trainspec/code && exec "):], ["python3"], folder)[0]
+    assert argv == shlex.split(line)[5:], "bash and shlex read the line differently"
+    return docs, env, argv
+
+
 def slurm_run(folder: Path, tmp: Path) -> Tuple[Dict[str, str], List[str]]:
     """Run job.sbatch with bash and an `srun` that records what it got; returns the environment the
     tasks would get and srun's argv (what `bash -n` checks, run for real up to srun)."""
@@ -276,6 +298,14 @@ def test_hostile_strings_in_command_env_and_description(tmp_path, target, catego
             if task_env.get(key) != value:
                 wrong.append(f"env {key}={value!r} came back as {task_env.get(key)!r}")
         if argv[argv.index("--") + 1:] != ["python", "train.py", *args]:
+            wrong.append(f"command argv {argv!r}")
+    elif target == "kubernetes":
+        _, pod_env, argv = kube_job(folder)
+        for key, value in env.items():
+            if pod_env.get(key) != value:
+                wrong.append(f"env {key}={value!r} came back as {pod_env.get(key)!r}")
+        if argv[:4] != ["-I", "-S", "/trainspec/trainspec_shim.py", "--"] \
+                or argv[argv.index("--no-python") + 1:] != ["python3", "train.py", *args]:  # the image's python
             wrong.append(f"command argv {argv!r}")
     else:
         import yaml
@@ -449,6 +479,8 @@ def test_a_100_kb_env_value(tmp_path, target):
         assert all(values["BIG"] == big for _, values in hpcpack_tasks(folder / "job.xml"))
     elif target == "slurm":
         assert slurm_run(folder, tmp_path)[0]["BIG"] == big
+    elif target == "kubernetes":
+        assert kube_job(folder)[1]["BIG"] == big
     else:
         assert ray_request(folder, tmp_path)[0]["BIG"] == big
 
@@ -638,6 +670,9 @@ def test_code_outside_the_spec_directory_never_makes_compile_write_outside_out(t
     elif target == "slurm":
         task_env, _ = slurm_run(folder, tmp_path)  # the script's own `cd` finds the code folder
         assert Path(task_env["PWD"]).resolve() == tmp_path.resolve()
+    elif target == "kubernetes":  # the code travels in job.yaml: the ConfigMap holds the folder the spec names
+        code = kube_job(folder)[0][1]
+        assert code["metadata"]["name"] == "hostile-code" and code["data"]["train.py"] == "print('hi')\n"
     else:
         import yaml
 
@@ -684,6 +719,8 @@ def test_an_output_directory_that_is_a_symlink(tmp_path, target):
     elif target == "slurm":
         task_env, _ = slurm_run(folder, tmp_path)  # sbatch runs it from its submit directory
         assert (Path(task_env["PWD"]) / "train.py").is_file(), task_env["PWD"]
+    elif target == "kubernetes":
+        assert kube_job(folder)[0][1]["data"] == {"train.py": "print('hi')\n"}
     else:
         import yaml
 
@@ -744,6 +781,9 @@ def test_a_newline_in_an_env_value_is_carried_exactly(tmp_path, target):
     elif target == "slurm":
         task_env = slurm_run(folder, tmp_path)[0]
         got = [{k: task_env[k] for k in NEWLINES}]
+    elif target == "kubernetes":
+        pod_env = kube_job(folder)[1]
+        got = [{k: pod_env[k] for k in NEWLINES}]
     else:
         pairs, _ = ray_request(folder, tmp_path)
         got = [{k: pairs[k] for k in NEWLINES}]

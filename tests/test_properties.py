@@ -152,6 +152,10 @@ ENV_KEY = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,15}\Z").filter(
     lambda k: k not in RESERVED_ENV and k != "_" and not k.startswith(("TRAINSPEC_", "PL_TRAINER_")))
 IO_NAME = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,12}\Z").filter(lambda k: k != "trainspec_runtime")
 NAME = st.from_regex(r"\A[a-z0-9][a-z0-9_-]{0,20}\Z")
+DNS_1035 = st.from_regex(r"\A[a-z]([-a-z0-9]{0,18}[a-z0-9])?\Z")  # a Kubernetes job's name
+DNS_LABEL = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?\Z")
+LABEL_VALUE = st.from_regex(r"\A([A-Za-z0-9]([-A-Za-z0-9_.]{0,20}[A-Za-z0-9])?)?\Z")
+LABEL_KEY = st.from_regex(r"\A([a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?(\.[a-z]{2,5})?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,20}[A-Za-z0-9])?\Z")
 FLAG = st.from_regex(r"\A--[a-z][a-z_]{0,10}\Z").filter(lambda t: not re.search(r"num[_-]nodes|devices", t))
 
 # with the interpreter's own flags, which per-node torchrun must keep (--no-python, as written)
@@ -161,6 +165,7 @@ LAUNCHERS = {
                 "lightning": [None, "per-process", "per-node", "mpi"], "deepspeed": [None, "mpi", "per-process"],
                 "tensorflow": [None]},
     "hpcpack": {f: [None, "per-node"] for f in ("pytorch", "huggingface", "lightning", "deepspeed")},
+    "kubernetes": {f: [None, "per-node"] for f in ("pytorch", "huggingface", "lightning", "deepspeed")},
     "ray": {f: [None, "per-process", "per-node"] for f in ("pytorch", "huggingface", "lightning", "deepspeed")},
     "slurm": {f: [None, "per-process", "per-node"] for f in ("pytorch", "huggingface", "lightning", "deepspeed")},
 }
@@ -168,6 +173,7 @@ DEFAULT_LAUNCHER = {
     "azureml": {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
                 "deepspeed": "mpi", "tensorflow": "per-node"},
     "hpcpack": dict.fromkeys(("pytorch", "lightning", "huggingface", "deepspeed"), "per-node"),
+    "kubernetes": dict.fromkeys(("pytorch", "lightning", "huggingface", "deepspeed"), "per-node"),
     "ray": dict.fromkeys(("pytorch", "lightning", "huggingface", "deepspeed"), "per-process"),
     "slurm": dict.fromkeys(("pytorch", "lightning", "huggingface", "deepspeed"), "per-process"),
 }
@@ -202,7 +208,7 @@ def command_of(interpreter: str, args: List[Tuple[str, str]]) -> str:
 def minimal_gen(target: str, args: List[Tuple[str, str]], launcher: Optional[str] = None) -> Gen:
     """A small hand-written example (for @example: a known bug fails at once, without a search)."""
     sku = next(s for s in GPU_SKUS if s.name == "Standard_ND96isr_H100_v5")
-    settings_ = {"azureml": {"compute": "gpu-cluster"}, "hpcpack": {"shared_dir": "/app"},
+    settings_ = {"azureml": {"compute": "gpu-cluster"}, "hpcpack": {"shared_dir": "/app"}, "kubernetes": {},
                  "ray": {"location": "eastus", "resource_group": "rg", "head": "worker"}}[target]
     data: Dict[str, Any] = {"version": 1, "name": "minimal", "code": "CODE_ABS",
                             "command": command_of("python", args), "framework": "pytorch",
@@ -249,6 +255,8 @@ def valid_specs(draw, target: str) -> Gen:
             mode = draw(st.sampled_from(["ro_mount", "download"]))
         elif target in ("hpcpack", "slurm"):
             path, mode = str(draw(st.sampled_from([CODE, REPO / "examples"]))), "ro_mount"
+        elif target == "kubernetes":  # a path in the pod
+            path, mode = draw(st.sampled_from([str(CODE), "/data/mnist", "/mnt/a b/$(id);'x'\n#: y"])), "ro_mount"
         else:
             path = draw(st.sampled_from(["https://example.com/d.csv", str(CODE), "RELATIVE"]))
             mode = "ro_mount"
@@ -266,7 +274,7 @@ def valid_specs(draw, target: str) -> Gen:
 
     numbers = {"nodes": nodes, "procs_per_node": resolved_procs, "gpus_per_node": resolved_gpus,
                "world_size": nodes * resolved_procs}
-    name = draw(NAME)
+    name = draw(DNS_1035 if target == "kubernetes" else NAME)
     numbers["name"] = name
     # the command's arguments: (text in the spec, what the script must receive)
     arg_kinds = st.one_of(
@@ -365,6 +373,27 @@ def valid_specs(draw, target: str) -> Gen:
         setup = draw(st.sampled_from([None, "true", ": ready", "export TS_SETUP=1"]))
         if setup:
             settings_["setup"] = setup
+    elif target == "kubernetes":
+        settings_["api"] = draw(st.sampled_from(["trainjob", "pytorchjob"]))
+        for field, values in (("namespace", DNS_LABEL), ("queue", LABEL_VALUE.filter(bool)),
+                              ("runtime", DNS_LABEL), ("service_account", DNS_LABEL),
+                              ("image_pull_secrets", st.lists(DNS_LABEL, max_size=2)),
+                              ("node_selector", st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=2)),
+                              ("tolerations", st.lists(st.one_of(
+                                  st.fixed_dictionaries({"key": LABEL_KEY, "value": LABEL_VALUE},
+                                                        optional={"effect": st.sampled_from(["NoSchedule",
+                                                                                             "NoExecute"])}),
+                                  st.fixed_dictionaries({"operator": st.just("Exists")},
+                                                        optional={"key": LABEL_KEY})), max_size=2)),
+                              ("rdma_resource", st.sampled_from(["rdma/ib", "rdma/shared_ib", "example.com/ib"])),
+                              ("timeout", st.sampled_from(["12h", "2d", 1, 2 ** 63 - 1])),
+                              ("code", st.sampled_from([{"pvc": {"claim": "code"}},
+                                                        {"pvc": {"claim": "c", "sub_path": "a b/$(id)/'x'"}},
+                                                        {"image": {"path": "/work space/$HOME;`id`"}}]))):
+            if draw(st.booleans()):
+                settings_[field] = draw(values)
+        python_words = ["PRINTER"]  # the pod's interpreter: the printer, which the container's line execs
+        settings_["python"] = "PRINTER_QUOTED"
     else:
         settings_["location"] = draw(st.sampled_from(ray_target.AZURE_REGIONS))
         settings_["resource_group"] = draw(st.from_regex(r"\A[-A-Za-z0-9_.()]{1,30}\Z"))
@@ -453,6 +482,8 @@ def expected_args(gen: Gen, target: str, *, settings_: Dict[str, Any], spec_dir:
                 out.append(f"{root}/outputs/{gen.data['name']}/{JOB_ID}/{value}")
             elif target == "slurm":
                 out.append(f"{spec_dir}/out/{gen.data['name']}/slurm/outputs/{JOB_ID}/{value}")
+            elif target == "kubernetes":
+                out.append(f"/trainspec/outputs/{value}")
             else:
                 out.append(f"/home/raytest/trainspec/outputs/{value}")
     return out
@@ -508,6 +539,13 @@ def test_valid_ray_specs_compile_cleanly_and_deterministically(workdir, gen):
 @settings(max_examples=examples(100), **COMMON)
 @given(gen=valid_specs("slurm"))
 def test_valid_slurm_specs_compile_cleanly_and_deterministically(workdir, gen):
+    check_compiles_cleanly(gen, workdir)
+
+
+@example(gen=minimal_gen("kubernetes", [("lit", ";")]))
+@settings(max_examples=examples(100), **COMMON)
+@given(gen=valid_specs("kubernetes"))
+def test_valid_kubernetes_specs_compile_cleanly_and_deterministically(workdir, gen):
     check_compiles_cleanly(gen, workdir)
 
 
@@ -664,6 +702,54 @@ def test_slurm_script_passes_bash_n_and_srun_gets_the_intended_argv_and_env(work
         shutil.rmtree(spec.parent, ignore_errors=True)
 
 
+@settings(max_examples=examples(40), **COMMON)
+@given(gen=valid_specs("kubernetes"))
+def test_kubernetes_job_is_crd_valid_and_bash_gives_the_intended_argv(workdir, gen):
+    """job.yaml as kubectl reads it (PyYAML) passes the pinned CRDs as strict schemas; the counts,
+    every env value and, through the container's `bash -c` line, every argument are what the spec
+    says (`cd` to the code folder is a path in the pod: a no-op here)."""
+    import yaml
+
+    import kube_schema
+
+    base, printer = workdir
+    spec, outcome, folder = compiled(gen, base, printer)
+    try:
+        text = (folder / "job.yaml").read_text(encoding="utf-8")
+        assert kube_schema.validate_stream(text) == []
+        job = list(yaml.safe_load_all(text))[-1]
+        settings_ = gen.data["targets"]["kubernetes"]
+        if settings_["api"] == "trainjob":
+            container = job["spec"]["trainer"]
+            assert container["numNodes"] == gen.nodes
+        else:
+            replicas = job["spec"]["pytorchReplicaSpecs"]
+            container = replicas["Master"]["template"]["spec"]["containers"][0]
+            assert replicas["Master"]["replicas"] + replicas.get("Worker", {}).get("replicas", 0) == gen.nodes
+            assert job["spec"]["nprocPerNode"] == str(gen.procs)
+        assert job["metadata"]["name"] == gen.data["name"]
+        assert job["metadata"].get("namespace") == settings_.get("namespace")
+        env = {e["name"]: e["value"] for e in container["env"]}
+        for key, value in gen.env.items():
+            assert env[key] == value, key
+        assert env["TRAINSPEC_NODES"] == str(gen.nodes)
+        bash, dash_c, line = container["command"]
+        assert (bash, dash_c) == ("bash", "-c")
+        proc = subprocess.run(["bash", "-c", "cd() { :; }\n" + line], capture_output=True, text=True, timeout=300,
+                              env={"PATH": os.environ["PATH"]}, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, (line, proc.stderr)
+        argv = json.loads(proc.stdout)
+        user = ["train.py", *expected_args(gen, "kubernetes", settings_=settings_, spec_dir=spec.parent)]
+        if gen.framework != "lightning":
+            tail = ["torchrun", "--nnodes", str(gen.nodes), "--nproc_per_node", str(gen.procs), "--no-python",
+                    str(printer), *gen.interpreter.split()[1:], *user]
+        else:
+            tail = [*gen.interpreter.split(), *user]
+        assert argv == ["-I", "-S", "/trainspec/trainspec_shim.py", "--", *tail]
+    finally:
+        shutil.rmtree(spec.parent, ignore_errors=True)
+
+
 def test_hpcpack_xsd_is_here():
     if not XSD.exists():
         pytest.skip(f"the HPC Pack XSD is not here ({XSD}): the XML properties ran without schema validation")
@@ -726,7 +812,7 @@ def test_ray_cluster_passes_rays_validation_and_the_launch_line_round_trips(work
 def _one_spec(tmp_path: Path, target: str, command: str = "python train.py", env: str = "{A: b}",
               extra: str = "") -> Path:
     settings_ = {"azureml": "azureml: {compute: gpu-cluster}", "hpcpack": "hpcpack: {shared_dir: /app}",
-                 "ray": "ray: {location: eastus, resource_group: rg}", "slurm": "slurm: {partition: gpu}"}[target]
+                 "kubernetes": "kubernetes: {}", "ray": "ray: {location: eastus, resource_group: rg}", "slurm": "slurm: {partition: gpu}"}[target]
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"""version: 1
 name: regression
@@ -743,7 +829,7 @@ env: {env}
 
 
 @pytest.mark.parametrize("target", [
-    "azureml", "hpcpack", "ray", "slurm"])
+    "azureml", "hpcpack", "kubernetes", "ray", "slurm"])
 def test_a_quoted_shell_operator_is_an_argument_not_an_operator(tmp_path, target):
     """Bug: `python train.py --sep ';'` (per-node) is rejected with "contains shell operators".
 
@@ -974,6 +1060,12 @@ TARGET_BREAKS = {
     "ray": [(("location",), ["East US", "EastUS", "eastuss"]), (("resource_group",), ["", "a b", 5]),
             (("head",), ["gpu"]), (("idle_timeout_minutes",), [-1, "10"]), (("ray_version",), ["latest"]),
             (("ssh_user",), ["Root"]), (("subscription_id",), ["abc"])],
+    "kubernetes": [(("api",), ["tfjob", "TrainJob"]), (("namespace",), ["ML", "a b", 5, "a" * 64, "ml\n"]),
+                   (("queue",), ["a b", "", "q\n"]), (("timeout",), ["soon", 0, True, "1e9", 1.5, 10 ** 30]),
+                   (("image_pull_secrets",), ["acr", ["Bad_Secret"], ["acr\n"]]), (("node_selector",), [5, "gpu"]),
+                   (("tolerations",), ["x", [{"value": "x"}]]),
+                   (("rdma_resource",), ["RDMA IB", "ib", "nvidia.com/gpu"]), (("python",), ["", 3, "'x"]),
+                   (("runtime",), ["Torch", "a" * 254]), (("service_account",), ["Trainer"])],
     "slurm": [(("partition",), ["gpu nodes", "a'b", 5]), (("time",), ["forever", 0]), (("exclusive",), ["yes"]),
               (("constraint",), ["a100 & ib"]), (("logs",), ["my logs"]), (("python",), ["python 3", ""])],
 }
@@ -990,7 +1082,7 @@ def spread(options: List[Any], salt: Any):
 @st.composite
 def broken_specs(draw):
     """(target, data with one field broken, the broken path, whether the error points at the key)."""
-    target = draw(st.sampled_from(["azureml", "hpcpack", "ray", "slurm"]))
+    target = draw(st.sampled_from(["azureml", "hpcpack", "kubernetes", "ray", "slurm"]))
     gen = draw(valid_specs(target))
     data = copy.deepcopy(gen.data)
     kinds = ([("value", path, values) for path, values in BREAKS if path[0] is not None]
