@@ -316,3 +316,104 @@ def test_the_command_line_exits_1_with_the_located_error_and_writes_nothing(tmp_
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
     assert re.search(r"^spec\.yaml:\d+:\d+: error: " + re.escape(where), proc.stderr, re.M), proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- any settings mapping
+
+
+def _settings_maps():
+    from hypothesis import strategies as st
+
+    text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=20)
+    hostile = st.one_of(st.sampled_from(STRINGS), text)
+    label = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,10}[a-z0-9])?\Z")
+    key = st.from_regex(r"\A([a-z0-9]{1,8}(\.[a-z]{2,4})?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?\Z")
+    value = st.from_regex(r"\A([A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?)?\Z")
+    # valid values seven times as often as hostile ones, so that about half the mappings compile
+    def mostly(good):
+        return st.integers(0, 7).flatmap(lambda i: hostile if i == 0 else good)
+
+    names, keys, values = mostly(label), mostly(key), mostly(value)
+    resource = mostly(st.from_regex(r"\A[a-z0-9]{1,8}(\.[a-z]{2,4})?/[a-z0-9]([-a-z0-9_.]{0,10}[a-z0-9])?\Z"))
+    effects = mostly(st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]))
+    toleration = st.one_of(
+        st.fixed_dictionaries({"key": keys}, optional={"value": values, "effect": effects}),
+        st.fixed_dictionaries({"operator": st.just("Exists")}, optional={"key": keys, "effect": effects}),
+        st.fixed_dictionaries({}, optional={"key": keys, "value": values, "effect": effects,
+                                            "operator": mostly(st.sampled_from(["Equal", "Exists"]))}))
+    code = st.one_of(
+        st.fixed_dictionaries({"pvc": st.fixed_dictionaries({"claim": names}, optional={"sub_path": hostile})}),
+        st.fixed_dictionaries({"image": st.fixed_dictionaries({"path": mostly(hostile.map("/".__add__))})}))
+    return st.fixed_dictionaries({}, optional={
+        "api": st.sampled_from(["trainjob", "pytorchjob", "trainjob", "pytorchjob", "TrainJob"]),
+        "namespace": names, "queue": mostly(value.filter(bool)), "runtime": names, "service_account": names,
+        "image_pull_secrets": st.lists(names, max_size=2), "node_selector": st.dictionaries(keys, values, max_size=2),
+        "tolerations": st.lists(toleration, max_size=2), "code": code,
+        "rdma_resource": resource,
+        "timeout": mostly(st.one_of(st.integers(1, 2 ** 63 - 1), st.sampled_from(["12h", "2d", "1h30m"]))) | st.one_of(
+            st.integers(-5, 2 ** 70), st.sampled_from(["1e9", 1.5, True])),
+        "python": st.one_of(st.sampled_from(["python3", "python3 -u", "'/opt/my env/bin/python'"]), hostile)})
+
+
+def check_any_settings(settings: Dict[str, Any], tmp: Path) -> None:
+    """Located errors only (at least one under targets.kubernetes), or a CRD-valid job.yaml that
+    carries every setting exactly."""
+    errors, docs, text = compile_text(spec_text(settings), tmp)
+    if errors:
+        assert all(re.match(r"/\S*spec\.yaml:\d+:\d+: error: ", e) for e in errors), errors
+        assert any(re.match(r"/\S*spec\.yaml:\d+:\d+: error: targets\.kubernetes\b", e) for e in errors), errors
+        return
+    assert kube_schema.validate_stream(text) == []
+    job = docs[-1]
+    pod = pod_of(job)
+    assert job["kind"] == {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob"}[settings.get("api", "trainjob")]
+    assert [d["metadata"].get("namespace") for d in docs] == [settings.get("namespace")] * len(docs)
+    assert job["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") == settings.get("queue")
+    if job["kind"] == "TrainJob":
+        assert job["spec"]["runtimeRef"]["name"] == settings.get("runtime", "torch-distributed")
+    assert pod.get("serviceAccountName") == settings.get("service_account")
+    assert [s["name"] for s in pod.get("imagePullSecrets", [])] == settings.get("image_pull_secrets", [])
+    for k, v in settings.get("node_selector", {}).items():
+        assert pod["nodeSelector"][k] == v
+    tolerations = settings.get("tolerations", [])
+    assert pod["tolerations"][len(pod["tolerations"]) - len(tolerations):] == [
+        {"operator": "Equal", **t} for t in tolerations]
+    words = line_words(job)
+    assert words[4:words.index("-I")] == shlex.split(settings.get("python", "python3"))
+    code = settings.get("code", {})
+    if "image" in code:
+        assert words[1] == code["image"]["path"]
+    if "pvc" in code:
+        volume = next(v for v in pod["volumes"] if v["name"] == "trainspec-code")
+        mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "trainspec-code")
+        assert (volume["persistentVolumeClaim"]["claimName"], mount.get("subPath")) == (
+            code["pvc"]["claim"], code["pvc"].get("sub_path"))
+    assert set(limits_of(job)) == {"nvidia.com/gpu", settings.get("rdma_resource", "rdma/ib")}
+    assert limits_of(job)["nvidia.com/gpu"] == 8
+
+
+def test_any_settings_mapping_is_located_errors_or_a_valid_job_that_carries_it(tmp_path):
+    """Property: whatever targets.kubernetes holds (valid names, hostile strings, numbers, lists,
+    unknown keys), compile gives located errors or a job the CRDs accept with every setting in it."""
+    pytest.importorskip("hypothesis", reason="hypothesis is needed for the property tests: pip install hypothesis")
+    import os
+
+    from hypothesis import HealthCheck, given, settings as hsettings
+
+    @hsettings(max_examples=int(150 * float(os.environ.get("TRAINSPEC_HYPOTHESIS_SCALE", "1"))), deadline=None,
+               database=None, derandomize=not os.environ.get("TRAINSPEC_HYPOTHESIS_RANDOM"),
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                      HealthCheck.function_scoped_fixture])
+    @given(settings=_settings_maps())
+    def run(settings):
+        check_any_settings(settings, tmp_path)
+
+    run()
+
+
+def test_a_pull_secret_named_twice_is_an_error_at_the_repeat(tmp_path):
+    """Bug (found by the property above): `image_pull_secrets: [acr, acr]` compiled into a list the
+    TrainJob's schema keys by name (x-kubernetes-list-type: map): the API server refuses the repeat."""
+    errors, _, _ = compile_text(spec_text({"image_pull_secrets": ["acr", "acr"]}), tmp_path)
+    assert any(re.search(r"spec\.yaml:\d+:\d+: error: targets\.kubernetes\.image_pull_secrets\[1\]: 'acr' is named "
+                         "twice", e) for e in errors), errors

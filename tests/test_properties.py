@@ -377,7 +377,7 @@ def valid_specs(draw, target: str) -> Gen:
         settings_["api"] = draw(st.sampled_from(["trainjob", "pytorchjob"]))
         for field, values in (("namespace", DNS_LABEL), ("queue", LABEL_VALUE.filter(bool)),
                               ("runtime", DNS_LABEL), ("service_account", DNS_LABEL),
-                              ("image_pull_secrets", st.lists(DNS_LABEL, max_size=2)),
+                              ("image_pull_secrets", st.lists(DNS_LABEL, max_size=2, unique=True)),
                               ("node_selector", st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=2)),
                               ("tolerations", st.lists(st.one_of(
                                   st.fixed_dictionaries({"key": LABEL_KEY, "value": LABEL_VALUE},

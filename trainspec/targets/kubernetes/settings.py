@@ -172,6 +172,9 @@ def settings_errors(spec) -> List[Diagnostic]:
     for i, secret in enumerate(settings.image_pull_secrets):
         if not re.fullmatch(DNS_LABEL, secret) or len(secret) > 253:
             out.append(error(("targets", NAME, "image_pull_secrets", i), f"'{shown(secret)}' {_LABEL_WORDS}"))
+        elif secret in settings.image_pull_secrets[:i]:  # a list keyed by name: the API server refuses a repeat
+            out.append(error(("targets", NAME, "image_pull_secrets", i), f"'{secret}' is named twice",
+                             "name each secret once"))
     for key, value in settings.node_selector.items():
         problem = qualified_name_problem(key)
         if problem:
