@@ -417,3 +417,37 @@ def test_a_pull_secret_named_twice_is_an_error_at_the_repeat(tmp_path):
     errors, _, _ = compile_text(spec_text({"image_pull_secrets": ["acr", "acr"]}), tmp_path)
     assert any(re.search(r"spec\.yaml:\d+:\d+: error: targets\.kubernetes\.image_pull_secrets\[1\]: 'acr' is named "
                          "twice", e) for e in errors), errors
+
+
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+def test_run_local_gives_hostile_env_and_arguments_to_every_pod_exactly(tmp_path, api):
+    """`run --local -t kubernetes` plays job.yaml's pods from what PyYAML reads in it: env values and
+    arguments with shell, YAML and bidi characters (and the strings local.py replaces in the
+    container's line) reach the script exactly, and nothing runs that the spec only quoted."""
+    import json
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "show.py").write_text(
+        "import json, os, sys\nprint('SHOW ' + json.dumps([sys.argv[1:], {k: v for k, v in os.environ.items() "
+        "if k.startswith('H_')}]))\n")
+    pwned = shlex.quote(str(tmp_path / "pwned"))
+    args = [f"$(touch {pwned})", f"; touch {pwned}", "a b", '--x="q"', "two\nlines", "- x", "a: b", "/trainspec/trainspec_shim.py",
+            "cd /trainspec/code && x", "\u202eevil\u202c", "yes"]
+    env = {"H_A": f"$(touch {pwned}) `id` ${{HOME}}", "H_B": "two\nlines", "H_C": "null", "H_D": " x ", "H_E": "\u202eevil",
+           "H_F": "#", "H_G": "*a"}
+    (tmp_path / "spec.yaml").write_text(f"""version: 1
+name: k8s-hostile
+code: code
+command: {yq(shlex.join(["python", "show.py", *args]))}
+resources: {{nodes: 2, gpus_per_node: 0, procs_per_node: 1}}
+distribution: {{backend: gloo, launcher: per-process}}
+environment: {{image: pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime}}
+env: {flow(env)}
+targets:
+  kubernetes: {{api: {api}}}
+""", encoding="utf-8")
+    proc = ts("run", "--local", "spec.yaml", "-t", "kubernetes", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shown = [json.loads(m) for m in re.findall(r"^\[node \d\] SHOW (.*)$", proc.stdout + proc.stderr, re.M)]
+    assert shown == [[args, env]] * 2, proc.stdout + proc.stderr
+    assert not (tmp_path / "pwned").exists()
