@@ -138,7 +138,8 @@ FIELDS = {
                            lambda docs: pod_of(docs[-1])["imagePullSecrets"][0]["name"],
                            lambda v: "targets.kubernetes.image_pull_secrets"),
     "node_selector-key": (lambda v: {"settings": {"node_selector": {v: "gpu"}}},
-                          lambda docs: list(pod_of(docs[-1])["nodeSelector"])[-1], lambda v: "targets.kubernetes.node_selector"),
+                          lambda docs: list(pod_of(docs[-1])["nodeSelector"])[-1],
+                          lambda v: "targets.kubernetes.node_selector"),
     "node_selector-value": (lambda v: {"settings": {"node_selector": {"agentpool": v}}},
                             lambda docs: pod_of(docs[-1])["nodeSelector"]["agentpool"],
                             lambda v: "targets.kubernetes.node_selector.agentpool"),
@@ -207,33 +208,37 @@ MUST_CARRY = {
     ("runtime", "yes"), ("service_account", "null"), ("pvc-claim", "no"),
     ("toleration-operator", "Exists"), ("toleration-effect", "NoExecute"),
 }
-CASES = [(field, value, api) for field, value in sorted(
-    {(field, value) for field in FIELDS for value in STRINGS} | MUST_REFUSE | MUST_CARRY,
-    key=lambda c: (c[0], len(c[1]), c[1])) for api in ("trainjob", "pytorchjob")
-    if not (field == "runtime" and api == "pytorchjob")]  # runtime: a TrainJob's ClusterTrainingRuntime
+VALUES = {field: sorted({*STRINGS, *(v for f, v in MUST_REFUSE | MUST_CARRY if f == field)}, key=lambda v: (len(v), v))
+          for field in FIELDS}
 
 
-def _id(case) -> str:
-    field, value, api = case
-    return f"{api}-{field}-{value[:20]!r}" + (f"-len{len(value)}" if len(value) > 20 else "")
-
-
-@pytest.mark.parametrize("case", CASES, ids=_id)
-def test_a_hostile_value_is_a_located_error_or_carried_exactly_in_a_valid_job(tmp_path, case):
-    field, value, api = case
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+@pytest.mark.parametrize("field", [f for f in FIELDS])
+def test_hostile_values_are_located_errors_or_carried_exactly_in_a_valid_job(tmp_path, field, api):
+    """Every value of VALUES[field] (the strings above, and the field's own must-refuse and
+    must-carry cases); one test per field and API, every wrong outcome listed at the end."""
     say, carried, where = FIELDS[field]
-    kw = say(value)
-    settings = {"api": api, **kw.pop("settings", {})}
-    errors, docs, text = compile_text(spec_text(settings, **kw), tmp_path)
-    if errors:
-        assert (field, value) not in MUST_CARRY, errors
-        field_re = re.escape(where(value))
-        assert any(re.match(rf"/\S*spec\.yaml:\d+:\d+: error: {field_re}\b", e) for e in errors), errors
-        return
-    assert (field, value) not in MUST_REFUSE, f"{field}={value!r} compiled: Kubernetes refuses it when it creates the job"
-    assert kube_schema.validate_stream(text) == []
-    if carried is not None:
-        assert carried(docs) == CARRIED.get(field, lambda v: v)(value)
+    if field == "runtime" and api == "pytorchjob":
+        carried = None  # a PyTorchJob has no runtime: its errors are checked, nothing is carried
+    wrong = []
+    for value in VALUES[field]:
+        kw = say(value)
+        settings = {"api": api, **kw.pop("settings", {})}
+        errors, docs, text = compile_text(spec_text(settings, **kw), tmp_path)
+        case = f"{field}={value[:40]!r}"
+        if errors:
+            located = any(re.match(rf"/\S*spec\.yaml:\d+:\d+: error: {re.escape(where(value))}\b", e) for e in errors)
+            if (field, value) in MUST_CARRY or not located:
+                wrong.append(f"{case}: {errors}")
+            continue
+        if (field, value) in MUST_REFUSE:
+            wrong.append(f"{case} compiled: Kubernetes refuses it when it creates the job or its pods")
+        problems = kube_schema.validate_stream(text)
+        if problems:
+            wrong.append(f"{case}: job.yaml fails the CRDs: {problems}")
+        elif carried is not None and carried(docs) != CARRIED.get(field, lambda v: v)(value):
+            wrong.append(f"{case} came back as {carried(docs)!r}")
+    assert wrong == [], "\n".join(wrong)
 
 
 TIMEOUTS = [(10 ** 30, None), (2 ** 63, None), (2 ** 63 - 1, 2 ** 63 - 1), (-1, None), (0, None), (1.5, None),
@@ -307,7 +312,8 @@ def test_the_crd_schemas_alone_do_not_catch_what_compile_refuses(tmp_path):
     ({"node_selector": {"k": "x/y"}}, None, "targets.kubernetes.node_selector.k: 'x/y' is not a label value"),
     ({"timeout": 10 ** 30}, None, "targets.kubernetes.timeout: 1000000000000000000000000000000 seconds is more than"),
     ({}, "py torch:latest", "environment.image: 'py torch:latest' is not an image reference"),
-    ({"image_pull_secrets": ["acr\n"]}, None, "targets.kubernetes.image_pull_secrets[0]: 'acr\\n' is not a Kubernetes name"),
+    ({"image_pull_secrets": ["acr\n"]}, None,
+     "targets.kubernetes.image_pull_secrets[0]: 'acr\\n' is not a Kubernetes name"),
 ])
 def test_the_command_line_exits_1_with_the_located_error_and_writes_nothing(tmp_path, settings, image, where):
     (tmp_path / "spec.yaml").write_text(spec_text(settings, **({"image": image} if image else {})), encoding="utf-8")
@@ -431,7 +437,8 @@ def test_run_local_gives_hostile_env_and_arguments_to_every_pod_exactly(tmp_path
         "import json, os, sys\nprint('SHOW ' + json.dumps([sys.argv[1:], {k: v for k, v in os.environ.items() "
         "if k.startswith('H_')}]))\n")
     pwned = shlex.quote(str(tmp_path / "pwned"))
-    args = [f"$(touch {pwned})", f"; touch {pwned}", "a b", '--x="q"', "two\nlines", "- x", "a: b", "/trainspec/trainspec_shim.py",
+    args = [f"$(touch {pwned})", f"; touch {pwned}", "a b", '--x="q"', "two\nlines", "- x", "a: b",
+            "/trainspec/trainspec_shim.py",
             "cd /trainspec/code && x", "\u202eevil\u202c", "yes"]
     env = {"H_A": f"$(touch {pwned}) `id` ${{HOME}}", "H_B": "two\nlines", "H_C": "null", "H_D": " x ", "H_E": "\u202eevil",
            "H_F": "#", "H_G": "*a"}
