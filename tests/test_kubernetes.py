@@ -193,7 +193,78 @@ def test_no_image_is_an_error(tmp_path, environment, fragment):
 ])
 def test_inputs_that_are_no_path_in_the_pod_are_located_errors(tmp_path, inputs, fragment):
     (tmp_path / "data" / "mnist").mkdir(parents=True)
-    assert fragment in errors(tmp_path, body=f"inputs: {inputs}")
+    err = errors(tmp_path, body=f"inputs: {inputs}")
+    assert fragment in err and "targets.kubernetes.volumes.data: {pvc: {claim: NAME" in err, err
+
+
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+def test_inputs_and_outputs_on_claims_become_volumes_at_their_paths(tmp_path, api):
+    """volumes: an input from a claim at a sub-path, read-only at /trainspec/inputs/<name>; an output
+    read-write at /trainspec/outputs/<name>; the command's references are those paths; a remote
+    input with a claim compiles (the claim holds its data here), and the documents stay valid."""
+    body = ("inputs: {data: {path: 'azureml://datastores/ds/paths/mnist'}, Data: {path: /opt/in-image}}\n"
+            "outputs: {ckpt: {}, logs: {path: 'azureml://datastores/ds/paths/logs'}}")
+    settings = (f"{{api: {api}, volumes: {{data: {{pvc: {{claim: datasets, sub_path: mnist/v2}}}}, "
+                "ckpt: {pvc: {claim: runs}}, logs: {pvc: {claim: runs, sub_path: logs}}}}")
+    docs = compiled(tmp_path, body=body, settings=settings,
+                    command="python train.py --data {{ inputs.data }} --other {{ inputs.Data }} "
+                            "--out={{ outputs.ckpt }} --logs {{ outputs.logs }}")
+    job = docs[-1]
+    if api == "trainjob":
+        pod, command = patched_pod(job), job["spec"]["trainer"]["command"][2]
+    else:
+        pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+        command = pod["containers"][0]["command"][2]
+    words = shlex.split(command)
+    assert words[-7:] == ["--data", "/trainspec/inputs/data", "--other", "/opt/in-image",
+                          "--out=/trainspec/outputs/ckpt", "--logs", "/trainspec/outputs/logs"], command
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert volumes["in-data"]["persistentVolumeClaim"] == {"claimName": "datasets", "readOnly": True}
+    assert mounts["in-data"] == {"name": "in-data", "mountPath": "/trainspec/inputs/data", "subPath": "mnist/v2",
+                                 "readOnly": True}
+    assert volumes["out-ckpt"]["persistentVolumeClaim"] == {"claimName": "runs"}
+    assert mounts["out-ckpt"] == {"name": "out-ckpt", "mountPath": "/trainspec/outputs/ckpt"}
+    assert mounts["out-logs"]["subPath"] == "logs" and "readOnly" not in mounts["out-logs"]
+    assert not any("emptyDir" in v for v in pod["volumes"] if v["name"] != "dshm")
+
+
+def test_two_names_that_differ_in_case_get_two_volumes(tmp_path):
+    docs = compiled(tmp_path, body="outputs: {Out: {}, out: {}}",
+                    settings="{volumes: {Out: {pvc: {claim: a}}, out: {pvc: {claim: b}}}}")
+    volumes = [v for v in patched_pod(docs[-1])["volumes"] if "persistentVolumeClaim" in v]
+    assert [(v["name"], v["persistentVolumeClaim"]["claimName"]) for v in volumes] == [("out-out", "a"),
+                                                                                        ("out-out-1", "b")]
+
+
+def test_an_output_without_a_volume_is_an_error_at_its_key(tmp_path):
+    """Written into the pod's own disk, it would be gone with the pod: an error that says how to
+    keep it; an output at an absolute path (a volume the cluster mounts there) compiles."""
+    err = errors(tmp_path, body="outputs:\n  ckpt: {}")
+    assert re.search(r"spec\.yaml:\d+:3: error: outputs\.ckpt: it has no volume: what the job writes there would "
+                     r"stay in the pod", err), err
+    assert "targets.kubernetes.volumes.ckpt: {pvc: {claim: NAME, sub_path: DIR}}" in err
+    compiled(tmp_path, body="outputs:\n  ckpt: {path: /mnt/shared/ckpt}")
+
+
+@pytest.mark.parametrize("body, settings, where, fragment", [
+    ("inputs: {data: {path: /d}}", "{volumes: {dta: {pvc: {claim: c}}}}", "targets.kubernetes.volumes.dta",
+     "'dta' is neither an input nor an output of this spec (hint: did you mean 'data'?)"),
+    ("", "{volumes: {data: {pvc: {claim: c}}}}", "targets.kubernetes.volumes.data",
+     "its inputs and outputs: none"),
+    ("inputs: {epochs: 5}", "{volumes: {epochs: {pvc: {claim: c}}}}", "targets.kubernetes.volumes.epochs",
+     "inputs.epochs is a literal value"),
+    ("inputs: {data: {path: /d}}", "{volumes: {data: {pvc: {claim: c, sub_path: a/../../b}}}}",
+     "targets.kubernetes.volumes.data.pvc.sub_path", "leaves the claim"),
+    ("inputs: {data: {path: /d}}", "{volumes: {data: {pvc: {claim: Big_Claim}}}}",
+     "targets.kubernetes.volumes.data.pvc.claim", "is not a Kubernetes name"),
+    ("inputs: {data: {path: /d}}", "{volumes: {data: {claim: c}}}", "targets.kubernetes.volumes.data",
+     "claim"),
+])
+def test_volume_errors_are_located(tmp_path, body, settings, where, fragment):
+    err = errors(tmp_path, body=body, settings=settings)
+    assert re.search(r"spec\.yaml:\d+:\d+: error: " + re.escape(where), err), err
+    assert fragment in err, err
 
 
 @pytest.mark.parametrize("settings, where", [

@@ -38,6 +38,7 @@ JOB_FILE = "job.yaml"
 SUBMIT = "kubectl apply -f {dir}/" + JOB_FILE
 SHIM_DIR = "/trainspec"
 CODE_DIR = "/trainspec/code"
+INPUTS_DIR = "/trainspec/inputs"
 OUTPUTS_DIR = "/trainspec/outputs"
 CONFIGMAP_LIMIT = 1 << 20  # what the API server stores in one object
 TRAINJOB_PORT = 29500  # PET_MASTER_PORT, fixed by the Trainer's torch plugin
@@ -59,9 +60,22 @@ def settings_defaults():
 
 
 def refs_for(valid: ValidSpec):
-    """``{{ inputs.x }}``: its path in the pod (or literal); ``{{ outputs.x }}``: its path, or
-    ``/trainspec/outputs/x`` (an emptyDir: gone with the pod unless a volume is mounted there)."""
-    return base.node_path_refs(valid, lambda name: shlex.quote(f"{OUTPUTS_DIR}/{name}"))
+    """``{{ inputs.x }}`` / ``{{ outputs.x }}``: where its volume is mounted
+    (``/trainspec/inputs/x``, ``/trainspec/outputs/x``), else its path in the pod (or literal)."""
+    volumes = _settings(valid).volumes
+    paths = base.node_path_refs(valid, lambda name: shlex.quote(f"{OUTPUTS_DIR}/{name}"))
+
+    def refs(kind: str, name: str) -> str:
+        if name in volumes:
+            return shlex.quote(mount_path(kind, name))
+        return paths(kind, name)
+
+    return refs
+
+
+def mount_path(kind: str, name: str) -> str:
+    """Where the volume of input or output ``name`` is in the pod."""
+    return f"{INPUTS_DIR if kind == 'inputs' else OUTPUTS_DIR}/{name}"
 
 
 CANNOT_RUN = {
@@ -83,12 +97,17 @@ CANNOT_RUN = {
                                  fatal=False),
     Feature.INPUT_EVAL_MODE: unsupported(fatal=False),
     Feature.OUTPUT_ASSET_NAME: unsupported(fatal=False),
-    Feature.INPUT_URL: unsupported(),
-    Feature.INPUT_DATA_ASSET: unsupported(),
-    Feature.INPUT_RELATIVE: problem("on Kubernetes an input is a path in the pod: it must be absolute",
-                                    "e.g. /data/mnist on a volume the cluster mounts"),
-    Feature.OUTPUT_NOT_ABSOLUTE: unsupported(),
+    Feature.INPUT_URL: unsupported(hint="put the data on a PersistentVolumeClaim: targets.kubernetes.volumes."
+                                   "{name}: {{pvc: {{claim: NAME, sub_path: DIR}}}}"),
+    Feature.INPUT_DATA_ASSET: unsupported(hint="put the data on a PersistentVolumeClaim: targets.kubernetes."
+                                          "volumes.{name}: {{pvc: {{claim: NAME, sub_path: DIR}}}}"),
+    Feature.INPUT_RELATIVE: problem("on Kubernetes an input is a path in the pod: '{path}' is relative",
+                                    "mount it from a claim (targets.kubernetes.volumes.{name}: {{pvc: {{claim: "
+                                    "NAME}}}}), or give an absolute path in the image"),
+    Feature.OUTPUT_NOT_ABSOLUTE: unsupported(hint="mount a claim for it: targets.kubernetes.volumes.{name}: "
+                                             "{{pvc: {{claim: NAME, sub_path: DIR}}}}"),
 }
+_ON_VOLUME = "targets.kubernetes.volumes.{name}: {{pvc: {{claim: NAME, sub_path: DIR}}}}"
 
 
 def suggested_name(name: str) -> str:
@@ -101,7 +120,16 @@ def suggested_name(name: str) -> str:
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     """What Kubernetes cannot run: its table, the job name, reserved variables, the code's size."""
-    out = capabilities.check(NAME, CANNOT_RUN, valid)
+    volumes = _settings(valid).volumes
+    out = [d for d in capabilities.check(NAME, CANNOT_RUN, valid)  # data on a volume has no path to run
+           if not (d.path[:1] in (("inputs",), ("outputs",)) and len(d.path) > 2 and d.path[1] in volumes
+                   and d.path[2] == "path")]
+    for key, item in valid.spec.outputs.items():
+        if item.path is None and key not in volumes:
+            out.append(error(("outputs", key), "it has no volume: what the job writes there would "
+                             "stay in the pod and be lost with it",
+                             "mount a claim: " + _ON_VOLUME.format(name=key) + ", or give it an absolute path "
+                             "on a volume the cluster mounts", on_key=True))
     name = valid.name
     if not DNS_1035.match(name) or len(name) > 63:
         out.append(error(("name",), f"'{name}' cannot name a Kubernetes job: it must be a DNS-1035 label (lower-case "
@@ -190,6 +218,18 @@ def _volume(path: str) -> str:
     return path[:-len(".py")].replace("_", "-")
 
 
+def _data_volume(kind: str, key: str, used: set) -> str:
+    """A volume name (a DNS-1123 label) for input or output ``key``: ``in-data``, ``out-ckpt``;
+    numbered when two keys differ only in case or _ (``Data``, ``data``)."""
+    stem = f"{'in' if kind == 'inputs' else 'out'}-" + re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
+    stem = stem[:55].rstrip("-")
+    name, i = stem, 1
+    while name in used:
+        name, i = f"{stem}-{i}", i + 1
+    used.add(name)
+    return name
+
+
 def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
     """What every pod of the job gets, both APIs alike: volumes, mounts, node selection, the
     container's command, env and resources."""
@@ -217,9 +257,18 @@ def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
     if spec.resources.shm_size:
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(spec.resources.shm_size)}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-    if any(item.path is None for item in spec.outputs.values()):
-        volumes.append({"name": "trainspec-outputs", "emptyDir": {}})
-        mounts.append({"name": "trainspec-outputs", "mountPath": OUTPUTS_DIR})
+    used = {volume["name"] for volume in volumes} | {"trainspec-code", "dshm"}
+    for key, volume in sorted(settings.volumes.items()):
+        kind = "inputs" if key in spec.inputs else "outputs"
+        volume_name = _data_volume(kind, key, used)
+        volumes.append({"name": volume_name, "persistentVolumeClaim": {"claimName": volume.pvc.claim}})
+        mount: Dict[str, Any] = {"name": volume_name, "mountPath": mount_path(kind, key)}
+        if volume.pvc.sub_path:
+            mount["subPath"] = volume.pvc.sub_path
+        if kind == "inputs":
+            volumes[-1]["persistentVolumeClaim"]["readOnly"] = True
+            mount["readOnly"] = True
+        mounts.append(mount)
     limits: Dict[str, Any] = {}
     if valid.gpus_per_node:
         limits["nvidia.com/gpu"] = valid.gpus_per_node
