@@ -333,9 +333,28 @@ def documents(valid: ValidSpec) -> List[Dict[str, Any]]:
 
 
 def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
+    """job.yaml, which embeds the runtime files (the shim ConfigMap's data): ``diff`` shows it
+    with each of them as one placeholder line and summarises them (OutFile.embedded)."""
     header = emit.yaml_header(valid.source.display, valid.source.digest, NAME)
-    text = b"---\n".join(emit.yaml_bytes(doc, header if i == 0 else "") for i, doc in enumerate(documents(valid)))
-    return base.Artifact(target=NAME, name=valid.name, files=(base.OutFile(JOB_FILE, text),), submit=SUBMIT)
+    docs = documents(valid)
+    embedded = runtime_files()
+    shown = [_with_placeholders(doc, f"{valid.name}-shim", embedded) for doc in docs]
+    job = base.OutFile(JOB_FILE, _stream(docs, header), embedded=embedded, shown=_stream(shown, header))
+    return base.Artifact(target=NAME, name=valid.name, files=(job,), submit=SUBMIT)
+
+
+def _stream(docs: List[Dict[str, Any]], header: str) -> bytes:
+    """The documents as one multi-document YAML file, the header on the first."""
+    return b"---\n".join(emit.yaml_bytes(doc, header if i == 0 else "") for i, doc in enumerate(docs))
+
+
+def _with_placeholders(doc: Dict[str, Any], shim_map: str, files: Tuple[base.OutFile, ...]) -> Dict[str, Any]:
+    """``doc`` as a reviewer reads it: the shim ConfigMap (``shim_map``) with each runtime file's
+    content replaced by its placeholder line; any other document as it is."""
+    if doc["kind"] != "ConfigMap" or doc["metadata"]["name"] != shim_map:
+        return doc
+    by_key = {file.path: file for file in files}
+    return {**doc, "data": {key: base.placeholder(by_key[key]) for key in doc["data"]}}
 
 
 def plan_port(valid: ValidSpec) -> str:
