@@ -88,8 +88,9 @@ class Change:
 
 @dataclass(frozen=True)
 class RuntimeFile:
-    """A generated runtime file (the shim, the Ray driver...; OutFile.runtime): summarised by
-    its size, sha256 and trainspec runtime version, never printed whole."""
+    """A generated runtime file (the shim, the Ray driver...; OutFile.runtime, or one written
+    inside another output: OutFile.embedded): summarised by its size, sha256 and trainspec
+    runtime version, never printed whole."""
 
     size: int
     sha256: str
@@ -116,7 +117,7 @@ class RuntimeFile:
 class OutputDiff:
     path: str  # as the user sees it: build/<name>/<target>/<file>
     output: str  # <target>/<file>
-    diff: str  # a unified diff; for a runtime file, its summary line
+    diff: str  # a unified diff (of OutFile.reviewed); for a runtime file, its summary line
     runtime: Optional[RuntimeFile] = None
 
 
@@ -267,7 +268,7 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
             shown = OutputDiff(path, output, runtime.line, runtime)
             (result.runtime if before == after else result.files).append(shown)
             continue
-        # runtime files inside this one (Kubernetes' shim ConfigMap): summarised the same way
+        # runtime files written inside this one (OutFile.embedded): summarised the same way
         inner = _embedded_changes(was, now, result.status, path, output)
         if before is None or after is None \
                 or without_provenance(before, old) != without_provenance(after, new):
@@ -287,7 +288,7 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
     return result
 
 
-EMBEDDED = "#"  # between a file and a runtime file embedded in it: build/x/kubernetes/job.yaml#trainspec_shim.py
+EMBEDDED = "#"  # between an output and a runtime file embedded in it: build/<job>/<target>/job.yaml#trainspec_shim.py
 
 
 def _embedded_changes(was: Optional[base.OutFile], now: Optional[base.OutFile], status: str, path: str,
