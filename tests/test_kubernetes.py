@@ -345,3 +345,112 @@ def test_plan_diff_and_check_show_the_job(tmp_path):
 def test_the_golden_job_is_valid():
     text = (REPO / "tests" / "golden" / "k8s-ddp" / "kubernetes" / "job.yaml").read_text(encoding="utf-8")
     assert kube_schema.validate_stream(text) == []
+
+
+# --- plan, diff and check as a reviewer and a cluster admin read them ------------------------------
+
+ADMIN = ("{namespace: ml, queue: team-a, timeout: 1h30m, service_account: trainer, image_pull_secrets: [acr-pull], "
+         "node_selector: {agentpool: gpu}, tolerations: [{key: dedicated, value: ml, effect: NoSchedule}, "
+         "{key: spot, operator: Exists}], code: {pvc: {claim: code, sub_path: team/mnist}}")
+
+
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+def test_plan_shows_what_an_admin_checks_before_kubectl_apply(tmp_path, api):
+    path = spec(tmp_path, settings=ADMIN + f", api: {api}}}", resources="{nodes: 3, sku: Standard_ND96isr_H100_v5, "
+                "shm_size: 16g}", body="outputs:\n  checkpoints: {}")
+    plan = json.loads(ts("plan", str(path), "--format", "json", cwd=tmp_path, check=True).stdout)
+    settings = plan["jobs"][0]["targets"][0]["settings"]
+    pods = "3 (one per node)" if api == "trainjob" else "3 (Master 1 + Worker 2)"
+    assert settings == {
+        "job": "TrainJob trainer.kubeflow.org/v1alpha1" if api == "trainjob" else "PyTorchJob kubeflow.org/v1",
+        "namespace": "ml",
+        "queue": "Kueue team-a (created suspended)",
+        "image": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
+        "pods": pods + ", each with limits nvidia.com/gpu=8, rdma/ib=1",
+        "capabilities": "IPC_LOCK",
+        "node selector": "node.kubernetes.io/instance-type=Standard_ND96isr_H100_v5, agentpool=gpu",
+        "tolerations": "sku=gpu:NoSchedule, dedicated=ml:NoSchedule, spot (any value, any effect)",
+        "service account": "trainer",
+        "image pull secrets": "acr-pull",
+        "code": "at /trainspec/code (volume trainspec-code)",
+        "volume trainspec-shim": "ConfigMap job-shim (trainspec_shim.py) at /trainspec/trainspec_shim.py "
+                                 "(sub-path trainspec_shim.py, read-only)",
+        "volume trainspec-kubeflow": "ConfigMap job-shim (trainspec_kubeflow.py) at /trainspec/trainspec_kubeflow.py "
+                                     "(sub-path trainspec_kubeflow.py, read-only)",
+        "volume trainspec-code": "PVC code at /trainspec/code (sub-path team/mnist)",
+        "volume dshm": "emptyDir in memory (at most 16Gi) at /dev/shm",
+        "volume trainspec-outputs": "emptyDir at /trainspec/outputs",
+        "deadline": "1h30m (activeDeadlineSeconds 5400)",
+        "shim": "python3 -I -S trainspec_shim.py (needs Python 3.8+)",
+    }, settings
+    # read from the job.yaml compile writes: the same image, limits, volumes
+    assert ts("compile", str(path), "-o", str(tmp_path / "out"), cwd=tmp_path).returncode == 0
+    job = list(yaml.safe_load_all((tmp_path / "out" / "job" / "kubernetes" / "job.yaml").read_text()))[-1]
+    pod = (patched_pod(job) if api == "trainjob" else job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"])
+    assert sorted(k[len("volume "):] for k in settings if k.startswith("volume ")) == sorted(
+        v["name"] for v in pod["volumes"])
+    text = ts("plan", str(path), cwd=tmp_path, check=True).stdout
+    markdown = ts("plan", str(path), "--format", "markdown", cwd=tmp_path, check=True).stdout
+    for key, value in settings.items():
+        assert f"\n  {key}: {value}\n" in text and f"\n- {key}: `{value}`\n" in markdown, key
+
+
+def test_plan_of_a_plain_job_says_what_it_does_not_set(tmp_path):
+    path = spec(tmp_path, resources="{nodes: 1, gpus_per_node: 0}", settings="{code: {image: {path: /workspace}}}")
+    settings = json.loads(ts("plan", str(path), "--format", "json", cwd=tmp_path, check=True).stdout)[
+        "jobs"][0]["targets"][0]["settings"]
+    assert settings["pods"] == "1 (one per node), no resource limits" and settings["namespace"] == "(kubectl's)"
+    assert settings["code"] == "in the image, at /workspace"
+    assert settings["deadline"] == "none: runs until it ends (targets.kubernetes.timeout sets one)"
+    assert not {"queue", "capabilities", "node selector", "tolerations", "service account", "image pull secrets",
+                "volume trainspec-code"} & set(settings)
+
+
+def k8s_repo(tmp_path):
+    """A repository with specs/k8s-ddp.yaml, its code, and its job.yaml committed."""
+    from conftest import git
+
+    root = tmp_path / "repo"
+    (root / "specs").mkdir(parents=True)
+    (root / "specs" / "k8s-ddp.yaml").write_text((REPO / "specs" / "k8s-ddp.yaml").read_text())
+    (root / "examples" / "ddp").mkdir(parents=True)
+    for name in ("train.py", "environment.yml"):
+        (root / "examples" / "ddp" / name).write_bytes((REPO / "examples" / "ddp" / name).read_bytes())
+    git("init", "-q", "-b", "main", cwd=root)
+    ts("compile", "specs/", "-o", "build/", cwd=root, check=True)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "a Kubernetes job", cwd=root)
+    return root
+
+
+def test_a_timeout_change_is_that_hunk_and_the_runtime_files_one_line_each(tmp_path):
+    from conftest import edit
+
+    root = k8s_repo(tmp_path)
+    edit(root / "specs" / "k8s-ddp.yaml", "timeout: 12h", "timeout: 13h")
+    diff = ts("diff", "--git", "HEAD", "specs/", cwd=root, check=True).stdout
+    changed = [line for line in diff.splitlines() if line.startswith(("+", "-")) and line[:3] not in ("+++", "---")]
+    assert changed[2:] == ["-  activeDeadlineSeconds: 43200", "+  activeDeadlineSeconds: 46800"], diff
+    assert all("Generated by trainspec" in line for line in changed[:2])  # the header's spec sha256
+    assert diff.count("@@ ") == 2 and "def detect" not in diff
+    for name in ("trainspec_shim.py", "trainspec_kubeflow.py"):
+        assert f"\nbuild/k8s-ddp/kubernetes/job.yaml#{name}: unchanged trainspec runtime v0.1.0" in diff
+
+
+@pytest.mark.parametrize("old, new", [
+    ("    numNodes: 2\n", "    numNodes: 3\n"),  # the TrainJob
+    ("    class HPCPack(Detector):\n", "    class HPCPack(Detector):  # tuned\n"),  # one line of the embedded shim
+], ids=["trainjob", "embedded-shim"])
+def test_check_and_diff_see_a_hand_edit_anywhere_in_job_yaml(tmp_path, old, new):
+    from conftest import edit
+
+    root = k8s_repo(tmp_path)
+    job = root / "build" / "k8s-ddp" / "kubernetes" / "job.yaml"
+    assert ts("check", "specs/", "-o", "build", cwd=root).returncode == 0
+    edit(job, old, new)
+    check = ts("check", "specs/", "-o", "build", cwd=root)
+    assert check.returncode == 1 and f"{job.relative_to(root)}: hand-edited" in check.stdout + check.stderr, \
+        check.stdout + check.stderr
+    diff = ts("diff", "--git", "HEAD", "specs/", cwd=root, check=True).stdout
+    assert "committed outputs differ from what the spec compiles to" in diff
+    assert "build/k8s-ddp/kubernetes/job.yaml" in diff.split("\n")[1], diff
