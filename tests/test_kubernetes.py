@@ -351,7 +351,8 @@ def test_the_golden_job_is_valid():
 
 ADMIN = ("{namespace: ml, queue: team-a, timeout: 1h30m, service_account: trainer, image_pull_secrets: [acr-pull], "
          "node_selector: {agentpool: gpu}, tolerations: [{key: dedicated, value: ml, effect: NoSchedule}, "
-         "{key: spot, operator: Exists}], code: {pvc: {claim: code, sub_path: team/mnist}}")
+         "{key: spot, operator: Exists}], code: {pvc: {claim: code, sub_path: team/mnist}}, "
+         "volumes: {checkpoints: {pvc: {claim: runs, sub_path: mnist}}}")
 
 
 @pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
@@ -379,7 +380,7 @@ def test_plan_shows_what_an_admin_checks_before_kubectl_apply(tmp_path, api):
                                      "(sub-path trainspec_kubeflow.py, read-only)",
         "volume trainspec-code": "PVC code at /trainspec/code (sub-path team/mnist)",
         "volume dshm": "emptyDir in memory (at most 16Gi) at /dev/shm",
-        "volume trainspec-outputs": "emptyDir at /trainspec/outputs",
+        "volume out-checkpoints": "PVC runs at /trainspec/outputs/checkpoints (sub-path mnist)",
         "deadline": "1h30m (activeDeadlineSeconds 5400)",
         "shim": "python3 -I -S trainspec_shim.py (needs Python 3.8+)",
     }, settings
