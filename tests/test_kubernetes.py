@@ -193,7 +193,78 @@ def test_no_image_is_an_error(tmp_path, environment, fragment):
 ])
 def test_inputs_that_are_no_path_in_the_pod_are_located_errors(tmp_path, inputs, fragment):
     (tmp_path / "data" / "mnist").mkdir(parents=True)
-    assert fragment in errors(tmp_path, body=f"inputs: {inputs}")
+    err = errors(tmp_path, body=f"inputs: {inputs}")
+    assert fragment in err and "targets.kubernetes.volumes.data: {pvc: {claim: NAME" in err, err
+
+
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+def test_inputs_and_outputs_on_claims_become_volumes_at_their_paths(tmp_path, api):
+    """volumes: an input from a claim at a sub-path, read-only at /trainspec/inputs/<name>; an output
+    read-write at /trainspec/outputs/<name>; the command's references are those paths; a remote
+    input with a claim compiles (the claim holds its data here), and the documents stay valid."""
+    body = ("inputs: {data: {path: 'azureml://datastores/ds/paths/mnist'}, Data: {path: /opt/in-image}}\n"
+            "outputs: {ckpt: {}, logs: {path: 'azureml://datastores/ds/paths/logs'}}")
+    settings = (f"{{api: {api}, volumes: {{data: {{pvc: {{claim: datasets, sub_path: mnist/v2}}}}, "
+                "ckpt: {pvc: {claim: runs}}, logs: {pvc: {claim: runs, sub_path: logs}}}}")
+    docs = compiled(tmp_path, body=body, settings=settings,
+                    command="python train.py --data {{ inputs.data }} --other {{ inputs.Data }} "
+                            "--out={{ outputs.ckpt }} --logs {{ outputs.logs }}")
+    job = docs[-1]
+    if api == "trainjob":
+        pod, command = patched_pod(job), job["spec"]["trainer"]["command"][2]
+    else:
+        pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+        command = pod["containers"][0]["command"][2]
+    words = shlex.split(command)
+    assert words[-7:] == ["--data", "/trainspec/inputs/data", "--other", "/opt/in-image",
+                          "--out=/trainspec/outputs/ckpt", "--logs", "/trainspec/outputs/logs"], command
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert volumes["in-data"]["persistentVolumeClaim"] == {"claimName": "datasets", "readOnly": True}
+    assert mounts["in-data"] == {"name": "in-data", "mountPath": "/trainspec/inputs/data", "subPath": "mnist/v2",
+                                 "readOnly": True}
+    assert volumes["out-ckpt"]["persistentVolumeClaim"] == {"claimName": "runs"}
+    assert mounts["out-ckpt"] == {"name": "out-ckpt", "mountPath": "/trainspec/outputs/ckpt"}
+    assert mounts["out-logs"]["subPath"] == "logs" and "readOnly" not in mounts["out-logs"]
+    assert not any("emptyDir" in v for v in pod["volumes"] if v["name"] != "dshm")
+
+
+def test_two_names_that_differ_in_case_get_two_volumes(tmp_path):
+    docs = compiled(tmp_path, body="outputs: {Out: {}, out: {}}",
+                    settings="{volumes: {Out: {pvc: {claim: a}}, out: {pvc: {claim: b}}}}")
+    volumes = [v for v in patched_pod(docs[-1])["volumes"] if "persistentVolumeClaim" in v]
+    assert [(v["name"], v["persistentVolumeClaim"]["claimName"]) for v in volumes] == [("out-out", "a"),
+                                                                                        ("out-out-1", "b")]
+
+
+def test_an_output_without_a_volume_is_an_error_at_its_key(tmp_path):
+    """Written into the pod's own disk, it would be gone with the pod: an error that says how to
+    keep it; an output at an absolute path (a volume the cluster mounts there) compiles."""
+    err = errors(tmp_path, body="outputs:\n  ckpt: {}")
+    assert re.search(r"spec\.yaml:\d+:3: error: outputs\.ckpt: it has no volume: what the job writes there would "
+                     r"stay in the pod", err), err
+    assert "targets.kubernetes.volumes.ckpt: {pvc: {claim: NAME, sub_path: DIR}}" in err
+    compiled(tmp_path, body="outputs:\n  ckpt: {path: /mnt/shared/ckpt}")
+
+
+@pytest.mark.parametrize("body, settings, where, fragment", [
+    ("inputs: {data: {path: /d}}", "{volumes: {dta: {pvc: {claim: c}}}}", "targets.kubernetes.volumes.dta",
+     "'dta' is neither an input nor an output of this spec (hint: did you mean 'data'?)"),
+    ("", "{volumes: {data: {pvc: {claim: c}}}}", "targets.kubernetes.volumes.data",
+     "its inputs and outputs: none"),
+    ("inputs: {epochs: 5}", "{volumes: {epochs: {pvc: {claim: c}}}}", "targets.kubernetes.volumes.epochs",
+     "inputs.epochs is a literal value"),
+    ("inputs: {data: {path: /d}}", "{volumes: {data: {pvc: {claim: c, sub_path: a/../../b}}}}",
+     "targets.kubernetes.volumes.data.pvc.sub_path", "leaves the claim"),
+    ("inputs: {data: {path: /d}}", "{volumes: {data: {pvc: {claim: Big_Claim}}}}",
+     "targets.kubernetes.volumes.data.pvc.claim", "is not a Kubernetes name"),
+    ("inputs: {data: {path: /d}}", "{volumes: {data: {claim: c}}}", "targets.kubernetes.volumes.data",
+     "claim"),
+])
+def test_volume_errors_are_located(tmp_path, body, settings, where, fragment):
+    err = errors(tmp_path, body=body, settings=settings)
+    assert re.search(r"spec\.yaml:\d+:\d+: error: " + re.escape(where), err), err
+    assert fragment in err, err
 
 
 @pytest.mark.parametrize("settings, where", [
@@ -274,3 +345,113 @@ def test_plan_diff_and_check_show_the_job(tmp_path):
 def test_the_golden_job_is_valid():
     text = (REPO / "tests" / "golden" / "k8s-ddp" / "kubernetes" / "job.yaml").read_text(encoding="utf-8")
     assert kube_schema.validate_stream(text) == []
+
+
+# --- plan, diff and check as a reviewer and a cluster admin read them ------------------------------
+
+ADMIN = ("{namespace: ml, queue: team-a, timeout: 1h30m, service_account: trainer, image_pull_secrets: [acr-pull], "
+         "node_selector: {agentpool: gpu}, tolerations: [{key: dedicated, value: ml, effect: NoSchedule}, "
+         "{key: spot, operator: Exists}], code: {pvc: {claim: code, sub_path: team/mnist}}, "
+         "volumes: {checkpoints: {pvc: {claim: runs, sub_path: mnist}}}")
+
+
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+def test_plan_shows_what_an_admin_checks_before_kubectl_apply(tmp_path, api):
+    path = spec(tmp_path, settings=ADMIN + f", api: {api}}}", resources="{nodes: 3, sku: Standard_ND96isr_H100_v5, "
+                "shm_size: 16g}", body="outputs:\n  checkpoints: {}")
+    plan = json.loads(ts("plan", str(path), "--format", "json", cwd=tmp_path, check=True).stdout)
+    settings = plan["jobs"][0]["targets"][0]["settings"]
+    pods = "3 (one per node)" if api == "trainjob" else "3 (Master 1 + Worker 2)"
+    assert settings == {
+        "job": "TrainJob trainer.kubeflow.org/v1alpha1" if api == "trainjob" else "PyTorchJob kubeflow.org/v1",
+        "namespace": "ml",
+        "queue": "Kueue team-a (created suspended)",
+        "image": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
+        "pods": pods + ", each with limits nvidia.com/gpu=8, rdma/ib=1",
+        "capabilities": "IPC_LOCK",
+        "node selector": "node.kubernetes.io/instance-type=Standard_ND96isr_H100_v5, agentpool=gpu",
+        "tolerations": "sku=gpu:NoSchedule, dedicated=ml:NoSchedule, spot (any value, any effect)",
+        "service account": "trainer",
+        "image pull secrets": "acr-pull",
+        "code": "at /trainspec/code (volume trainspec-code)",
+        "volume trainspec-shim": "ConfigMap job-shim (trainspec_shim.py) at /trainspec/trainspec_shim.py "
+                                 "(sub-path trainspec_shim.py, read-only)",
+        "volume trainspec-kubeflow": "ConfigMap job-shim (trainspec_kubeflow.py) at /trainspec/trainspec_kubeflow.py "
+                                     "(sub-path trainspec_kubeflow.py, read-only)",
+        "volume trainspec-code": "PVC code at /trainspec/code (sub-path team/mnist)",
+        "volume dshm": "emptyDir in memory (at most 16Gi) at /dev/shm",
+        "volume out-checkpoints": "PVC runs at /trainspec/outputs/checkpoints (sub-path mnist)",
+        "deadline": "1h30m (activeDeadlineSeconds 5400)",
+        "shim": "python3 -I -S trainspec_shim.py (needs Python 3.8+)",
+    }, settings
+    # read from the job.yaml compile writes: the same image, limits, volumes
+    assert ts("compile", str(path), "-o", str(tmp_path / "out"), cwd=tmp_path).returncode == 0
+    job = list(yaml.safe_load_all((tmp_path / "out" / "job" / "kubernetes" / "job.yaml").read_text()))[-1]
+    pod = (patched_pod(job) if api == "trainjob" else job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"])
+    assert sorted(k[len("volume "):] for k in settings if k.startswith("volume ")) == sorted(
+        v["name"] for v in pod["volumes"])
+    text = ts("plan", str(path), cwd=tmp_path, check=True).stdout
+    markdown = ts("plan", str(path), "--format", "markdown", cwd=tmp_path, check=True).stdout
+    for key, value in settings.items():
+        assert f"\n  {key}: {value}\n" in text and f"\n- {key}: `{value}`\n" in markdown, key
+
+
+def test_plan_of_a_plain_job_says_what_it_does_not_set(tmp_path):
+    path = spec(tmp_path, resources="{nodes: 1, gpus_per_node: 0}", settings="{code: {image: {path: /workspace}}}")
+    settings = json.loads(ts("plan", str(path), "--format", "json", cwd=tmp_path, check=True).stdout)[
+        "jobs"][0]["targets"][0]["settings"]
+    assert settings["pods"] == "1 (one per node), no resource limits" and settings["namespace"] == "(kubectl's)"
+    assert settings["code"] == "in the image, at /workspace"
+    assert settings["deadline"] == "none: runs until it ends (targets.kubernetes.timeout sets one)"
+    assert not {"queue", "capabilities", "node selector", "tolerations", "service account", "image pull secrets",
+                "volume trainspec-code"} & set(settings)
+
+
+def k8s_repo(tmp_path):
+    """A repository with specs/k8s-ddp.yaml, its code, and its job.yaml committed."""
+    from conftest import git
+
+    root = tmp_path / "repo"
+    (root / "specs").mkdir(parents=True)
+    (root / "specs" / "k8s-ddp.yaml").write_text((REPO / "specs" / "k8s-ddp.yaml").read_text())
+    (root / "examples" / "ddp").mkdir(parents=True)
+    for name in ("train.py", "environment.yml"):
+        (root / "examples" / "ddp" / name).write_bytes((REPO / "examples" / "ddp" / name).read_bytes())
+    git("init", "-q", "-b", "main", cwd=root)
+    ts("compile", "specs/", "-o", "build/", cwd=root, check=True)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "a Kubernetes job", cwd=root)
+    return root
+
+
+def test_a_timeout_change_is_that_hunk_and_the_runtime_files_one_line_each(tmp_path):
+    from conftest import edit
+
+    root = k8s_repo(tmp_path)
+    edit(root / "specs" / "k8s-ddp.yaml", "timeout: 12h", "timeout: 13h")
+    diff = ts("diff", "--git", "HEAD", "specs/", cwd=root, check=True).stdout
+    changed = [line for line in diff.splitlines() if line.startswith(("+", "-")) and line[:3] not in ("+++", "---")]
+    assert changed[2:] == ["-  activeDeadlineSeconds: 43200", "+  activeDeadlineSeconds: 46800"], diff
+    assert all("Generated by trainspec" in line for line in changed[:2])  # the header's spec sha256
+    assert diff.count("@@ ") == 2 and "def detect" not in diff
+    for name in ("trainspec_shim.py", "trainspec_kubeflow.py"):
+        assert f"\nbuild/k8s-ddp/kubernetes/job.yaml#{name}: unchanged trainspec runtime v0.1.0" in diff
+
+
+@pytest.mark.parametrize("old, new", [
+    ("    numNodes: 2\n", "    numNodes: 3\n"),  # the TrainJob
+    ("    class HPCPack(Detector):\n", "    class HPCPack(Detector):  # tuned\n"),  # one line of the embedded shim
+], ids=["trainjob", "embedded-shim"])
+def test_check_and_diff_see_a_hand_edit_anywhere_in_job_yaml(tmp_path, old, new):
+    from conftest import edit
+
+    root = k8s_repo(tmp_path)
+    job = root / "build" / "k8s-ddp" / "kubernetes" / "job.yaml"
+    assert ts("check", "specs/", "-o", "build", cwd=root).returncode == 0
+    edit(job, old, new)
+    check = ts("check", "specs/", "-o", "build", cwd=root)
+    assert check.returncode == 1 and f"{job.relative_to(root)}: hand-edited" in check.stdout + check.stderr, \
+        check.stdout + check.stderr
+    diff = ts("diff", "--git", "HEAD", "specs/", cwd=root, check=True).stdout
+    assert "committed outputs differ from what the spec compiles to" in diff
+    assert "build/k8s-ddp/kubernetes/job.yaml" in diff.split("\n")[1], diff

@@ -160,6 +160,14 @@ FIELDS = {
     "pvc-sub_path": (lambda v: {"settings": {"code": {"pvc": {"claim": "code", "sub_path": v}}}},
                      lambda docs: next(m for m in container_mounts(docs[-1]) if m["name"] == "trainspec-code")[
                          "subPath"], lambda v: "targets.kubernetes.code.pvc.sub_path"),
+    "volume-claim": (lambda v: {"settings": {"volumes": {"data": {"pvc": {"claim": v}}}},
+                     "inputs": {"data": {"path": "/data"}}, "command": "python train.py {{ inputs.data }}"},
+                     lambda docs: next(vol for vol in pod_of(docs[-1])["volumes"] if vol["name"].endswith("data"))[
+                         "persistentVolumeClaim"]["claimName"], lambda v: "targets.kubernetes.volumes.data.pvc.claim"),
+    "volume-sub_path": (lambda v: {"settings": {"volumes": {"data": {"pvc": {"claim": "datasets", "sub_path": v}}}},
+                        "inputs": {"data": {"path": "/data"}}, "command": "python train.py {{ inputs.data }}"},
+                        lambda docs: next(m for m in container_mounts(docs[-1]) if m["name"].endswith("data"))[
+                            "subPath"], lambda v: "targets.kubernetes.volumes.data.pvc.sub_path"),
     "image-path": (lambda v: {"settings": {"code": {"image": {"path": "/" + v}}}},
                    lambda docs: "/" + line_words(docs[-1])[1][1:], lambda v: "targets.kubernetes.code.image.path"),
     "rdma_resource": (_setting("rdma_resource"), lambda docs: [k for k in limits_of(docs[-1]) if k != "nvidia.com/gpu"][0],
@@ -428,8 +436,11 @@ def test_a_pull_secret_named_twice_is_an_error_at_the_repeat(tmp_path):
 @pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
 def test_run_local_gives_hostile_env_and_arguments_to_every_pod_exactly(tmp_path, api):
     """`run --local -t kubernetes` plays job.yaml's pods from what PyYAML reads in it: env values and
-    arguments with shell, YAML and bidi characters (and the strings local.py replaces in the
-    container's line) reach the script exactly, and nothing runs that the spec only quoted."""
+    arguments with shell, YAML and bidi characters reach the script exactly, and nothing runs that
+    the spec only quoted.
+
+    Bug: local.py re-joins the container's line word by word and left every `&&` unquoted, so the
+    argument `'&&'` of `python show.py '&&' touch x` became an operator and `touch x` ran."""
     import json
 
     (tmp_path / "code").mkdir()
@@ -437,8 +448,8 @@ def test_run_local_gives_hostile_env_and_arguments_to_every_pod_exactly(tmp_path
         "import json, os, sys\nprint('SHOW ' + json.dumps([sys.argv[1:], {k: v for k, v in os.environ.items() "
         "if k.startswith('H_')}]))\n")
     pwned = shlex.quote(str(tmp_path / "pwned"))
-    args = [f"$(touch {pwned})", f"; touch {pwned}", "a b", '--x="q"', "two\nlines", "- x", "a: b",
-            "/trainspec/trainspec_shim.py",
+    args = [f"$(touch {pwned})", f"; touch {pwned}", "&&", "touch", pwned, "a b", '--x="q"', "two\nlines", "- x",
+            "a: b", "/trainspec/other",
             "cd /trainspec/code && x", "\u202eevil\u202c", "yes"]
     env = {"H_A": f"$(touch {pwned}) `id` ${{HOME}}", "H_B": "two\nlines", "H_C": "null", "H_D": " x ", "H_E": "\u202eevil",
            "H_F": "#", "H_G": "*a"}

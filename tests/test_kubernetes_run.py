@@ -24,17 +24,18 @@ from kube_pods import job_pods, run_pods  # noqa: E402
 
 DDP = ("ddp", "python train.py --steps 2 --timeout 60", "pytorch", "")
 # Lightning per node: the shim hands the pod's world to Lightning, which spawns its devices; checkpoints
-# go to an output (an emptyDir), as the code's ConfigMap is read-only
+# go to an output on a claim, as the code's ConfigMap is read-only
 LIGHTNING = ("mnist", "python train.py --num_nodes {{ nodes }} --devices {{ procs_per_node }} --output "
              "{{ outputs.ckpt }}", "lightning", "outputs: {ckpt: {}}")
+CLAIMS = "volumes: {ckpt: {pvc: {claim: runs, sub_path: mnist}}}"
 
 
-def spec_file(tmp_path, api, launcher, procs, example=DDP):
+def spec_file(tmp_path, api, launcher, procs, example=DDP, settings=CLAIMS, code=None):
     folder, command, framework, extra = example
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"""version: 1
 name: k8s-run
-code: {REPO}/examples/{folder}
+code: {code or REPO / "examples" / folder}
 command: {command}
 framework: {framework}
 {extra}
@@ -42,7 +43,7 @@ resources: {{nodes: 2, gpus_per_node: 0, procs_per_node: {procs}, shm_size: 64m}
 distribution: {{backend: gloo, launcher: {launcher}}}
 environment: {{image: pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime}}
 targets:
-  kubernetes: {{api: {api}}}
+  kubernetes: {{api: {api}{", " + settings if "outputs" in extra else ""}}}
 """)
     return spec
 
@@ -68,7 +69,9 @@ def test_every_rank_of_a_fit_agrees(tmp_path, api, launcher, procs, example):
     if example is LIGHTNING:
         pytest.importorskip("lightning", reason="lightning is a test extra")
     docs = compiled(tmp_path, api, launcher, procs, example)
-    result = run_pods(job_pods(docs), docs, workdir=tmp_path / "pods", timeout=240)
+    claim = tmp_path / "claim-runs"
+    claim.mkdir()
+    result = run_pods(job_pods(docs), docs, workdir=tmp_path / "pods", pvcs={"runs": claim}, timeout=240)
     assert result.ok, result.output
     ranks = sorted((json.loads(m) for out in result.output.values()
                     for m in re.findall(r"^TRAINSPEC_RESULT (\{.*\})$", out, re.M)), key=lambda r: r["rank"])
@@ -80,6 +83,72 @@ def test_every_rank_of_a_fit_agrees(tmp_path, api, launcher, procs, example):
     master = "k8s-run-node-0-0.k8s-run:29500" if api == "trainjob" else "k8s-run-master-0:6105"
     assert {r["master"] for r in ranks} == {master}
     assert not os.path.exists("/trainspec")  # the mount points the run made are gone
+    if example is LIGHTNING:  # outputs.ckpt's claim, at its sub-path, was Lightning's root dir
+        assert (claim / "mnist").is_dir()
+
+
+IO_CHECK = """import os, sys
+data, out = sys.argv[1], sys.argv[2]
+text = open(os.path.join(data, "hello.txt")).read()
+try:
+    open(os.path.join(data, "written"), "w")
+    read_only = False
+except OSError:
+    read_only = True
+with open(os.path.join(out, "node-%s.txt" % os.environ["NODE_RANK"]), "w") as f:
+    f.write("%s %s %s" % (text, read_only, data))
+"""
+VOLUMES = ("io", "python io_check.py {{ inputs.data }} {{ outputs.result }}", "pytorch",
+           "inputs: {data: {path: 'azureml://datastores/ds/paths/hello'}}\noutputs: {result: {}}")
+IO_CLAIMS = "volumes: {data: {pvc: {claim: datasets, sub_path: hello}}, result: {pvc: {claim: runs}}}"
+
+
+def io_code(tmp_path):
+    code = tmp_path / "io"
+    code.mkdir()
+    (code / "io_check.py").write_text(IO_CHECK)
+    return code
+
+
+@needs_root
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+def test_inputs_and_outputs_on_claims_are_mounted_where_the_command_says(tmp_path, api):
+    """An input read-only at /trainspec/inputs/<name> from its claim and sub-path, an output
+    read-write at /trainspec/outputs/<name>: every pod reads the one and writes to the other, and
+    what it wrote is on the claim after the pods are gone."""
+    spec = spec_file(tmp_path, api, "per-process", 1, VOLUMES, IO_CLAIMS, io_code(tmp_path))
+    proc = ts("compile", str(spec), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "out" / "k8s-run" / "kubernetes" / "job.yaml").read_text()
+    assert validate_stream(text) == []
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    datasets, runs = tmp_path / "claim-datasets", tmp_path / "claim-runs"
+    (datasets / "hello").mkdir(parents=True)
+    (datasets / "hello" / "hello.txt").write_text("hi")
+    runs.mkdir()
+    result = run_pods(job_pods(docs), docs, workdir=tmp_path / "pods", pvcs={"datasets": datasets, "runs": runs},
+                      timeout=120)
+    assert result.ok, result.output
+    assert sorted(p.name for p in runs.iterdir()) == ["node-0.txt", "node-1.txt"], result.output
+    assert {p.read_text() for p in runs.iterdir()} == {"hi True /trainspec/inputs/data"}
+    assert sorted(p.name for p in (datasets / "hello").iterdir()) == ["hello.txt"]  # nothing written to the input
+
+
+def test_run_local_makes_claims_folders_and_takes_an_input_path(tmp_path):
+    """`run --local -t kubernetes`: an input on a claim is the --input folder, an output's claim
+    a folder of the work directory; the command's paths point there."""
+    data = tmp_path / "here"
+    data.mkdir()
+    (data / "hello.txt").write_text("local")
+    spec = spec_file(tmp_path, "trainjob", "per-process", 1, VOLUMES, IO_CLAIMS, io_code(tmp_path))
+    workdir = tmp_path / "work"
+    proc = ts("run", "--local", str(spec), "-t", "kubernetes", "--input", f"data={data}", "--workdir",
+              str(workdir), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    written = workdir / "claims" / "runs"
+    assert sorted(p.name for p in written.iterdir()) == ["node-0.txt", "node-1.txt"], proc.stderr
+    assert {p.read_text().split(" ")[0] for p in written.iterdir()} == {"local"}
+    assert f"outputs.result: {written}" in proc.stderr and f"inputs.data: {data}" in proc.stderr
 
 
 @pytest.mark.parametrize("api, launcher, procs", [("trainjob", "per-node", 2), ("pytorchjob", "per-process", 1)])

@@ -394,6 +394,10 @@ def valid_specs(draw, target: str) -> Gen:
                 settings_[field] = draw(values)
         python_words = ["PRINTER"]  # the pod's interpreter: the printer, which the container's line execs
         settings_["python"] = "PRINTER_QUOTED"
+        volumes = {name: {"pvc": draw(st.sampled_from([{"claim": "runs"}, {"claim": "runs", "sub_path": "a b/$x"}]))}
+                   for name, item in outputs.items() if "path" not in item}  # an output on a claim, or lost
+        if volumes:
+            settings_["volumes"] = volumes
     else:
         settings_["location"] = draw(st.sampled_from(ray_target.AZURE_REGIONS))
         settings_["resource_group"] = draw(st.from_regex(r"\A[-A-Za-z0-9_.()]{1,30}\Z"))

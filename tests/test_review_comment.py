@@ -148,6 +148,91 @@ def test_a_changed_job_names_its_unchanged_runtime_and_a_changed_runtime_says_wh
         "trainspec_ray_driver.py", "trainspec_procs.py", "trainspec_ray_request.py"}
 
 
+K8S_RUNTIME = ("trainspec_shim.py", "trainspec_kubeflow.py")  # in job.yaml's shim ConfigMap
+
+
+def test_a_new_kubernetes_job_summarises_the_runtime_files_inside_its_job_yaml(repo):
+    from trainspec.build import build
+
+    shutil.copy(REPO / "specs" / "k8s-ddp.yaml", repo / "specs" / "k8s-ddp.yaml")
+    commit(repo, "a Kubernetes job")
+    embedded = {f.path: f.data for f in build(str(REPO / "specs" / "k8s-ddp.yaml"), Path("build"))
+                .artifacts[0].file("job.yaml").embedded}
+    assert set(embedded) == set(K8S_RUNTIME)
+    source = ("def detect(env: Mapping[str, str]) -> bool:", "def detectors(shim):")  # a line of each
+    assert source[0].encode() in embedded["trainspec_shim.py"] and source[1].encode() in embedded["trainspec_kubeflow.py"]
+    for fmt in ("text", "markdown"):
+        out = ts("diff", "--git", "HEAD~1", "--format", fmt, cwd=repo, check=True).stdout
+        shown = render(out).text if fmt == "markdown" else out
+        assert not any(line in shown for line in source) and "def _int(" not in shown
+        for name, data in embedded.items():
+            lines = [l for l in shown.splitlines() if f"build/k8s-ddp/kubernetes/job.yaml#{name}" in l]
+            assert len(lines) == 1, lines  # one line each, naming the file it is in
+            assert f"{len(data):,} bytes" in lines[0] and hashlib.sha256(data).hexdigest() in lines[0]
+            assert "trainspec runtime v0.1.0 (new job)" in lines[0]
+            # job.yaml itself is diffed, each runtime file one placeholder line naming it
+            assert f"+  {name}: trainspec runtime file {name}, {len(data):,} bytes, sha256 " \
+                   f"{hashlib.sha256(data).hexdigest()}" in shown
+        assert "+++ b/build/k8s-ddp/kubernetes/job.yaml" in shown and "+kind: TrainJob" in shown
+        assert "+  activeDeadlineSeconds: 43200" in shown
+    data = json.loads(ts("diff", "--git", "HEAD~1", "--format", "json", cwd=repo, check=True).stdout)
+    files = data["jobs"][0]["files"]
+    runtime = {f["path"]: f["runtime"] for f in files if f["runtime"]}
+    assert set(runtime) == {f"build/k8s-ddp/kubernetes/job.yaml#{name}" for name in K8S_RUNTIME}
+    for name, data_ in embedded.items():
+        entry = runtime[f"build/k8s-ddp/kubernetes/job.yaml#{name}"]
+        assert entry == {"size": len(data_), "sha256": hashlib.sha256(data_).hexdigest(),
+                         "summary": "trainspec runtime v0.1.0 (new job)", "version_before": None,
+                         "version_after": "0.1.0", "sha256_before": None}
+    assert [f["path"] for f in files if not f["runtime"]] == ["build/k8s-ddp/kubernetes/job.yaml"]
+    # the markdown of that pull request: a few thousand characters (the code ConfigMap is most
+    # of it), not the 60,000 of the shim printed whole
+    markdown = ts("diff", "--git", "HEAD~1", "--format", "markdown", cwd=repo, check=True).stdout
+    assert len(markdown) < 15_000 and "Cut to fit" not in markdown and "left out for length" not in markdown
+    assert len(comment(repo, "HEAD~1")) < 20_000
+
+
+def test_a_changed_shim_inside_job_yaml_is_one_changed_line_and_no_hunk(monkeypatch, tmp_path):
+    """A job compiled by a trainspec with another shim: its job.yaml differs only inside the shim
+    ConfigMap. The job changed (the real bytes differ), shown as the summary's `changed:` line."""
+    import trainspec
+    from trainspec.build import build
+    from trainspec.compile import base as compile_base
+    from trainspec.review.diff import diff_outcomes, render_diffs
+
+    spec = str(REPO / "specs" / "k8s-ddp.yaml")
+    head = build(spec, Path("build"))
+    older = tmp_path / "runtime"
+    older.mkdir()
+    shim = (REPO / "trainspec" / "runtime" / "shim.py").read_text()
+    assert "class HPCPack(Detector):" in shim
+    (older / "shim.py").write_text(shim.replace("class HPCPack(Detector):", "class OldHPCPack(Detector):"))
+    shutil.copy(REPO / "trainspec" / "runtime" / "kubeflow.py", older / "kubeflow.py")
+    monkeypatch.setattr(compile_base, "SHIM_SOURCE", older / "shim.py")
+    monkeypatch.setattr(trainspec, "__version__", "0.0.9")
+    old = build(spec, Path("build"))
+    monkeypatch.undo()
+    was, now = old.artifacts[0].file("job.yaml"), head.artifacts[0].file("job.yaml")
+    assert b"OldHPCPack" in was.data and was.data != now.data
+    result = diff_outcomes(old, head, "build")
+    assert result.status == "changed" and [f.output for f in result.files] == ["kubernetes/job.yaml#trainspec_shim.py"]
+    changed = result.files[0].runtime
+    assert changed.summary == "changed: trainspec runtime v0.0.9 -> v0.1.0"
+    assert changed.sha256_before == hashlib.sha256(was.embedded[0].data).hexdigest()
+    assert [f.output for f in result.runtime] == ["kubernetes/job.yaml#trainspec_kubeflow.py"]
+    for fmt in ("text", "markdown"):
+        shown = render_diffs([result], fmt)
+        shown = render(shown).text if fmt == "markdown" else shown
+        assert "build/k8s-ddp/kubernetes/job.yaml#trainspec_shim.py" in shown
+        assert "changed: trainspec runtime v0.0.9 -> v0.1.0" in shown and "OldHPCPack" not in shown
+        assert "@@" not in shown and "+++" not in shown  # no hunk: the placeholder lines are the same
+        line = next(l for l in shown.splitlines() if "job.yaml#trainspec_kubeflow.py" in l)
+        assert line.endswith(": unchanged trainspec runtime v0.1.0")  # same bytes, from another version
+    as_json = json.loads(render_diffs([result], "json"))["jobs"][0]
+    assert as_json["files"][0]["runtime"]["version_before"] == "0.0.9"
+    assert [f["path"] for f in as_json["runtime_unchanged"]] == ["build/k8s-ddp/kubernetes/job.yaml#trainspec_kubeflow.py"]
+
+
 # --- one comment, whatever the change -----------------------------------------------------------
 
 def assert_one_comment(text, names):

@@ -165,3 +165,20 @@ def test_links_that_leave_the_tree_at_the_base_revision_are_left_out_not_followe
         assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
         assert "outside" not in proc.stdout
     assert planned(repo) == (["single-node"], [])
+
+
+def test_a_base_revision_without_files_reviews_every_job_as_new(tmp_path):
+    """A repository whose first commit is empty (`git commit --allow-empty`, as many start): git
+    archive of that tree is no tar at all; every job is new, in plan and diff --git."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git("init", "-q", "-b", "main", cwd=root)
+    git("commit", "-q", "--allow-empty", "-m", "empty", cwd=root)
+    git("tag", "empty", cwd=root)
+    shutil.copytree(spec_repo(tmp_path / "src"), root, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git"))
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "specs", cwd=root)
+    jobs = diffed(root, "empty")
+    assert jobs and {j["status"] for j in jobs.values()} == {"new"}, jobs
+    names, removed = planned(root, "empty")
+    assert sorted(names) == sorted(jobs) and removed == []

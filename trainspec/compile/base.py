@@ -35,6 +35,32 @@ class OutFile:
     # a generated runtime file (the shim, the Ray driver...): the trainspec version it comes
     # from. `diff` summarises such files (size, sha256, version) instead of printing them whole.
     runtime: Optional[str] = None
+    # runtime files written inside this one (a manifest that carries them), each an OutFile with
+    # its `runtime`, and `shown`: `data` as a reviewer reads it, each of them replaced by its
+    # placeholder() line. `diff` summarises them as it does runtime files of their own and diffs
+    # `shown`; `data` stays what is written, checked and compared (a change inside one is a change).
+    embedded: Tuple["OutFile", ...] = ()
+    shown: Optional[bytes] = None
+
+    def __post_init__(self) -> None:
+        for inner in self.embedded:
+            if inner.runtime is None or self.shown is None or placeholder(inner).encode("utf-8") not in self.shown:
+                raise ValueError(f"{self.path}: the embedded {inner.path} needs a runtime version and its "
+                                 "placeholder line in `shown`")
+
+    @property
+    def reviewed(self) -> bytes:
+        """The file as ``diff`` shows it: ``shown`` when it embeds runtime files, else ``data``."""
+        return self.data if self.shown is None else self.shown
+
+
+def placeholder(file: OutFile) -> str:
+    """The one line that stands for an embedded runtime file in what a reviewer reads (one line,
+    no ': ' or '#', so a YAML or shell string holds it unquoted)."""
+    import hashlib
+
+    return (f"trainspec runtime file {file.path}, {len(file.data):,} bytes, sha256 "
+            f"{hashlib.sha256(file.data).hexdigest()} (summarised here, written whole)")
 
 
 @dataclass(frozen=True)

@@ -88,8 +88,9 @@ class Change:
 
 @dataclass(frozen=True)
 class RuntimeFile:
-    """A generated runtime file (the shim, the Ray driver...; OutFile.runtime): summarised by
-    its size, sha256 and trainspec runtime version, never printed whole."""
+    """A generated runtime file (the shim, the Ray driver...; OutFile.runtime, or one written
+    inside another output: OutFile.embedded): summarised by its size, sha256 and trainspec
+    runtime version, never printed whole."""
 
     size: int
     sha256: str
@@ -116,7 +117,7 @@ class RuntimeFile:
 class OutputDiff:
     path: str  # as the user sees it: build/<name>/<target>/<file>
     output: str  # <target>/<file>
-    diff: str  # a unified diff; for a runtime file, its summary line
+    diff: str  # a unified diff (of OutFile.reviewed); for a runtime file, its summary line
     runtime: Optional[RuntimeFile] = None
 
 
@@ -267,15 +268,56 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
             shown = OutputDiff(path, output, runtime.line, runtime)
             (result.runtime if before == after else result.files).append(shown)
             continue
-        if before is not None and after is not None \
-                and without_provenance(before, old) == without_provenance(after, new):
-            continue  # the same job: only the spec's path or bytes (a comment, formatting) differ
-        text = unified(before or b"", after or b"", "/dev/null" if before is None else f"a/{path}",
-                       "/dev/null" if after is None else f"b/{path}")
-        result.files.append(OutputDiff(path, output, text))
+        # runtime files written inside this one (OutFile.embedded): summarised the same way
+        inner = _embedded_changes(was, now, result.status, path, output)
+        if before is None or after is None \
+                or without_provenance(before, old) != without_provenance(after, new):
+            # the file as a reviewer reads it, each embedded file a placeholder line (unchanged
+            # when only the embedded file changed: then its summary says so, and nothing else)
+            shown_before, shown_after = _reviewed(was, now)
+            if shown_before is None or shown_after is None \
+                    or without_provenance(shown_before, old) != without_provenance(shown_after, new):
+                text = unified(shown_before or b"", shown_after or b"", "/dev/null" if before is None else f"a/{path}",
+                               "/dev/null" if after is None else f"b/{path}")
+                result.files.append(OutputDiff(path, output, text))
+        # else the same job: only the spec's path or bytes (a comment, formatting) differ
+        for item, same in inner:
+            (result.runtime if same else result.files).append(item)
     if result.status == "changed" and not result.files and not result.changes:
         result.status = "unchanged"
     return result
+
+
+EMBEDDED = "#"  # between an output and a runtime file embedded in it: build/<job>/<target>/job.yaml#trainspec_shim.py
+
+
+def _embedded_changes(was: Optional[base.OutFile], now: Optional[base.OutFile], status: str, path: str,
+                      output: str) -> List[Tuple[OutputDiff, bool]]:
+    """Each runtime file embedded in an output (OutFile.embedded), summarised like a runtime file
+    of its own under ``<path>#<name>``, and whether it is unchanged."""
+    old = {f.path: f for f in (was.embedded if was else ())}
+    new = {f.path: f for f in (now.embedded if now else ())}
+    found = []
+    for name in [*old, *(n for n in new if n not in old)]:
+        a, b = old.get(name), new.get(name)
+        runtime = runtime_change(a, b, status)
+        item = OutputDiff(f"{path}{EMBEDDED}{name}", f"{output}{EMBEDDED}{name}", runtime.line, runtime)
+        found.append((item, a is not None and b is not None and a.data == b.data))
+    return found
+
+
+def _reviewed(was: Optional[base.OutFile], now: Optional[base.OutFile]) -> Tuple[Optional[bytes], Optional[bytes]]:
+    """Both sides of an output as a reviewer reads them (OutFile.reviewed), the old side's
+    placeholder of each embedded file written as the new side's: a changed embedded file is its
+    summary line, not a hunk."""
+    before = was.reviewed if was else None
+    if was is not None and now is not None:
+        new = {f.path: f for f in now.embedded}
+        for inner in was.embedded:
+            if inner.path in new:
+                before = before.replace(base.placeholder(inner).encode("utf-8"),
+                                        base.placeholder(new[inner.path]).encode("utf-8"))
+    return before, (now.reviewed if now else None)
 
 
 def runtime_change(was: Optional[base.OutFile], now: Optional[base.OutFile], status: str) -> RuntimeFile:

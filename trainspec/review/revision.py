@@ -42,24 +42,31 @@ def revision_tree(rev: str, root: Path) -> Iterator[Path]:
     folder is extracted: a symlink that is absolute or leaves the tree (``tz ->
     /usr/share/zoneinfo/UTC``) is left out, so a spec that reads through it finds nothing there
     and says so, located, instead of reading this machine's files."""
-    import io
-    import tarfile
     import tempfile
 
     git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=root)
-    archive = subprocess.run(["git", "archive", "--format=tar", rev], cwd=root, check=True, capture_output=True).stdout
+    files = subprocess.run(["git", "ls-tree", "--name-only", rev], cwd=root, check=True, capture_output=True).stdout
     tree = Path(tempfile.mkdtemp(prefix="trainspec-rev-"))
     try:
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            members = [m for m in tar.getmembers() if _stays_inside(m)]
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(tree, members=members, filter=_skip_unsafe)
-            else:  # Python without extraction filters: _stays_inside did the same checks
-                tar.extractall(tree, members=members)
+        if files:  # git archive of a tree without files is no tar at all
+            _extract(subprocess.run(["git", "archive", "--format=tar", rev], cwd=root, check=True,
+                                    capture_output=True).stdout, tree)
         (tree / ".git").mkdir(exist_ok=True)
         yield tree
     finally:
         shutil.rmtree(tree, ignore_errors=True)
+
+
+def _extract(archive: bytes, tree: Path) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        members = [m for m in tar.getmembers() if _stays_inside(m)]
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(tree, members=members, filter=_skip_unsafe)
+        else:  # Python without extraction filters: _stays_inside did the same checks
+            tar.extractall(tree, members=members)
 
 
 def _stays_inside(member: Any) -> bool:

@@ -165,7 +165,7 @@ def _target_table(path: SpecPath, table: str) -> Tuple[Dict[Tuple[str, ...], str
 def _field_hint(path: SpecPath) -> Optional[str]:
     keys = tuple(p for p in path if isinstance(p, str))
     own, below = _target_table(keys, "HINTS")
-    return own.get(below) or _HINTS.get(keys)
+    return _lookup(own, below) or _HINTS.get(keys)
 
 
 def _pattern_words(path: SpecPath) -> str:
@@ -176,4 +176,13 @@ def _pattern_words(path: SpecPath) -> str:
     if tuple(path) == ("environment", "python"):  # a target's python is an interpreter: its own words below
         return "expected a Python version like 3.11"
     own, below = _target_table(path, "PATTERN_WORDS")
-    return own.get(tuple(p for p in below if isinstance(p, str)), "has the wrong format")
+    return _lookup(own, tuple(p for p in below if isinstance(p, str))) or "has the wrong format"
+
+
+def _lookup(table, path):
+    """A target's entry for ``path``; ``*`` in an entry stands for any key of a mapping
+    (``("volumes", "*", "pvc", "claim")``)."""
+    if path in table:
+        return table[path]
+    return next((text for key, text in table.items() if len(key) == len(path)
+                 and all(k == "*" or k == p for k, p in zip(key, path))), None)

@@ -2,7 +2,8 @@
 with exactly the variables Kubeflow's controller injects (../shared/reference/kubernetes.md): a
 TrainJob's PET_* (PET_MASTER_ADDR: node 0's simulated address, standing in for its JobSet DNS
 name), a PyTorchJob's MASTER_ADDR/RANK (the pod index)/WORLD_SIZE and PET_*. The ConfigMaps are
-written into the work directory and the pod's two paths of ours (the shim, the code) point there.
+written into the work directory, a claim is a folder of it (an input's: ``--input``, or its own
+path when it is here), and every path of ours in the command (/trainspec/...) points there.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import base64
 import shlex
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
-from trainspec.compile.base import SHIM_FILE
 from trainspec.targets.kubernetes.lower import CODE_DIR, JOB_FILE, SHIM_DIR, TRAINJOB_PORT
 
 
@@ -36,14 +36,83 @@ def pod_env(job: Dict, node: int, nodes: int, master: str) -> Dict[str, str]:
     return env
 
 
-def _command(job: Dict, shim: Path, code: Path) -> List[str]:
-    """The container's command, with our two paths moved to where the ConfigMaps were written."""
+def _pod(job: Dict) -> Dict:
+    """The pod template every pod of the job has (a TrainJob's runtime patch, a PyTorchJob's Master)."""
+    if job["kind"] == "TrainJob":
+        return job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
+            "template"]["spec"]["template"]["spec"]
+    return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+
+
+def _command(job: Dict, paths: Dict[str, Path]) -> List[str]:
+    """The container's command, each path of ours (``paths``: mount path -> where it is here)
+    moved to where this run put it, word by word."""
     spec = job["spec"]
-    command = (spec["trainer"]["command"] if job["kind"] == "TrainJob" else
-               spec["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"])
-    line = command[2].replace(f"cd {CODE_DIR} && ", f"cd {shlex.quote(str(code))} && ", 1)
-    line = line.replace(f" {SHIM_DIR}/{SHIM_FILE} ", f" {shlex.quote(str(shim))} ", 1)
-    return [*command[:2], line]
+    command = spec["trainer"]["command"] if job["kind"] == "TrainJob" else _pod(job)["containers"][0]["command"]
+    order = sorted(paths, key=len, reverse=True)
+
+    def moved(word: str) -> str:
+        for mount in order:
+            for at in [0] + [i + 1 for i, c in enumerate(word) if c == "="]:  # a word, or --flag=<path>
+                rest = word[at:]
+                if rest == mount or rest.startswith(mount + "/"):
+                    return word[:at] + str(paths[mount]) + rest[len(mount):]
+        return word
+
+    words = [moved(w) for w in shlex.split(command[2])]  # cd <code> && exec <shim> -- <command>
+    # the third word is the one operator: an argument "&&" of the command stays an argument
+    return [*command[:2], " ".join(w if i == 2 else shlex.quote(w) for i, w in enumerate(words))]
+
+
+def _volumes(job: Dict, documents: List[Dict], run) -> Tuple[Dict[str, Path], List[str]]:
+    """Every volume of the pod made here, as the kubelet would mount it: the ConfigMaps' keys
+    written at their paths, a claim a folder of the work directory (an input: ``--input``, else
+    its path when it is here). Returns mount path -> local path, and a line per claim."""
+    maps = {doc["metadata"]["name"]: doc for doc in documents if doc.get("kind") == "ConfigMap"}
+    pod = _pod(job)
+    mounts = {m["name"]: m for m in pod["containers"][0].get("volumeMounts", [])}
+    root = run.workdir / "trainspec"
+    paths: Dict[str, Path] = {}
+    told = []
+    for volume in pod.get("volumes", []):
+        mount = mounts.get(volume["name"])
+        if mount is None or not mount["mountPath"].startswith(SHIM_DIR + "/"):
+            continue  # /dev/shm: this machine's own
+        at = mount["mountPath"]
+        here = root / at[len(SHIM_DIR) + 1:]
+        source = volume.get("configMap")
+        if source is not None:
+            data = maps[source["name"]]
+            files = {**{k: v.encode("utf-8") for k, v in (data.get("data") or {}).items()},
+                     **{k: base64.b64decode(v) for k, v in (data.get("binaryData") or {}).items()}}
+            folder = root if mount.get("subPath") else here  # one key at a file, or the map as a folder
+            for item in source["items"]:
+                path = folder / item["path"]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(files[item["key"]])
+            paths[at] = here
+            continue
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if claim is None:
+            continue
+        if at == CODE_DIR:
+            paths[at] = run.valid.resolve(run.valid.spec.code)  # the code on a claim: the spec's folder
+            continue
+        kind, _, name = at[len(SHIM_DIR) + 1:].partition("/")
+        item = run.valid.spec.inputs.get(name) if kind == "inputs" else None
+        given = run.options.inputs.get(name) if item is not None else None
+        if given is None and item is not None and item.path and run.valid.resolve(item.path).exists():
+            given = str(run.valid.resolve(item.path))
+        if given is not None:
+            paths[at] = Path(given).resolve()
+            told.append(f"{kind}.{name}: {paths[at]} (claim {claim} in the cluster)")
+            continue
+        here = run.workdir / "claims" / claim / (mount.get("subPath") or "")
+        here.mkdir(parents=True, exist_ok=True)
+        paths[at] = here
+        told.append(f"{kind}.{name}: {here} (claim {claim}" + (", empty here: give --input " + name + "=PATH"
+                                                                if kind == "inputs" else "") + ")")
+    return paths, told
 
 
 def play_local(job_dir: Path, run) -> int:
@@ -52,31 +121,12 @@ def play_local(job_dir: Path, run) -> int:
     from trainspec.local.machinery import Master, Proc, base_env, run_and_report
 
     documents = [d for d in yaml.safe_load_all((job_dir / JOB_FILE).read_text(encoding="utf-8")) if d]
-    runtime = run.workdir / "trainspec"
-    code = runtime / "code"
     job = documents[-1]
-    maps = {doc["metadata"]["name"]: doc for doc in documents[:-1]}  # the ConfigMaps
-    if job["kind"] == "TrainJob":
-        volumes = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
-            "template"]["spec"]["template"]["spec"]["volumes"]
-    else:
-        volumes = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"]
-    for volume in volumes:  # every ConfigMap key written at its path, as the kubelet mounts it
-        source = volume.get("configMap")
-        if source is None:
-            continue
-        data = maps[source["name"]]
-        files = {**{k: v.encode("utf-8") for k, v in (data.get("data") or {}).items()},
-                 **{k: base64.b64decode(v) for k, v in (data.get("binaryData") or {}).items()}}
-        folder = code if volume["name"] == "trainspec-code" else runtime
-        for item in source["items"]:
-            path = folder / item["path"]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(files[item["key"]])
-    if not code.is_dir():
-        code = run.valid.resolve(run.valid.spec.code)  # a claim or a path in the image: the spec's folder
+    paths, told = _volumes(job, documents, run)
+    code = paths.get(CODE_DIR) or run.valid.resolve(run.valid.spec.code)  # code in the image: the spec's folder
+    paths.setdefault(CODE_DIR, code)
     hosts, nodes = run.hosts, run.valid.nodes
-    argv = _command(job, runtime / "trainspec_shim.py", code)
+    argv = _command(job, paths)
     procs = []
     for node in range(nodes):
         env = base_env(hosts)
@@ -85,6 +135,8 @@ def play_local(job_dir: Path, run) -> int:
     port = int(procs[0].env.get("PET_MASTER_PORT", TRAINJOB_PORT))
     print(f"trainspec: running {run.valid.name} locally as Kubeflow would: the {job['kind']}'s {nodes} pod(s) on "
           f"simulated nodes; workdir {run.workdir}", file=sys.stderr)
+    for line in told:
+        print(f"trainspec: {line}", file=sys.stderr)
     master = Master(hosts.address(0), port, "node 0", run.options.rendezvous_timeout, hosts.netns(0)) if nodes > 1 \
         else None
     return run_and_report(procs, run.options.timeout, run.out, master)

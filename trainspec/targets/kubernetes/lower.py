@@ -38,6 +38,7 @@ JOB_FILE = "job.yaml"
 SUBMIT = "kubectl apply -f {dir}/" + JOB_FILE
 SHIM_DIR = "/trainspec"
 CODE_DIR = "/trainspec/code"
+INPUTS_DIR = "/trainspec/inputs"
 OUTPUTS_DIR = "/trainspec/outputs"
 CONFIGMAP_LIMIT = 1 << 20  # what the API server stores in one object
 TRAINJOB_PORT = 29500  # PET_MASTER_PORT, fixed by the Trainer's torch plugin
@@ -59,9 +60,22 @@ def settings_defaults():
 
 
 def refs_for(valid: ValidSpec):
-    """``{{ inputs.x }}``: its path in the pod (or literal); ``{{ outputs.x }}``: its path, or
-    ``/trainspec/outputs/x`` (an emptyDir: gone with the pod unless a volume is mounted there)."""
-    return base.node_path_refs(valid, lambda name: shlex.quote(f"{OUTPUTS_DIR}/{name}"))
+    """``{{ inputs.x }}`` / ``{{ outputs.x }}``: where its volume is mounted
+    (``/trainspec/inputs/x``, ``/trainspec/outputs/x``), else its path in the pod (or literal)."""
+    volumes = _settings(valid).volumes
+    paths = base.node_path_refs(valid, lambda name: shlex.quote(f"{OUTPUTS_DIR}/{name}"))
+
+    def refs(kind: str, name: str) -> str:
+        if name in volumes:
+            return shlex.quote(mount_path(kind, name))
+        return paths(kind, name)
+
+    return refs
+
+
+def mount_path(kind: str, name: str) -> str:
+    """Where the volume of input or output ``name`` is in the pod."""
+    return f"{INPUTS_DIR if kind == 'inputs' else OUTPUTS_DIR}/{name}"
 
 
 CANNOT_RUN = {
@@ -83,12 +97,17 @@ CANNOT_RUN = {
                                  fatal=False),
     Feature.INPUT_EVAL_MODE: unsupported(fatal=False),
     Feature.OUTPUT_ASSET_NAME: unsupported(fatal=False),
-    Feature.INPUT_URL: unsupported(),
-    Feature.INPUT_DATA_ASSET: unsupported(),
-    Feature.INPUT_RELATIVE: problem("on Kubernetes an input is a path in the pod: it must be absolute",
-                                    "e.g. /data/mnist on a volume the cluster mounts"),
-    Feature.OUTPUT_NOT_ABSOLUTE: unsupported(),
+    Feature.INPUT_URL: unsupported(hint="put the data on a PersistentVolumeClaim: targets.kubernetes.volumes."
+                                   "{name}: {{pvc: {{claim: NAME, sub_path: DIR}}}}"),
+    Feature.INPUT_DATA_ASSET: unsupported(hint="put the data on a PersistentVolumeClaim: targets.kubernetes."
+                                          "volumes.{name}: {{pvc: {{claim: NAME, sub_path: DIR}}}}"),
+    Feature.INPUT_RELATIVE: problem("on Kubernetes an input is a path in the pod: '{path}' is relative",
+                                    "mount it from a claim (targets.kubernetes.volumes.{name}: {{pvc: {{claim: "
+                                    "NAME}}}}), or give an absolute path in the image"),
+    Feature.OUTPUT_NOT_ABSOLUTE: unsupported(hint="mount a claim for it: targets.kubernetes.volumes.{name}: "
+                                             "{{pvc: {{claim: NAME, sub_path: DIR}}}}"),
 }
+_ON_VOLUME = "targets.kubernetes.volumes.{name}: {{pvc: {{claim: NAME, sub_path: DIR}}}}"
 
 
 def suggested_name(name: str) -> str:
@@ -101,7 +120,16 @@ def suggested_name(name: str) -> str:
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     """What Kubernetes cannot run: its table, the job name, reserved variables, the code's size."""
-    out = capabilities.check(NAME, CANNOT_RUN, valid)
+    volumes = _settings(valid).volumes
+    out = [d for d in capabilities.check(NAME, CANNOT_RUN, valid)  # data on a volume has no path to run
+           if not (d.path[:1] in (("inputs",), ("outputs",)) and len(d.path) > 2 and d.path[1] in volumes
+                   and d.path[2] == "path")]
+    for key, item in valid.spec.outputs.items():
+        if item.path is None and key not in volumes:
+            out.append(error(("outputs", key), "it has no volume: what the job writes there would "
+                             "stay in the pod and be lost with it",
+                             "mount a claim: " + _ON_VOLUME.format(name=key) + ", or give it an absolute path "
+                             "on a volume the cluster mounts", on_key=True))
     name = valid.name
     if not DNS_1035.match(name) or len(name) > 63:
         out.append(error(("name",), f"'{name}' cannot name a Kubernetes job: it must be a DNS-1035 label (lower-case "
@@ -194,6 +222,18 @@ def _volume(path: str) -> str:
     return path[:-len(".py")].replace("_", "-")
 
 
+def _data_volume(kind: str, key: str, used: set) -> str:
+    """A volume name (a DNS-1123 label) for input or output ``key``: ``in-data``, ``out-ckpt``;
+    numbered when two keys differ only in case or _ (``Data``, ``data``)."""
+    stem = f"{'in' if kind == 'inputs' else 'out'}-" + re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
+    stem = stem[:55].rstrip("-")
+    name, i = stem, 1
+    while name in used:
+        name, i = f"{stem}-{i}", i + 1
+    used.add(name)
+    return name
+
+
 def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
     """What every pod of the job gets, both APIs alike: volumes, mounts, node selection, the
     container's command, env and resources."""
@@ -221,9 +261,18 @@ def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
     if spec.resources.shm_size:
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(spec.resources.shm_size)}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-    if any(item.path is None for item in spec.outputs.values()):
-        volumes.append({"name": "trainspec-outputs", "emptyDir": {}})
-        mounts.append({"name": "trainspec-outputs", "mountPath": OUTPUTS_DIR})
+    used = {volume["name"] for volume in volumes} | {"trainspec-code", "dshm"}
+    for key, volume in sorted(settings.volumes.items()):
+        kind = "inputs" if key in spec.inputs else "outputs"
+        volume_name = _data_volume(kind, key, used)
+        volumes.append({"name": volume_name, "persistentVolumeClaim": {"claimName": volume.pvc.claim}})
+        mount: Dict[str, Any] = {"name": volume_name, "mountPath": mount_path(kind, key)}
+        if volume.pvc.sub_path:
+            mount["subPath"] = volume.pvc.sub_path
+        if kind == "inputs":
+            volumes[-1]["persistentVolumeClaim"]["readOnly"] = True
+            mount["readOnly"] = True
+        mounts.append(mount)
     limits: Dict[str, Any] = {}
     if valid.gpus_per_node:
         limits["nvidia.com/gpu"] = valid.gpus_per_node
@@ -337,9 +386,28 @@ def documents(valid: ValidSpec) -> List[Dict[str, Any]]:
 
 
 def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
+    """job.yaml, which embeds the runtime files (the shim ConfigMap's data): ``diff`` shows it
+    with each of them as one placeholder line and summarises them (OutFile.embedded)."""
     header = emit.yaml_header(valid.source.display, valid.source.digest, NAME)
-    text = b"---\n".join(emit.yaml_bytes(doc, header if i == 0 else "") for i, doc in enumerate(documents(valid)))
-    return base.Artifact(target=NAME, name=valid.name, files=(base.OutFile(JOB_FILE, text),), submit=SUBMIT)
+    docs = documents(valid)
+    embedded = runtime_files()
+    shown = [_with_placeholders(doc, f"{valid.name}-shim", embedded) for doc in docs]
+    job = base.OutFile(JOB_FILE, _stream(docs, header), embedded=embedded, shown=_stream(shown, header))
+    return base.Artifact(target=NAME, name=valid.name, files=(job,), submit=SUBMIT)
+
+
+def _stream(docs: List[Dict[str, Any]], header: str) -> bytes:
+    """The documents as one multi-document YAML file, the header on the first."""
+    return b"---\n".join(emit.yaml_bytes(doc, header if i == 0 else "") for i, doc in enumerate(docs))
+
+
+def _with_placeholders(doc: Dict[str, Any], shim_map: str, files: Tuple[base.OutFile, ...]) -> Dict[str, Any]:
+    """``doc`` as a reviewer reads it: the shim ConfigMap (``shim_map``) with each runtime file's
+    content replaced by its placeholder line; any other document as it is."""
+    if doc["kind"] != "ConfigMap" or doc["metadata"]["name"] != shim_map:
+        return doc
+    by_key = {file.path: file for file in files}
+    return {**doc, "data": {key: base.placeholder(by_key[key]) for key in doc["data"]}}
 
 
 def plan_port(valid: ValidSpec) -> str:
@@ -347,16 +415,105 @@ def plan_port(valid: ValidSpec) -> str:
 
 
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
+    """What a cluster admin checks before ``kubectl apply``, read from the compiled job document
+    (so plan cannot disagree with job.yaml): the kind, namespace and queue, the image, the pods and
+    what each asks for, where they may run, who they run as, every volume, the deadline."""
     settings = _settings(valid)
     job = trainjob(valid) if settings.api == "trainjob" else pytorchjob(valid)
-    shown = {"job": f"{job['kind']} {job['apiVersion']}", "namespace": settings.namespace or "(kubectl's)"}
-    if settings.queue:
-        shown["queue"] = f"Kueue {settings.queue} (created suspended)"
-    code = ("ConfigMap" if settings.code is None else
-            f"PVC {settings.code.pvc.claim}" if settings.code.pvc is not None else f"image {settings.code.image.path}")
-    shown["code"] = code
+    meta, spec = job["metadata"], job["spec"]
+    if job["kind"] == "TrainJob":
+        trainer = spec["trainer"]
+        pod = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
+            "template"]["spec"]["template"]["spec"]
+        image, limits = trainer["image"], trainer.get("resourcesPerNode", {}).get("limits", {})
+        pods = f"{trainer['numNodes']} (one per node)"
+        policy = spec
+    else:
+        replicas = spec["pytorchReplicaSpecs"]
+        pod = replicas["Master"]["template"]["spec"]
+        image, limits = pod["containers"][0]["image"], pod["containers"][0].get("resources", {}).get("limits", {})
+        kinds = " + ".join(f"{kind} {replica['replicas']}" for kind, replica in replicas.items())
+        pods = f"{sum(replica['replicas'] for replica in replicas.values())} ({kinds})"
+        policy = spec["runPolicy"]
+    container = pod["containers"][0]
+    shown = {"job": f"{job['kind']} {job['apiVersion']}", "namespace": meta.get("namespace", "(kubectl's)")}
+    queue = meta["labels"].get("kueue.x-k8s.io/queue-name")
+    if queue:
+        shown["queue"] = f"Kueue {queue}" + (" (created suspended)" if policy.get("suspend") else "")
+    shown["image"] = image
+    shown["pods"] = pods + (", each with limits " + _pairs(limits) if limits else ", no resource limits")
+    added = container.get("securityContext", {}).get("capabilities", {}).get("add", [])
+    if added:
+        shown["capabilities"] = ", ".join(added)
+    if pod.get("nodeSelector"):
+        shown["node selector"] = _pairs(pod["nodeSelector"])
+    if pod.get("tolerations"):
+        shown["tolerations"] = ", ".join(_toleration(t) for t in pod["tolerations"])
+    if pod.get("serviceAccountName"):
+        shown["service account"] = pod["serviceAccountName"]
+    if pod.get("imagePullSecrets"):
+        shown["image pull secrets"] = ", ".join(s["name"] for s in pod["imagePullSecrets"])
+    mounts = container.get("volumeMounts", [])
+    code = next((m["name"] for m in mounts if m["mountPath"] == CODE_DIR), None)
+    shown["code"] = f"at {CODE_DIR} (volume {code})" if code else f"in the image, at {settings.code.image.path}"
+    for volume in pod.get("volumes", []):
+        shown[f"volume {volume['name']}"] = _volume_text(volume, [m for m in mounts if m["name"] == volume["name"]])
+    deadline = policy.get("activeDeadlineSeconds")
+    shown["deadline"] = (f"{_duration(deadline)} (activeDeadlineSeconds {deadline})" if deadline is not None else
+                         "none: runs until it ends (targets.kubernetes.timeout sets one)")
     shown["shim"] = base.plan_shim(settings.python)
     return shown
+
+
+def _pairs(mapping: Dict[str, Any]) -> str:
+    """{a: 1, b: x} -> 'a=1, b=x' (labels, limits)."""
+    return ", ".join(f"{key}={value}" for key, value in mapping.items())
+
+
+def _toleration(toleration: Dict[str, Any]) -> str:
+    """A toleration as the taint it tolerates (kubectl's key=value:effect; Exists: any value)."""
+    key, effect = toleration.get("key"), toleration.get("effect")
+    if toleration.get("operator") == "Exists":
+        taint, any_ = (key, ["any value"]) if key else ("every taint", [])
+    else:
+        taint, any_ = f"{key}={toleration.get('value', '')}", []
+    taint += f":{effect}" if effect else ""
+    any_ += [] if effect or not key else ["any effect"]
+    return taint + (f" ({', '.join(any_)})" if any_ else "")
+
+
+def _volume_text(volume: Dict[str, Any], mounts: List[Dict[str, Any]]) -> str:
+    """A pod volume as an admin reads it: its source, then where the container mounts it."""
+    kind = next(key for key in volume if key != "name")
+    source = volume[kind]
+    if kind == "configMap":
+        items = source.get("items", [])
+        files = items[0]["path"] if len(items) == 1 else f"{len(items)} files"
+        what = f"ConfigMap {source['name']} ({files})"
+    elif kind == "persistentVolumeClaim":
+        what = f"PVC {source['claimName']}" + (" (read-only)" if source.get("readOnly") else "")
+    elif kind == "emptyDir":
+        what = "emptyDir" + (" in memory" if source.get("medium") == "Memory" else "") + (
+            f" (at most {source['sizeLimit']})" if source.get("sizeLimit") else "")
+    else:  # a source this page does not know yet: as written
+        import json
+
+        what = f"{kind} {json.dumps(source, sort_keys=True)}"
+    where = ", ".join(_mount_text(mount) for mount in mounts)
+    return f"{what} at {where}" if where else f"{what}, not mounted"
+
+
+def _mount_text(mount: Dict[str, Any]) -> str:
+    """/trainspec/code (sub-path team/x, read-only)."""
+    notes = ([f"sub-path {mount['subPath']}"] if mount.get("subPath") else []) + (
+        ["read-only"] if mount.get("readOnly") else [])
+    return mount["mountPath"] + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _duration(seconds: int) -> str:
+    """43200 -> 12h, 5400 -> 1h30m, 90061 -> 1d1h1m1s: the spec's own way of writing it."""
+    parts = [(seconds // 86400, "d"), (seconds // 3600 % 24, "h"), (seconds // 60 % 60, "m"), (seconds % 60, "s")]
+    return "".join(f"{number}{unit}" for number, unit in parts if number) or "0s"
 
 
 def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:

@@ -41,12 +41,14 @@ SETTINGS_EXAMPLE = {"namespace": "ml", "queue": "team-a"}
 HINTS = {("api",): "trainjob (Kubeflow Trainer v2, the default) or pytorchjob (training-operator v1)",
          ("timeout",): "e.g. 2d, 12h, 1h30m or 3600",
          ("python",): interpreter.PYTHON_HINT,
-         ("code",): "leave it out (a ConfigMap), or {pvc: {claim: NAME, sub_path: DIR}} or {image: {path: /DIR}}"}
+         ("code",): "leave it out (a ConfigMap), or {pvc: {claim: NAME, sub_path: DIR}} or {image: {path: /DIR}}",
+         ("volumes", "*"): "{pvc: {claim: NAME, sub_path: DIR}}: the claim (and the folder in it) with the data"}
 _LABEL_WORDS = "is not a Kubernetes name (lower-case letters, digits and -, at most 63 characters)"
 PATTERN_WORDS = {("namespace",): _LABEL_WORDS, ("queue",): "is not a Kueue LocalQueue name (a label value)",
                  ("runtime",): _LABEL_WORDS, ("service_account",): _LABEL_WORDS,
                  ("image_pull_secrets",): _LABEL_WORDS, ("rdma_resource",): "is not a resource name, e.g. rdma/ib",
-                 ("code", "pvc", "claim"): _LABEL_WORDS,
+                 ("code", "pvc", "claim"): _LABEL_WORDS, ("volumes", "*", "pvc", "claim"): _LABEL_WORDS,
+                 ("volumes", "*", "pvc", "sub_path"): "is not a relative path inside the claim",
                  ("tolerations", "key"): "is not a taint key (a label key, e.g. dedicated or example.com/pool)",
                  ("tolerations", "value"): "is not a taint value (a label value)",
                  ("code", "pvc", "sub_path"): "is not a relative path inside the claim",
@@ -66,7 +68,7 @@ def settings_model():
         claim: str = Field(..., pattern=DNS_LABEL, max_length=253, description="The PersistentVolumeClaim.",
                            examples=["code"])
         sub_path: Optional[str] = Field(None, pattern=r"^[^/\x00][^\x00]*$",
-                                        description="The folder inside the claim that holds the code.",
+                                        description="A folder inside the claim (default: its root).",
                                         examples=["trainspec/mnist"])
 
     class Image(Model):
@@ -78,6 +80,10 @@ def settings_model():
                                    examples=[{"claim": "code", "sub_path": "team/mnist"}])
         image: Optional[Image] = Field(None, description="Code already in the image at a path.",
                                        examples=[{"path": "/workspace"}])
+
+    class Volume(Model):
+        pvc: Pvc = Field(..., description="The PersistentVolumeClaim (at a sub-path) that holds the data.",
+                         examples=[{"claim": "datasets", "sub_path": "mnist"}])
 
     class Toleration(Model):
         key: Optional[str] = Field(None, pattern=_QUALIFIED, max_length=316, description="The taint's key.",
@@ -113,6 +119,11 @@ def settings_model():
             None, description="How the code reaches the pods when not as a ConfigMap of the code folder (the "
             "default, at most 1 MiB): pvc (a PersistentVolumeClaim with a sub-path) or image (a path in it).",
             examples=[{"pvc": {"claim": "code", "sub_path": "team/mnist"}}])
+        volumes: Dict[str, Volume] = Field(
+            {}, description="Inputs and outputs on PersistentVolumeClaims, by their names: an input is mounted "
+            "read-only at /trainspec/inputs/<name>, an output read-write at /trainspec/outputs/<name>, and "
+            "{{ inputs.<name> }} / {{ outputs.<name> }} are those paths.",
+            examples=[{"data": {"pvc": {"claim": "datasets", "sub_path": "mnist"}}, "ckpt": {"pvc": {"claim": "runs"}}}])
         rdma_resource: str = Field("rdma/ib", pattern=_RESOURCE, max_length=253,
                                    description="The extended resource for InfiniBand on sizes that have it "
                                    "(NVIDIA Network Operator).", examples=["rdma/shared_ib"])
@@ -165,10 +176,15 @@ def settings_errors(spec) -> List[Diagnostic]:
     if settings.code is not None and (settings.code.pvc is None) == (settings.code.image is None):
         out.append(error(("targets", NAME, "code"), "give one of pvc or image",
                          "leave code out to ship the code folder as a ConfigMap"))
-    pvc = settings.code.pvc if settings.code is not None else None
-    if pvc is not None and pvc.sub_path and ".." in pvc.sub_path.split("/"):
-        out.append(error(("targets", NAME, "code", "pvc", "sub_path"), f"'{shown(pvc.sub_path)}' leaves the claim (..)",
-                         "a folder inside the claim, e.g. trainspec/mnist"))
+    claims = [(("targets", NAME, "volumes", name, "pvc", "sub_path"), volume.pvc)
+              for name, volume in settings.volumes.items()]
+    if settings.code is not None and settings.code.pvc is not None:
+        claims.insert(0, (("targets", NAME, "code", "pvc", "sub_path"), settings.code.pvc))
+    for where, pvc in claims:
+        if pvc.sub_path and ".." in pvc.sub_path.split("/"):
+            out.append(error(where, f"'{shown(pvc.sub_path)}' leaves the claim (..)",
+                             "a folder inside the claim, e.g. trainspec/mnist"))
+    out += _volume_errors(spec)
     for i, secret in enumerate(settings.image_pull_secrets):
         if not re.fullmatch(DNS_LABEL, secret) or len(secret) > 253:
             out.append(error(("targets", NAME, "image_pull_secrets", i), f"'{shown(secret)}' {_LABEL_WORDS}"))
@@ -207,4 +223,24 @@ def settings_errors(spec) -> List[Diagnostic]:
     if settings.timeout is not None and settings.timeout > MAX_SECONDS:
         out.append(error(("targets", NAME, "timeout"), f"{settings.timeout} seconds is more than Kubernetes' "
                          f"activeDeadlineSeconds holds (an int64, at most {MAX_SECONDS})", HINTS[("timeout",)]))
+    return out
+
+
+def _volume_errors(spec) -> List[Diagnostic]:
+    """Each volume names an input or an output of the spec, and an input with data."""
+    import difflib
+
+    out = []
+    names = [*spec.inputs, *spec.outputs]
+    for name in spec.targets.kubernetes.volumes:
+        where = ("targets", NAME, "volumes", name)
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            have = ", ".join(names) or "none"
+            out.append(error(where, f"'{name}' is neither an input nor an output of this spec",
+                             f"did you mean '{close[0]}'?" if close else f"its inputs and outputs: {have}",
+                             on_key=True))
+        elif name in spec.inputs and spec.inputs[name].path is None:
+            out.append(error(where, f"inputs.{name} is a literal value: there is no data to mount",
+                             f"remove volumes.{name}", on_key=True))
     return out
