@@ -430,16 +430,32 @@ def check_webhooks(document: Dict[str, Any]) -> List[str]:
     every container an image)."""
     errors: List[str] = []
     spec = document.get("spec") if isinstance(document.get("spec"), dict) else {}
+    name = (document.get("metadata") or {}).get("name")
     if document.get("kind") == "TrainJob":
         env = (spec.get("trainer") or {}).get("env") or []
         reserved = sorted({e.get("name") for e in env if isinstance(e, dict)} & set(TORCH_RESERVED_ENV))
         if reserved:
             errors.append(f"spec.trainer.env: must not have reserved envs, invalid envs configured: {reserved} "
                           "(the Torch plugin sets them; webhook)")
+        # the JobSet the Trainer makes of it (named as the TrainJob, replicated job `node`, one Job of
+        # numNodes completions), as JobSet's webhook checks it: the longest Job and pod names
+        # (placement.GenJobName / GenPodName + a 5-character suffix) must be DNS-1035 labels
+        nodes = (spec.get("trainer") or {}).get("numNodes", 1)
+        if isinstance(name, str) and isinstance(nodes, int):
+            for what, generated in (("job", f"{name}-node-0"), ("pod", f"{name}-node-0-{max(nodes - 1, 0)}-abcde")):
+                if len(generated) > 63:
+                    errors.append(f"metadata.name: JobSet name is too long, {what} names generated for this JobSet "
+                                  f"will exceed 63 characters ({generated!r}; JobSet webhook)")
     elif document.get("kind") == "PyTorchJob":
-        name = (document.get("metadata") or {}).get("name")
         if isinstance(name, str) and (len(name) > 63 or not DNS1035_LABEL.fullmatch(name)):
             errors.append(f"metadata.name: {name!r} should match a DNS-1035 label (webhook)")
+        # the operator makes a headless Service per pod, <name>-<role>-<index>: a DNS-1035 label
+        for role, replica in (spec.get("pytorchReplicaSpecs") or {}).items():
+            count = replica.get("replicas", 1) if isinstance(replica, dict) else 1
+            service = f"{name}-{str(role).lower()}-{max(count - 1, 0) if isinstance(count, int) else 0}"
+            if isinstance(name, str) and len(service) > 63:
+                errors.append(f"metadata.name: the Service {service!r} the operator creates for "
+                              f"{role} exceeds 63 characters (the API server refuses it)")
         replica_specs = spec.get("pytorchReplicaSpecs")
         if not isinstance(replica_specs, dict) or not replica_specs:
             return errors + ["spec.pytorchReplicaSpecs: must be required (webhook)"]

@@ -455,3 +455,24 @@ def test_check_and_diff_see_a_hand_edit_anywhere_in_job_yaml(tmp_path, old, new)
     diff = ts("diff", "--git", "HEAD", "specs/", cwd=root, check=True).stdout
     assert "committed outputs differ from what the spec compiles to" in diff
     assert "build/k8s-ddp/kubernetes/job.yaml" in diff.split("\n")[1], diff
+
+
+@pytest.mark.parametrize("api, nodes, room, derived", [
+    ("trainjob", 2, 48, "pod"), ("trainjob", 16, 47, "pod"), ("pytorchjob", 2, 54, "Service"),
+    ("pytorchjob", 1, 54, "Service"), ("pytorchjob", 12, 53, "Service")])
+def test_a_name_whose_derived_names_pass_63_characters_is_an_error_with_the_room_left(tmp_path, api, nodes, room,
+                                                                                        derived):
+    """JobSet's webhook refuses a TrainJob whose pods would be named over 63 characters
+    (<job>-node-0-<index>-xxxxx), the API server the PyTorchJob's Service <job>-worker-<index>:
+    a name one character too long is an error at name: saying how long it may be; the longest
+    that fits compiles to documents the same checks accept."""
+    settings = f"{{api: {api}}}"
+    resources = f"{{nodes: {nodes}, gpus_per_node: 0}}"
+    err = errors(tmp_path, name="a" * (room + 1), settings=settings, resources=resources)
+    assert re.search(rf"spec\.yaml:2:7: error: name: '{'a' * (room + 1)}' is too long for this job: the controller "
+                     rf"names the {derived} '", err), err
+    assert f"(hint: at most {room} characters here, e.g. name: {'a' * room})" in err
+    compiled(tmp_path, name="a" * room, settings=settings, resources=resources)  # and validate_stream passes it
+    longer = (tmp_path / "out" / ("a" * room) / "kubernetes" / "job.yaml").read_text().replace(
+        f"name: {'a' * room}\n", f"name: {'a' * (room + 1)}\n")
+    assert any("exceed" in e or "exceeds 63" in e for e in kube_schema.validate_stream(longer))

@@ -186,7 +186,7 @@ def container_mounts(job: dict) -> List[dict]:
 # (field, value) pairs Kubernetes refuses when the job or its pods are created, or that would not
 # run: each must be an error at compile time (the rest of the table may go either way)
 MUST_REFUSE = {
-    ("name", "a" * 64), ("name", "UPPER"), ("name", "x-"),
+    ("name", "a" * 64), ("name", "a" * 55), ("name", "UPPER"), ("name", "x-"),  # 55: its pods or Services would pass 63
     ("image", "with space"), ("image", " lead"), ("image", "trail "), ("image", "UPPER"), ("image", "x" * 10000),
     ("image", "\n"), ("image", ""), ("image", "-x"),
     ("namespace", "a" * 64), ("namespace", "UPPER"), ("namespace", "\n"),
@@ -205,7 +205,7 @@ MUST_REFUSE = {
 }
 # and values that are fine for Kubernetes, YAML-special or not: each must compile and come back exactly
 MUST_CARRY = {
-    ("name", "a" * 63), ("queue", "yes"), ("queue", "null"), ("queue", "0x1F"), ("queue", "1e3"), ("queue", "a" * 63),
+    ("name", "a" * 48), ("queue", "yes"), ("queue", "null"), ("queue", "0x1F"), ("queue", "1e3"), ("queue", "a" * 63),
     ("node_selector-key", "yes"), ("node_selector-key", "kubernetes.azure.com/agentpool"),
     ("node_selector-value", "null"), ("node_selector-value", "no"), ("node_selector-value", ""),
     ("node_selector-value", "a" * 63), ("toleration-value", "1e3"),

@@ -110,12 +110,28 @@ CANNOT_RUN = {
 _ON_VOLUME = "targets.kubernetes.volumes.{name}: {{pvc: {{claim: NAME, sub_path: DIR}}}}"
 
 
-def suggested_name(name: str) -> str:
-    """A DNS-1035 label close to ``name``: lower case, - for anything else, a letter first."""
+def suggested_name(name: str, room: int = 63) -> str:
+    """A DNS-1035 label close to ``name``: lower case, - for anything else, a letter first, at
+    most ``room`` characters."""
     out = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
     if not out or not out[0].isalpha():
         out = "job-" + out
-    return out[:63].rstrip("-")
+    return out[:room].rstrip("-")
+
+
+def longest_name(valid: ValidSpec) -> Tuple[str, str]:
+    """The longest name the controller derives from the job's (what it names, the name): a
+    TrainJob's JobSet pod (JobSet's ``<job>-node-0-<index>`` and a 5-character suffix, which its
+    webhook checks), a PyTorchJob's Service of the last pod (``<job>-worker-<index>``)."""
+    if _settings(valid).api == "trainjob":
+        return "pod", f"{valid.name}-node-0-{valid.nodes - 1}-xxxxx"
+    role = "worker" if valid.nodes > 1 else "master"
+    return "Service", f"{valid.name}-{role}-{max(valid.nodes - 2, 0)}"
+
+
+def name_room(valid: ValidSpec) -> int:
+    """How long the job's name may be, so that every name derived from it fits 63 characters."""
+    return 63 - (len(longest_name(valid)[1]) - len(valid.name))
 
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
@@ -131,10 +147,16 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
                              "mount a claim: " + _ON_VOLUME.format(name=key) + ", or give it an absolute path "
                              "on a volume the cluster mounts", on_key=True))
     name = valid.name
+    room = name_room(valid)
     if not DNS_1035.match(name) or len(name) > 63:
         out.append(error(("name",), f"'{name}' cannot name a Kubernetes job: it must be a DNS-1035 label (lower-case "
                          "letters, digits and -, starting with a letter, at most 63 characters)",
-                         f"e.g. name: {suggested_name(name)}"))
+                         f"e.g. name: {suggested_name(name, room)}"))
+    elif len(name) > room:
+        longest = longest_name(valid)
+        out.append(error(("name",), f"'{name}' is too long for this job: the controller names the {longest[0]} "
+                         f"'{longest[1]}', over Kubernetes' 63 characters, and the job would never start",
+                         f"at most {room} characters here, e.g. name: {suggested_name(name, room)}"))
     image = valid.spec.environment.image
     if image and image_problem(image):
         out.append(error(("environment", "image"), f"'{shown(image)}' {image_problem(image)}",
