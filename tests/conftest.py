@@ -77,6 +77,26 @@ def yq(text: str) -> str:
     return "".join(out) + '"'
 
 
+def flow(value, unwrap=None) -> str:
+    """A value as YAML flow text, every string double-quoted with everything escaped (``unwrap``:
+    turns a test's own marker objects into plain values first, at every level)."""
+    if unwrap is not None:
+        value = unwrap(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return yq(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(flow(v, unwrap) for v in value) + "]"
+    # a key over 1024 characters is YAML only as an explicit key (`? key : value`)
+    return "{" + ", ".join(f"{'? ' if len(str(k)) > 1000 else ''}{yq(str(k))}: {flow(v, unwrap)}"
+                           for k, v in value.items()) + "}"
+
+
 def ray_validate(config: dict) -> dict:
     """Ray's own checks of a cluster config, in the order `ray up` runs them (ray.md §1)."""
     import copy

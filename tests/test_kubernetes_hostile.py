@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 import yaml
 
-from conftest import REPO, ts, yq
+from conftest import REPO, flow, ts, yq
 import kube_schema
 from trainspec.build import build
 
@@ -35,22 +35,6 @@ CODE = REPO / "examples" / "ddp"
 STRINGS = ["ok", "yes", "no", "null", "~", "0x1F", "1e3", "*a", "&a", "!!python/object", "- x", "a: b", "#", "\n",
            " lead", "trail ", "\u202eevil\u202c", "עברית", "bell\x07\x1b[31m", "\x7f\x85\u2028", "x" * 10000,
            "", "$(id);`id`", "a" * 63, "a" * 64, "x/y", "UPPER", "with space", "a.b_c-d", "-x", "x-"]
-
-
-def flow(value: Any) -> str:
-    """A value as YAML flow text, every string double-quoted with everything escaped."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return yq(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(flow(v) for v in value) + "]"
-    # a key over 1024 characters is YAML only as an explicit key (`? key : value`)
-    return "{" + ", ".join(f"{'? ' if len(str(k)) > 1000 else ''}{yq(str(k))}: {flow(v)}" for k, v in value.items()) + "}"
 
 
 def spec_text(settings: Dict[str, Any], *, name: Any = "job", image: Any = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",

@@ -35,6 +35,7 @@ import pytest
 pytest.importorskip("hypothesis", reason="hypothesis is needed for the property tests: pip install hypothesis")
 from hypothesis import HealthCheck, Phase, example, given, settings, strategies as st  # noqa: E402
 
+import conftest
 from conftest import REPO, ray_validate, trainspec_cmd, yq
 from trainspec.build import build  # noqa: E402
 from trainspec.targets.ray import lower as ray_target  # noqa: E402
@@ -79,21 +80,7 @@ class Flow:
 
 
 def flow(value: Any) -> str:
-    if isinstance(value, Flow):
-        value = value.value
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return yq(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(flow(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{yq(str(k))}: {flow(v)}" for k, v in value.items()) + "}"
-    raise TypeError(value)
+    return conftest.flow(value, lambda v: v.value if isinstance(v, Flow) else v)
 
 
 Pos = Dict[Tuple, Tuple[int, int, int]]  # path -> (line, key column, value column), 1-based
