@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from trainspec.targets.kubernetes.lower import CODE_DIR, JOB_FILE, SHIM_DIR, TRAINJOB_PORT
+from trainspec.targets.kubernetes.lower import CODE_DIR, JOB_FILE, SHIM_DIR, TRAINJOB_PORT, pod_template
 
 
 def pod_env(job: Dict, node: int, nodes: int, master: str) -> Dict[str, str]:
@@ -26,7 +26,7 @@ def pod_env(job: Dict, node: int, nodes: int, master: str) -> Dict[str, str]:
                    PET_NODE_RANK=str(node), PET_MASTER_ADDR=master, PET_MASTER_PORT=str(TRAINJOB_PORT),
                    JOB_COMPLETION_INDEX=str(node))
         return env
-    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    container = pod_template(job)["containers"][0]
     env = {e["name"]: e["value"] for e in container.get("env", [])}
     port = str(container["ports"][0]["containerPort"])
     nproc = job["spec"]["nprocPerNode"]
@@ -36,19 +36,11 @@ def pod_env(job: Dict, node: int, nodes: int, master: str) -> Dict[str, str]:
     return env
 
 
-def _pod(job: Dict) -> Dict:
-    """The pod template every pod of the job has (a TrainJob's runtime patch, a PyTorchJob's Master)."""
-    if job["kind"] == "TrainJob":
-        return job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
-            "template"]["spec"]["template"]["spec"]
-    return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-
-
 def _command(job: Dict, paths: Dict[str, Path]) -> List[str]:
     """The container's command, each path of ours (``paths``: mount path -> where it is here)
     moved to where this run put it, word by word."""
     spec = job["spec"]
-    command = spec["trainer"]["command"] if job["kind"] == "TrainJob" else _pod(job)["containers"][0]["command"]
+    command = spec["trainer"]["command"] if job["kind"] == "TrainJob" else pod_template(job)["containers"][0]["command"]
     order = sorted(paths, key=len, reverse=True)
 
     def moved(word: str) -> str:
@@ -69,7 +61,7 @@ def _volumes(job: Dict, documents: List[Dict], run) -> Tuple[Dict[str, Path], Li
     written at their paths, a claim a folder of the work directory (an input: ``--input``, else
     its path when it is here). Returns mount path -> local path, and a line per claim."""
     maps = {doc["metadata"]["name"]: doc for doc in documents if doc.get("kind") == "ConfigMap"}
-    pod = _pod(job)
+    pod = pod_template(job)
     mounts = {m["name"]: m for m in pod["containers"][0].get("volumeMounts", [])}
     root = run.workdir / "trainspec"
     paths: Dict[str, Path] = {}

@@ -40,6 +40,7 @@ SHIM_DIR = "/trainspec"
 CODE_DIR = "/trainspec/code"
 INPUTS_DIR = "/trainspec/inputs"
 OUTPUTS_DIR = "/trainspec/outputs"
+RUNTIME_NAMES = (base.SHIM_FILE, contract.KUBEFLOW_FILE)  # in the <name>-shim ConfigMap, mounted under SHIM_DIR
 CONFIGMAP_LIMIT = 1 << 20  # what the API server stores in one object
 TRAINJOB_PORT = 29500  # PET_MASTER_PORT, fixed by the Trainer's torch plugin
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -263,10 +264,10 @@ def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
     settings = _settings(valid)
     name = valid.name
     # one volume per runtime file: a container's volumeMounts are keyed by volume name
-    volumes: List[Dict[str, Any]] = [{"name": _volume(file.path), "configMap": {
-        "name": f"{name}-shim", "items": [{"key": file.path, "path": file.path}]}} for file in runtime_files()]
-    mounts: List[Dict[str, Any]] = [{"name": _volume(file.path), "mountPath": f"{SHIM_DIR}/{file.path}",
-                                     "subPath": file.path, "readOnly": True} for file in runtime_files()]
+    volumes: List[Dict[str, Any]] = [{"name": _volume(path), "configMap": {
+        "name": f"{name}-shim", "items": [{"key": path, "path": path}]}} for path in RUNTIME_NAMES]
+    mounts: List[Dict[str, Any]] = [{"name": _volume(path), "mountPath": f"{SHIM_DIR}/{path}",
+                                     "subPath": path, "readOnly": True} for path in RUNTIME_NAMES]
     code_dir = CODE_DIR
     if settings.code is None:
         _, items = _configmap(f"{name}-code", valid, code_files(valid))
@@ -393,17 +394,32 @@ def pytorchjob(valid: ValidSpec) -> Dict[str, Any]:
 
 
 def runtime_files() -> Tuple[base.OutFile, ...]:
-    """The shim and Kubeflow's detectors beside it (runtime/kubeflow.py), which it loads by path."""
+    """The shim and Kubeflow's detectors beside it (runtime/kubeflow.py), which it loads by path:
+    RUNTIME_NAMES, read."""
     return (base.shim_file(), base.runtime_file(contract.KUBEFLOW_FILE, base.SHIM_SOURCE.with_name("kubeflow.py")))
 
 
-def documents(valid: ValidSpec) -> List[Dict[str, Any]]:
-    """The documents of job.yaml, in the order kubectl creates them."""
+def job_document(valid: ValidSpec) -> Dict[str, Any]:
+    """The TrainJob or PyTorchJob, as ``api`` says."""
+    return trainjob(valid) if _settings(valid).api == "trainjob" else pytorchjob(valid)
+
+
+def pod_template(job: Dict[str, Any]) -> Dict[str, Any]:
+    """The pod spec every pod of a compiled job has: a TrainJob's runtime patch of the ``node``
+    replicated job, a PyTorchJob's Master (its Workers' is the same)."""
+    if job["kind"] == "TrainJob":
+        return job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
+            "template"]["spec"]["template"]["spec"]
+    return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+
+
+def documents(valid: ValidSpec, runtime: Tuple[base.OutFile, ...]) -> List[Dict[str, Any]]:
+    """The documents of job.yaml, in the order kubectl creates them (``runtime``: runtime_files())."""
     docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(valid, f"{valid.name}-shim", queue=False),
-             "data": {file.path: file.data.decode("utf-8") for file in runtime_files()}}]
+             "data": {file.path: file.data.decode("utf-8") for file in runtime}}]
     if _settings(valid).code is None:
         docs.append(_configmap(f"{valid.name}-code", valid, code_files(valid))[0])
-    docs.append(trainjob(valid) if _settings(valid).api == "trainjob" else pytorchjob(valid))
+    docs.append(job_document(valid))
     return docs
 
 
@@ -411,8 +427,8 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     """job.yaml, which embeds the runtime files (the shim ConfigMap's data): ``diff`` shows it
     with each of them as one placeholder line and summarises them (OutFile.embedded)."""
     header = emit.yaml_header(valid.source.display, valid.source.digest, NAME)
-    docs = documents(valid)
     embedded = runtime_files()
+    docs = documents(valid, embedded)
     shown = [_with_placeholders(doc, f"{valid.name}-shim", embedded) for doc in docs]
     job = base.OutFile(JOB_FILE, _stream(docs, header), embedded=embedded, shown=_stream(shown, header))
     return base.Artifact(target=NAME, name=valid.name, files=(job,), submit=SUBMIT)
@@ -441,18 +457,15 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     (so plan cannot disagree with job.yaml): the kind, namespace and queue, the image, the pods and
     what each asks for, where they may run, who they run as, every volume, the deadline."""
     settings = _settings(valid)
-    job = trainjob(valid) if settings.api == "trainjob" else pytorchjob(valid)
-    meta, spec = job["metadata"], job["spec"]
+    job = job_document(valid)
+    meta, spec, pod = job["metadata"], job["spec"], pod_template(job)
     if job["kind"] == "TrainJob":
         trainer = spec["trainer"]
-        pod = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
-            "template"]["spec"]["template"]["spec"]
         image, limits = trainer["image"], trainer.get("resourcesPerNode", {}).get("limits", {})
         pods = f"{trainer['numNodes']} (one per node)"
         policy = spec
     else:
         replicas = spec["pytorchReplicaSpecs"]
-        pod = replicas["Master"]["template"]["spec"]
         image, limits = pod["containers"][0]["image"], pod["containers"][0].get("resources", {}).get("limits", {})
         kinds = " + ".join(f"{kind} {replica['replicas']}" for kind, replica in replicas.items())
         pods = f"{sum(replica['replicas'] for replica in replicas.values())} ({kinds})"
