@@ -77,6 +77,11 @@ def printable(text: str) -> str:
     return "".join(out)
 
 
+def shown(value: str, limit: int = 80) -> str:
+    """A value as a message quotes it: its first ``limit`` characters, then ``...``."""
+    return value if len(value) <= limit else value[:limit] + "..."
+
+
 def dotted(path: SpecPath) -> str:
     out = ""
     for part in path:

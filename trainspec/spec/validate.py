@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from pydantic_core import ValidationError
 
-from trainspec.core.diagnostics import Diagnostic, SpecPath, error, warning
+from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warning
 from trainspec.runtime import shim as contract
 from trainspec.spec import skus, structure, templating
 from trainspec.spec.loader import Document, ReadProblem, path_text_problem, real_path
@@ -348,8 +348,7 @@ def _usable_path(path: SpecPath, text: str, out: List[Diagnostic]) -> Optional[s
     problem = path_text_problem(text)
     if problem is None:
         return text
-    shown = text if len(text) <= 80 else text[:80] + "..."
-    out.append(error(path, f"'{shown}': the path {problem}", "a path relative to the spec file"))
+    out.append(error(path, f"'{shown(text)}': the path {problem}", "a path relative to the spec file"))
     return None
 
 

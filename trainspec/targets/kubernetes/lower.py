@@ -26,11 +26,11 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from trainspec.core.diagnostics import Diagnostic, error
+from trainspec.core.diagnostics import Diagnostic, error, shown
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, capabilities, emit
 from trainspec.runtime import shim as contract  # the runtime file's name, written once
-from trainspec.targets.kubernetes.settings import NAME, RESERVED_ENV, image_problem, shown
+from trainspec.targets.kubernetes.settings import NAME, RESERVED_ENV, image_problem
 from trainspec.compile.capabilities import Feature, only, problem, unsupported
 
 LAUNCHERS = {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node", "deepspeed": "per-node"}
@@ -429,8 +429,8 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     header = emit.yaml_header(valid.source.display, valid.source.digest, NAME)
     embedded = runtime_files()
     docs = documents(valid, embedded)
-    shown = [_with_placeholders(doc, f"{valid.name}-shim", embedded) for doc in docs]
-    job = base.OutFile(JOB_FILE, _stream(docs, header), embedded=embedded, shown=_stream(shown, header))
+    reviewed = [_with_placeholders(doc, f"{valid.name}-shim", embedded) for doc in docs]
+    job = base.OutFile(JOB_FILE, _stream(docs, header), embedded=embedded, shown=_stream(reviewed, header))
     return base.Artifact(target=NAME, name=valid.name, files=(job,), submit=SUBMIT)
 
 
@@ -471,33 +471,33 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
         pods = f"{sum(replica['replicas'] for replica in replicas.values())} ({kinds})"
         policy = spec["runPolicy"]
     container = pod["containers"][0]
-    shown = {"job": f"{job['kind']} {job['apiVersion']}", "namespace": meta.get("namespace", "(kubectl's)")}
+    lines = {"job": f"{job['kind']} {job['apiVersion']}", "namespace": meta.get("namespace", "(kubectl's)")}
     queue = meta["labels"].get("kueue.x-k8s.io/queue-name")
     if queue:
-        shown["queue"] = f"Kueue {queue}" + (" (created suspended)" if policy.get("suspend") else "")
-    shown["image"] = image
-    shown["pods"] = pods + (", each with limits " + _pairs(limits) if limits else ", no resource limits")
+        lines["queue"] = f"Kueue {queue}" + (" (created suspended)" if policy.get("suspend") else "")
+    lines["image"] = image
+    lines["pods"] = pods + (", each with limits " + _pairs(limits) if limits else ", no resource limits")
     added = container.get("securityContext", {}).get("capabilities", {}).get("add", [])
     if added:
-        shown["capabilities"] = ", ".join(added)
+        lines["capabilities"] = ", ".join(added)
     if pod.get("nodeSelector"):
-        shown["node selector"] = _pairs(pod["nodeSelector"])
+        lines["node selector"] = _pairs(pod["nodeSelector"])
     if pod.get("tolerations"):
-        shown["tolerations"] = ", ".join(_toleration(t) for t in pod["tolerations"])
+        lines["tolerations"] = ", ".join(_toleration(t) for t in pod["tolerations"])
     if pod.get("serviceAccountName"):
-        shown["service account"] = pod["serviceAccountName"]
+        lines["service account"] = pod["serviceAccountName"]
     if pod.get("imagePullSecrets"):
-        shown["image pull secrets"] = ", ".join(s["name"] for s in pod["imagePullSecrets"])
+        lines["image pull secrets"] = ", ".join(s["name"] for s in pod["imagePullSecrets"])
     mounts = container.get("volumeMounts", [])
     code = next((m["name"] for m in mounts if m["mountPath"] == CODE_DIR), None)
-    shown["code"] = f"at {CODE_DIR} (volume {code})" if code else f"in the image, at {settings.code.image.path}"
+    lines["code"] = f"at {CODE_DIR} (volume {code})" if code else f"in the image, at {settings.code.image.path}"
     for volume in pod.get("volumes", []):
-        shown[f"volume {volume['name']}"] = _volume_text(volume, [m for m in mounts if m["name"] == volume["name"]])
+        lines[f"volume {volume['name']}"] = _volume_text(volume, [m for m in mounts if m["name"] == volume["name"]])
     deadline = policy.get("activeDeadlineSeconds")
-    shown["deadline"] = (f"{_duration(deadline)} (activeDeadlineSeconds {deadline})" if deadline is not None else
+    lines["deadline"] = (f"{_duration(deadline)} (activeDeadlineSeconds {deadline})" if deadline is not None else
                          "none: runs until it ends (targets.kubernetes.timeout sets one)")
-    shown["shim"] = base.plan_shim(settings.python)
-    return shown
+    lines["shim"] = base.plan_shim(settings.python)
+    return lines
 
 
 def _pairs(mapping: Dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ import functools
 from typing import List, Optional
 
 from trainspec.core import interpreter
-from trainspec.core.diagnostics import Diagnostic, error
+from trainspec.core.diagnostics import Diagnostic, error, shown
 
 NAME = "kubernetes"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # DNS-1123 label: namespaces, claims, secrets, queues
@@ -132,11 +132,6 @@ def settings_model():
         python: str = interpreter.python_field("python3", "in the image")
 
     return KubernetesTarget
-
-
-def shown(text: str) -> str:
-    """A value as an error message quotes it: its first 80 characters."""
-    return text if len(text) <= 80 else text[:80] + "..."
 
 
 def qualified_name_problem(key: str) -> Optional[str]:
