@@ -99,18 +99,20 @@ def neutral_refs(kind: str, name: str) -> str:
 
 def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     """Structure (pydantic), then meaning. Returns the ValidSpec only when there is no error."""
+    display = _display_path(doc.path)
+    named = _path_problems(doc.file, display)  # whatever else is wrong: every problem in one run
     if not isinstance(doc.data, dict):
-        return None, [error((), "a spec is a YAML mapping (key: value lines)",
-                            "start from one of the files in specs/")]
+        return None, [*named, error((), "a spec is a YAML mapping (key: value lines)",
+                                    "start from one of the files in specs/")]
     try:
         spec = structure.parse(doc.data)
     except ValidationError as exc:
         from trainspec.spec import explain  # the pydantic models, for hints: only when something is wrong
 
-        return None, [explain.diagnostic(e) for e in explain.merge_union_branches(exc.errors())]
+        return None, [*named, *(explain.diagnostic(e) for e in explain.merge_union_branches(exc.errors()))]
 
     catalog, diagnostics = skus.catalog_for(doc.path.parent)
-    diagnostics = list(diagnostics)
+    diagnostics = [*named, *diagnostics]
     sku = _check_sku(spec, catalog, diagnostics)
     gpus, procs, backend = _resolve_counts(spec, sku, diagnostics)
     _check_names(spec, diagnostics)
@@ -119,7 +121,7 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     _check_data(spec, diagnostics)
     _check_io_fields(spec, diagnostics)
     _check_target_settings(spec, diagnostics)
-    source = Source(file=doc.file, path=doc.path, display=_display_path(doc.path), digest=digest(spec))
+    source = Source(file=doc.file, path=doc.path, display=display, digest=digest(spec))
     valid = ValidSpec(spec=spec, source=source, gpus_per_node=gpus, procs_per_node=procs,
                       backend=backend, sku=sku, catalog=catalog.team_file)
     # templates are checked whatever else is wrong (every independent problem in one pass); the
@@ -511,6 +513,45 @@ def _check_lightning(valid: ValidSpec, command: str, out: List[Diagnostic]) -> N
         elif value in ("auto", "-1") and key == "devices":
             out.append(warning(("command",), f"Lightning devices={value} lets Lightning count the devices itself",
                                "write --devices {{ procs_per_node }} so it always matches the launcher"))
+
+
+# What no spec path may hold, as named on the command line or as outputs name it (its path in the
+# repository): characters that end or break a line of some output's comment or string (C0 and C1
+# controls, DEL, U+2028/U+2029: YAML 1.1 readers break lines at NEL and both), bytes that are not
+# UTF-8 (Python's lone surrogates: no output can encode them) and Unicode noncharacters (no XML
+# may hold U+FFFE/U+FFFF). The rest of Unicode is allowed; headers escape what is invisible
+# (compile/emit.py header_path).
+_REFUSED_CATEGORIES = ("Cc", "Zl", "Zp", "Cs")
+
+
+def _refused(ch: str) -> bool:
+    import unicodedata
+
+    code = ord(ch)
+    return (unicodedata.category(ch) in _REFUSED_CATEGORIES or 0xFDD0 <= code <= 0xFDEF
+            or (code & 0xFFFE) == 0xFFFE)
+
+
+def _path_problems(file: str, display: str) -> List[Diagnostic]:
+    """One error for the file when its path holds a character no output can carry safely."""
+    for text in (file, display):
+        if text.isprintable():
+            continue  # the common case: printable is stricter than allowed
+        bad = next((ch for ch in text if _refused(ch)), None)
+        if bad is None:
+            continue
+        code = ord(bad)
+        if 0xDC80 <= code <= 0xDCFF:
+            what = f"a byte that is not UTF-8 (0x{code - 0xDC00:02x})"
+        elif bad in "\n\r\x85\u2028\u2029\x0b\x0c":
+            what = f"a line break (U+{code:04X})"
+        else:
+            what = f"{'a Unicode noncharacter' if code > 0x9F else 'a control character'} (U+{code:04X})"
+        # about the file, not a line of it: at 1:1, as a file that cannot be read is
+        return [error((), f"the spec's path holds {what}, which its job files would have to write into "
+                          "comments and strings",
+                      "rename the file (and its folders) to printable characters").at(file, 1, 1)]
+    return []
 
 
 def _display_path(path: Path) -> str:
