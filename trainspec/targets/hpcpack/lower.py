@@ -178,7 +178,8 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
             ET.SubElement(variable, _tag("Name")).text = name
             ET.SubElement(variable, _tag("Value")).text = value
     ET.indent(job, space="  ")
-    comment = " ".join(emit.header_lines(valid.source.display, valid.source.digest, NAME)).replace("--", "- -")
+    # an XML comment cannot hold "--": the header writes a path with one as a JSON string that escapes it
+    comment = " ".join(emit.header_lines(valid.source.display, valid.source.digest, NAME))
     xml = ('<?xml version="1.0" encoding="utf-8"?>\n'
            + ET.tostring(ET.Comment(f" {comment} "), encoding="unicode") + "\n"
            + _keep_carriage_returns(ET.tostring(job, encoding="unicode")) + "\n")
