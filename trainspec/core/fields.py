@@ -22,6 +22,25 @@ def is_remote(path: str) -> bool:
     return path.startswith(REMOTE_PREFIXES)
 
 
+def unwritable_char(path: str):
+    """The first character of a spec's path that no output may name, or None. Refused: what ends
+    or breaks a line of some output's comment or string (C0 and C1 controls, DEL, U+2028/U+2029:
+    YAML 1.1 readers break lines at NEL and both), a byte that is not UTF-8 (Python's lone
+    surrogates: no output can encode them) and Unicode noncharacters (no XML may hold U+FFFE or
+    U+FFFF). Validation refuses such a spec path; the header reader refuses such a header. The rest
+    of Unicode is allowed: headers escape what is invisible (compile/emit.py header_path)."""
+    if path.isprintable():
+        return None  # the common case: printable is stricter than allowed
+    import unicodedata
+
+    for ch in path:
+        code = ord(ch)
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs") or 0xFDD0 <= code <= 0xFDEF \
+                or (code & 0xFFFE) == 0xFFFE:
+            return ch
+    return None
+
+
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 # the same, for the JSON Schema: not empty, surrounding spaces allowed (parse_duration strips them)
 DURATION_PATTERN = r"^\s*(?=\d)(\d+d)?(\d+h)?(\d+m)?(\d+s)?\s*$"

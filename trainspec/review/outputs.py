@@ -13,6 +13,7 @@ from typing import Optional
 
 from trainspec.build import Outcome
 from trainspec.compile.emit import spec_path
+from trainspec.core.fields import unwritable_char
 
 
 # Every output file trainspec writes names its version, target, spec and the spec's hash in its
@@ -47,7 +48,10 @@ def read_header(path: Path) -> Optional[Header]:
         return None
     version, target, spec, digest = (match.group(k).decode("utf-8", "replace")
                                      for k in ("version", "target", "spec", "digest"))
-    return Header(version, target, spec_path(spec), digest)
+    spec = spec_path(spec)
+    if unwritable_char(spec) is not None:
+        return None  # not a header trainspec writes: its path would reach check's report raw (`\n::error::`)
+    return Header(version, target, spec, digest)
 
 
 def folder_header(folder: Path) -> Optional[Header]:

@@ -22,7 +22,7 @@ from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warni
 from trainspec.runtime import shim as contract
 from trainspec.spec import skus, structure, templating
 from trainspec.spec.loader import Document, ReadProblem, path_text_problem, real_path
-from trainspec.core.fields import ENV_NAME_PATTERN, IO_NAME_PATTERN, is_remote, split_command
+from trainspec.core.fields import ENV_NAME_PATTERN, IO_NAME_PATTERN, is_remote, split_command, unwritable_char
 
 TENSORFLOW = "tensorflow"  # its launcher and backend: the platform starts one worker per node, TF_CONFIG
 
@@ -515,29 +515,10 @@ def _check_lightning(valid: ValidSpec, command: str, out: List[Diagnostic]) -> N
                                "write --devices {{ procs_per_node }} so it always matches the launcher"))
 
 
-# What no spec path may hold, as named on the command line or as outputs name it (its path in the
-# repository): characters that end or break a line of some output's comment or string (C0 and C1
-# controls, DEL, U+2028/U+2029: YAML 1.1 readers break lines at NEL and both), bytes that are not
-# UTF-8 (Python's lone surrogates: no output can encode them) and Unicode noncharacters (no XML
-# may hold U+FFFE/U+FFFF). The rest of Unicode is allowed; headers escape what is invisible
-# (compile/emit.py header_path).
-_REFUSED_CATEGORIES = ("Cc", "Zl", "Zp", "Cs")
-
-
-def _refused(ch: str) -> bool:
-    import unicodedata
-
-    code = ord(ch)
-    return (unicodedata.category(ch) in _REFUSED_CATEGORIES or 0xFDD0 <= code <= 0xFDEF
-            or (code & 0xFFFE) == 0xFFFE)
-
-
 def _path_problems(file: str, display: str) -> List[Diagnostic]:
     """One error for the file when its path holds a character no output can carry safely."""
     for text in (file, display):
-        if text.isprintable():
-            continue  # the common case: printable is stricter than allowed
-        bad = next((ch for ch in text if _refused(ch)), None)
+        bad = unwritable_char(text)
         if bad is None:
             continue
         code = ord(bad)
