@@ -13,6 +13,7 @@ to? Its cache is review/cache.py.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from trainspec import __version__
 from trainspec.build import Outcome
 from trainspec.compile import base
 from trainspec.compile.write import target_dir
+from trainspec.core.markdown import visible
 from trainspec.review.outputs import Header, folder_header, repo_root, unified
 
 
@@ -40,8 +42,30 @@ class Finding:
     diff: str = ""
 
     def render(self) -> str:
-        text = f"{self.path}: {self.kind}: {self.why}\n  fix: {self.fix}"
+        # a folder a pull request added to the output directory may be named `x\n::error::...`: one
+        # line per finding, whatever the names (the fix is already one line: _shell_word)
+        text = f"{visible(str(self.path), line=True)}: {self.kind}: {visible(self.why)}\n  fix: {self.fix}"
         return text + ("\n" + self.diff if self.diff else "")
+
+
+def _shell_word(text: str) -> str:
+    """``text`` as one bash word on one line: shlex-quoted, or, when it holds a line break, another
+    control character or a byte that is not UTF-8, ANSI-C quoted with the bytes escaped
+    (``$'out/x\\n::error::'``, ``$'out/x\\xff'``), which bash reads back as the same name."""
+    unseen = [ch for ch in text if visible(ch) != ch or 0xDC80 <= ord(ch) <= 0xDCFF]
+    if not unseen:
+        return shlex.quote(text)
+    out = []
+    for ch in text:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ch in "\n\r\t":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
+        elif ch in unseen:
+            out.append("".join(f"\\x{byte:02x}" for byte in os.fsencode(ch)))
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
 
 
 # (spec files, or None for the paths this run was given; prune?) -> the compile command line
@@ -68,8 +92,7 @@ def check_outputs(outcomes: Sequence[Outcome], out: Path, fix: FixCommand,
                                 "produces it; compile --prune removes it", prune))
     for path in _foreign(out, expected):
         findings.append(Finding("foreign", path, "not written by trainspec (no trainspec header), inside the "
-                                "output directory: move it elsewhere or delete it",
-                                shlex.join(["rm", "-r", "--", str(path)])))
+                                "output directory: move it elsewhere or delete it", f"rm -r -- {_shell_word(str(path))}"))
     return findings
 
 
