@@ -301,3 +301,24 @@ def test_a_forged_header_with_a_control_character_is_no_trainspec_header(tmp_pat
     assert proc.returncode == 1 and "Traceback" not in said and "internal error" not in said, said
     assert "out/forged: foreign" in said, said
     assert "pwned" not in said and not any(c in said for c in "\r\x1b\x00"), said
+
+
+@pytest.mark.parametrize("name", [b"x\n::error::pwned", b"x\r\x1b[2J'q", b"x\xff\xc2\x85y"])
+def test_a_foreign_folder_with_a_hostile_name_is_one_line_and_its_fix_removes_it(tmp_path, name):
+    """A pull request may add a folder to the output directory: check names it on one line (no
+    `::error::` of its own in a CI log), and the fix it prints, run by bash, removes exactly it."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=60)
+    shutil.copytree(REPO / "examples" / "ddp", tmp_path / "code")
+    spec = _write_spec(tmp_path, "ok")
+    assert _run("compile", spec, "-t", "slurm", "-o", "out", cwd=tmp_path).returncode == 0
+    os.mkdir(os.fsencode(tmp_path / "out") + b"/" + name)
+    proc = subprocess.run([*trainspec_cmd(), "check", spec, "-t", "slurm", "-o", "out"], cwd=tmp_path,
+                          capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and b"foreign" in said and b"Traceback" not in said, said
+    for line in said.split(b"\n"):
+        assert not line.startswith(b"::") and not any(c in line for c in b"\r\x1b"), said
+    fixes = [line.strip() for line in proc.stderr.split(b"\n") if line.strip().startswith(b"rm -r -- ")]
+    assert len(fixes) == 1, said
+    subprocess.run(["bash", "-c", fixes[0]], cwd=tmp_path, check=True, timeout=60)
+    assert os.listdir(tmp_path / "out") == ["hostile-name"]  # the spec's own folder stays
