@@ -70,6 +70,8 @@ def _report_for_machines(outcomes, fmt: str, strict: bool) -> Tuple[int, int]:
 
 
 def _gh_data(text: str) -> str:
+    # a file name that is not UTF-8 (lone surrogates) as escapes: a strict stdout cannot print it
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 

@@ -69,7 +69,7 @@ def printable(text: str) -> str:
     for ch in text:
         if ch in _NAMED_ESCAPES:
             out.append(_NAMED_ESCAPES[ch])
-        elif ch in _BIDI or unicodedata.category(ch) in ("Cc", "Zl", "Zp"):
+        elif ch in _BIDI or unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs"):  # Cs: a byte not UTF-8
             code = ord(ch)
             out.append(f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
         else:

@@ -44,7 +44,8 @@ class Finding:
     def render(self) -> str:
         # a folder a pull request added to the output directory may be named `x\n::error::...`: one
         # line per finding, whatever the names (the fix is already one line: _shell_word)
-        text = f"{visible(str(self.path), line=True)}: {self.kind}: {visible(self.why)}\n  fix: {self.fix}"
+        path = os.fsencode(self.path).decode("utf-8", "backslashreplace")  # bytes not UTF-8 as \xff
+        text = f"{visible(path, line=True)}: {self.kind}: {visible(self.why)}\n  fix: {self.fix}"
         return text + ("\n" + self.diff if self.diff else "")
 
 
