@@ -86,8 +86,11 @@ REFUSED = {
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The command line, with a strict stdout (as Python has under a locale like en_US.UTF-8): a
+    name it cannot encode must not crash it."""
     return subprocess.run([*trainspec_cmd(), *args], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          stdin=subprocess.DEVNULL, errors="backslashreplace")
+                          stdin=subprocess.DEVNULL, errors="backslashreplace",
+                          env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"})
 
 
 def _write_spec(repo: Path, name: str, job: str = "hostile-name") -> str:
@@ -255,6 +258,12 @@ def test_a_path_with_a_line_break_or_control_character_is_a_located_error(tmp_pa
         assert not any(c in errors[0] for c in "\r\x85\u2028\u2029\x1b\x7f")  # escaped, one line
         assert "touch PWNED" not in proc.stdout
         assert not (tmp_path / "out").exists()
+    proc = _run("validate", "--format", "github", spec, cwd=tmp_path)  # the CI annotation: one line, no crash
+    assert proc.returncode == 1 and "internal error" not in proc.stderr, proc.stderr
+    annotations = proc.stdout.rstrip("\n").split("\n")  # the runner reads workflow commands per \n
+    assert "\r" not in proc.stdout
+    assert len(annotations) == 1 and annotations[0].startswith("::error file=specs/"), proc.stdout
+    assert "the spec's path holds" in annotations[0]
 
 
 def test_a_hostile_name_in_the_review_and_ci_outputs_stays_one_line(tmp_path):
@@ -312,10 +321,12 @@ def test_a_foreign_folder_with_a_hostile_name_is_one_line_and_its_fix_removes_it
     spec = _write_spec(tmp_path, "ok")
     assert _run("compile", spec, "-t", "slurm", "-o", "out", cwd=tmp_path).returncode == 0
     os.mkdir(os.fsencode(tmp_path / "out") + b"/" + name)
+    # a strict stdout, as Python has under a locale like en_US.UTF-8: a name it cannot encode is no crash
     proc = subprocess.run([*trainspec_cmd(), "check", spec, "-t", "slurm", "-o", "out"], cwd=tmp_path,
-                          capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+                          capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"})
     said = proc.stdout + proc.stderr
-    assert proc.returncode == 1 and b"foreign" in said and b"Traceback" not in said, said
+    assert proc.returncode == 1 and b"foreign" in said and b"Traceback" not in said and b"internal" not in said, said
     for line in said.split(b"\n"):
         assert not line.startswith(b"::") and not any(c in line for c in b"\r\x1b"), said
     fixes = [line.strip() for line in proc.stderr.split(b"\n") if line.strip().startswith(b"rm -r -- ")]
