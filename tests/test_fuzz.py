@@ -24,6 +24,7 @@ import io
 import os
 import random
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import List, Optional, Tuple
@@ -275,8 +276,8 @@ def test_hostile_file_names_are_refused_or_named_exactly(tmp_path, monkeypatch):
     monkeypatch.delenv("TRAINSPEC_DEBUG", raising=False)
     (tmp_path / ".git").mkdir()  # the repository: outputs name specs/<name>
     (tmp_path / "specs").mkdir()
-    for folder in ("examples", "bases"):  # what the example specs name: code, extends
-        (tmp_path / folder).symlink_to(REPO / folder, target_is_directory=True)
+    for folder in ("examples", "bases"):  # what the example specs name (code, extends), in the repository
+        shutil.copytree(REPO / folder, tmp_path / folder)
     monkeypatch.chdir(tmp_path)
     rng = random.Random(SEED)
     examples = sorted((REPO / "specs").glob("*.yaml"))

@@ -27,7 +27,7 @@ import yaml
 import kube_schema
 from conftest import REPO, ray_validate, trainspec_cmd
 from trainspec.compile import emit
-from trainspec.review.outputs import read_header
+from trainspec.review.outputs import folder_header, read_header
 
 TARGETS = ["azureml", "hpcpack", "kubernetes", "ray", "slurm"]
 XSD = REPO.parent / "shared" / "reference" / "hpcpack" / "xsd" / "job-v4.fixed.xsd"
@@ -94,11 +94,14 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def _write_spec(repo: Path, name: str, job: str = "hostile-name") -> str:
+    """specs/<name>.yaml, its code the repository's code/ (relative: a spec reads only inside its
+    repository), whatever folders the name has."""
     relative = f"specs/{name}.yaml"
     path = os.fsencode(repo / relative)  # a name with undecodable bytes, too
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    code = "../" * relative.count("/") + "code"
     with open(path, "w") as fh:
-        fh.write(SPEC.format(code=json.dumps(str(repo / "code"))).replace("name: hostile-name", f"name: {job}"))
+        fh.write(SPEC.format(code=code).replace("name: hostile-name", f"name: {job}"))
     return relative
 
 
@@ -122,55 +125,68 @@ def _outputs(repo: Path, case: str, target: str) -> Path:
     return repo / f"out-{case}" / "hostile-name" / target
 
 
-def _as_plain(value: Any, display: str) -> Any:
-    """Data with the hostile display path, as a value, replaced by the plain one."""
+# the hostile spec's path and digest (a spec in a deeper folder names its code with more `../`),
+# and the plain spec's: what may differ between their outputs
+Marks = Dict[str, str]
+
+
+def _as_plain(value: Any, marks: Marks) -> Any:
+    """Data with the hostile spec's path and digest, as values, replaced by the plain one's."""
     if isinstance(value, str):
-        return "specs/plain.yaml" if value == display else value
+        return marks.get(value, value)
     if isinstance(value, dict):
-        return {k: _as_plain(v, display) for k, v in value.items()}
+        return {k: _as_plain(v, marks) for k, v in value.items()}
     if isinstance(value, list):
-        return [_as_plain(v, display) for v in value]
+        return [_as_plain(v, marks) for v in value]
     return value
 
 
-def _xml_tree(element, display: str):
-    return (element.tag, _as_plain(dict(element.attrib), display), _as_plain((element.text or "").strip(), display),
-            [_xml_tree(child, display) for child in element if isinstance(child.tag, str)])
+def _xml_tree(element, marks: Marks):
+    return (element.tag, _as_plain(dict(element.attrib), marks), _as_plain((element.text or "").strip(), marks),
+            [_xml_tree(child, marks) for child in element if isinstance(child.tag, str)])
 
 
-def _same_lines(hostile: str, plain: str, display: str) -> None:
-    """Line for line the plain file, where a line may differ only by the path, as the header
-    writes it or as a shell word."""
+def _marks(display: str, hostile_digest: str, plain_digest: str) -> Marks:
+    return {display: "specs/plain.yaml", hostile_digest: plain_digest}
+
+
+def _same_lines(hostile: str, plain: str, marks: Marks) -> None:
+    """Line for line the plain file, where a line may differ only by the path (as the header
+    writes it, or as a shell word) and the digest."""
     h_lines, p_lines = hostile.split("\n"), plain.split("\n")
     assert len(h_lines) == len(p_lines), (len(h_lines), len(p_lines))
-    written = [(shlex.quote(display), "specs/plain.yaml"), (emit.header_path(display), "specs/plain.yaml")]
+    (display, plain_display), (digest, plain_digest) = marks.items()
     for h, p in zip(h_lines, p_lines):
-        assert h == p or any(mark in h and h.replace(mark, plain_mark) == p for mark, plain_mark in written), (h, p)
+        h = h.replace(digest, plain_digest)
+        assert h == p or any(mark in h and h.replace(mark, plain_display) == p
+                             for mark in (shlex.quote(display), emit.header_path(display))), (h, p)
 
 
-def _equivalent(hostile: Path, plain: Path, display: str) -> None:
+def _equivalent(hostile: Path, plain: Path, marks: Marks) -> None:
     name = hostile.name
     if name.endswith((".yml", ".yaml")):
         # PyYAML: a YAML 1.1 reader, as azure-ai-ml and Ray read these files
         h_docs = list(yaml.safe_load_all(hostile.read_text(encoding="utf-8")))
-        assert _as_plain(h_docs, display) == list(yaml.safe_load_all(plain.read_text(encoding="utf-8")))
+        assert _as_plain(h_docs, marks) == list(yaml.safe_load_all(plain.read_text(encoding="utf-8")))
         # and the comments are the plain ones but for the path
         comments = [[line for line in path.read_text(encoding="utf-8").split("\n") if line.startswith("#")]
                     for path in (hostile, plain)]
-        _same_lines("\n".join(comments[0]), "\n".join(comments[1]), display)
+        _same_lines("\n".join(comments[0]), "\n".join(comments[1]), marks)
     elif name.endswith(".json"):
-        assert _as_plain(json.loads(hostile.read_bytes()), display) == json.loads(plain.read_bytes())
+        assert _as_plain(json.loads(hostile.read_bytes()), marks) == json.loads(plain.read_bytes())
     elif name.endswith(".xml"):
         from lxml import etree
 
         h_doc, p_doc = etree.parse(str(hostile)), etree.parse(str(plain))
-        assert _xml_tree(h_doc.getroot(), display) == _xml_tree(p_doc.getroot(), display)
+        assert _xml_tree(h_doc.getroot(), marks) == _xml_tree(p_doc.getroot(), marks)
         h_comments = [c.text for c in h_doc.getroot().itersiblings(preceding=True)]
         p_comments = [c.text for c in p_doc.getroot().itersiblings(preceding=True)]
         assert len(h_comments) == len(p_comments) == 1
-        assert h_comments[0].replace(emit.header_path(display), "specs/plain.yaml") == p_comments[0]
+        (display, plain_display), (digest, plain_digest) = marks.items()
+        assert h_comments[0].replace(emit.header_path(display), plain_display).replace(digest, plain_digest) \
+            == p_comments[0]
     else:
-        _same_lines(hostile.read_text(encoding="utf-8"), plain.read_text(encoding="utf-8"), display)
+        _same_lines(hostile.read_text(encoding="utf-8"), plain.read_text(encoding="utf-8"), marks)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -180,8 +196,9 @@ def test_a_hostile_name_changes_no_output_but_the_path(repo, case, target):
     hostile, plain = _outputs(repo, case, target), _outputs(repo, "plain", target)
     files = sorted(p.relative_to(hostile).as_posix() for p in hostile.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(plain).as_posix() for p in plain.rglob("*") if p.is_file())
+    marks = _marks(display, folder_header(hostile).digest, folder_header(plain).digest)
     for file in files:
-        _equivalent(hostile / file, plain / file, display)
+        _equivalent(hostile / file, plain / file, marks)
         header = read_header(hostile / file)
         if not file.startswith("trainspec_"):  # the runtime files are copied as they are
             assert header is not None and header.spec == display, (file, header)
