@@ -240,7 +240,11 @@ def test_plan_over_a_folder_and_over_what_a_branch_changes(repo):
     git("rm", "-q", "specs/single-node.yaml", cwd=repo)
     git("commit", "-q", "-am", "bigger, and one job fewer", cwd=repo)
     md = ts("plan", "--git", "main", "--format", "markdown", cwd=repo, check=True).stdout
-    assert md.startswith("# trainspec plan: 1 job changed since main\n\n## mnist-lightning")
+    # the cost summary first (never cut), then each job's plan
+    assert md.startswith("# trainspec plan: 1 job changed since main\n\n**Cost: GPUs of all jobs: 26 → 40 (\\+14); "
+                         "2 jobs with cost changes**\n\n- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`\n"
+                         "- `single-node`: removed job, GPUs `2` → `0`: ")
+    assert "\n\n## mnist-lightning" in md
     assert "world 32 = 4 node(s) x 8 process(es)" in md and "hpcpack-ddp" not in md
     assert "## removed jobs\n- single-node (specs/single-node.yaml)" in md
     data = json.loads(ts("plan", "--git", "main", "--format", "json", cwd=repo, check=True).stdout)
