@@ -196,6 +196,27 @@ def test_submit_only_the_jobs_a_merge_changed(repo, tmp_path):
     assert submitted(repo, head, tmp_path) == plan_lists(repo, head)
 
 
+def test_the_submit_job_submits_only_outputs_that_check_passed(repo, tmp_path):
+    """A hand edit that reached main (a push that skipped the review's gate) is never submitted:
+    the submit job runs check before it lists or submits anything, and stops there."""
+    names = [s.get("name") or s.get("uses") for s in workflow()["jobs"]["submit"]["steps"]]
+    gate = names.index("Gate - submit only outputs that check passed")
+    assert gate < names.index("Jobs the plan lists for this push") < names.index("Submit them to Azure ML")
+    assert not any("always()" in str(s.get("if", "")) for s in workflow()["jobs"]["submit"]["steps"])
+    first = git("rev-parse", "HEAD", cwd=repo).strip()
+    edit(repo / "build" / "mnist-lightning" / "azureml" / "job.yml", "instance_count: 2\n", "instance_count: 30\n")
+    git("commit", "-q", "-am", "more nodes, by hand", cwd=repo)
+    proc = run_step("submit", "Gate - submit only outputs that check passed", repo)
+    assert proc.returncode == 1
+    assert "build/mnist-lightning/azureml/job.yml: hand-edited" in proc.stdout + proc.stderr
+    # the edit moved into the spec and compiled: checked, then planned and submitted
+    edit(repo / "specs" / "mnist-lightning.yaml", "  nodes: 2\n", "  nodes: 30\n")
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    git("commit", "-q", "-am", "more nodes", cwd=repo)
+    assert run_step("submit", "Gate - submit only outputs that check passed", repo).returncode == 0
+    assert submitted(repo, first, tmp_path) == ["build/mnist-lightning/azureml/job.yml"]
+
+
 def team_repo(repo):
     """The README's layout: specs extending a base in bases/, a team catalog at the root."""
     (repo / "bases").mkdir()
