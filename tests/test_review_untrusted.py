@@ -119,6 +119,9 @@ def test_a_job_with_3000_env_entries_cannot_push_its_own_cost_change_out(repo):
     assert ("- `mnist-lightning`: nodes `2` → `4`; spot `no` → `yes`; targets.azureml.job_tier `standard` → `spot`; "
             "GPUs `16` → `32`") in summary
     assert summary.startswith("# trainspec plan: 1 job changed since HEAD\n\n**Cost: GPUs of all jobs: 26 → 42")
+    # and the diff's one-line summary of the job names them before the 3,000 env entries
+    assert "\n**resources.nodes 2 → 4; resources.spot no → yes; targets.azureml.job\\_tier standard → spot; " \
+           "world 16 → 32; env.E0000 (none) → " in text
 
 
 # --- a hand edit is shown, and flagged --------------------------------------------------------------

@@ -158,8 +158,9 @@ class JobDiff:
     def headline(self) -> str:
         if self.status in ("new", "removed"):
             return "; ".join([f"{self.status} job: {self.about}", *self.reasons])
-        if self.changes:
-            return "; ".join([*(c.render() for c in self.changes), *self.reasons])
+        if self.changes:  # what changes the cost first: a long list of other changes cannot hide it
+            ordered = sorted(self.changes, key=lambda c: not costly(c.field))
+            return "; ".join([*(c.render() for c in ordered), *self.reasons])
         if self.base_errors:
             return "; ".join(self.reasons)
         if self.reasons:
@@ -176,6 +177,24 @@ class JobDiff:
                 "runtime_unchanged": [_file_json(f) for f in self.runtime], "code_changed": self.code,
                 "outputs_edited": self.edited, "edits": [_file_json(f) for f in self.edits],
                 "base_errors": self.base_errors}
+
+
+# The fields and facts of a job that change what it costs (the cost summary's, review/cost.py),
+# besides each target's COST_SETTINGS: named first in a job's one-line summary.
+COSTLY = ("resources.nodes", "resources.gpus_per_node", "resources.sku", "resources.spot", "world", "GPUs per node",
+          "GPU", "targets")
+
+
+def costly(name: str) -> bool:
+    """Whether a changed field or fact (a Change's) changes what the job costs."""
+    from trainspec.targets import TARGETS
+    from trainspec.targets.vocabulary import settings
+
+    if name in COSTLY:
+        return True
+    parts = name.split(".")
+    return len(parts) == 3 and parts[0] == "targets" and parts[1] in TARGETS \
+        and parts[2] in getattr(settings(parts[1]), "COST_SETTINGS", ())
 
 
 def _file_json(item: OutputDiff) -> Dict[str, Any]:
