@@ -190,7 +190,7 @@ def costly(name: str) -> bool:
     from trainspec.targets import TARGETS
     from trainspec.targets.vocabulary import settings
 
-    if name in COSTLY:
+    if name in COSTLY or name.startswith("size "):  # a catalog entry of its size (_catalog_changes)
         return True
     parts = name.split(".")
     return len(parts) == 3 and parts[0] == "targets" and parts[1] in TARGETS \
