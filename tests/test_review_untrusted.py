@@ -240,3 +240,22 @@ def test_the_full_plan_and_diff_lines_are_commands_that_run(repo):
         full = ts(*shlex.split(note[0])[1:], cwd=repo)  # the line as a reviewer would paste it
         assert full.returncode == 0, full.stderr
         assert all(name in full.stdout for name in names) and "Cut to fit" not in full.stdout
+
+
+def test_a_summary_larger_than_the_plans_share_takes_its_room_from_the_rest(repo):
+    """200 new jobs with long names: the summary alone is more than the plan's budget; it is
+    whole, first, and the plan's jobs and the diff shrink so the comment still fits."""
+    from trainspec.review.comment import PLAN_BUDGET
+
+    template = (repo / "specs" / "single-node.yaml").read_text()
+    names = [f"a-rather-long-job-name-for-the-cost-summary-{i:03d}" for i in range(200)]
+    for name in names:
+        (repo / "specs" / f"{name}.yaml").write_text(template.replace("single-node", name))
+    text = comment(repo)
+    summary = opening(text)
+    assert len(summary) > PLAN_BUDGET  # more than the plan's share of the comment: the diff made room
+    assert len(text) < 60_000, len(text)
+    for name in names:
+        assert f"- `{name}`: new job, GPUs `2`: nodes `1`, GPUs per node `2`" in summary, name
+    assert f"GPUs of all jobs: 26 → {26 + 400} (\\+400); 200 jobs with cost changes**" in summary
+    assert text.count("Cut to fit one comment") == 2  # the plan's jobs and the diff: cut, saying where the rest is
