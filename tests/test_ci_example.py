@@ -121,7 +121,8 @@ def test_comment_step_on_a_pull_request_branch(repo):
     assert proc.returncode == 0, proc.stderr
     comment = (repo / "comment.md").read_text()
     assert comment.startswith("# trainspec plan: 1 job changed since main\n\n**Cost: GPUs of all jobs: 26 → 42 "
-                              "(\\+16); 1 job with cost changes**\n\n- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`"
+                              "(\\+16); 1 job with cost changes**\n\n"
+                              "- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`"
                               "\n\n## mnist-lightning")
     assert "\n# trainspec diff since main: 1 job changed\n\n## mnist-lightning (specs/mnist-lightning.yaml)\n" \
            "**resources.nodes 2 → 4; world 16 → 32**" in comment

@@ -81,7 +81,8 @@ def test_a_200_spec_change_opens_with_every_cost_change_and_fits_one_comment(rep
     assert "Cut to fit one comment" in text  # the volume is cut: the cost changes are not
     summary = opening(text)
     before = 26 + 2 * 200  # the three jobs of the repository, and the 200 at 2 GPUs each
-    assert summary.startswith(f"# trainspec plan: 200 jobs changed since HEAD\n\n**Cost: GPUs of all jobs: {before} → ")
+    assert summary.startswith("# trainspec plan: 200 jobs changed since HEAD\n\n"
+                              f"**Cost: GPUs of all jobs: {before} → ")
     wanted = ["- `job-050`: nodes `1` → `32`; GPUs `2` → `64`",
               "- `job-100`: sku `Standard_NC48ads_A100_v4` → `Standard_NC96ads_A100_v4`",
               "- `job-150`: spot `no` → `yes`",
@@ -116,7 +117,8 @@ def test_a_job_with_3000_env_entries_cannot_push_its_own_cost_change_out(repo):
     text = comment(repo)
     assert len(text) < 60_000
     summary = opening(text)
-    assert ("- `mnist-lightning`: nodes `2` → `4`; spot `no` → `yes`; targets.azureml.job_tier `standard` → `spot`; "
+    assert ("- `mnist-lightning`: nodes `2` → `4`; spot `no` → `yes`; "
+            "targets.azureml.job_tier `standard` → `spot`; "
             "GPUs `16` → `32`") in summary
     assert summary.startswith("# trainspec plan: 1 job changed since HEAD\n\n**Cost: GPUs of all jobs: 26 → 42")
     # and the diff's one-line summary of the job names them before the 3,000 env entries

@@ -171,7 +171,8 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
         about = f"{EDITED}: {files} differ from what the spec compiles to, and CI submits the committed files"
         lines += ["", f"**{about}** (see the diff; check fails until they are recompiled)" if md
                   else f"  !! {about} (see diff; check fails until they are recompiled)"]
-    facts = [("description", data.get("description") or "-"), ("framework", data["framework"]), ("sku", data["sku"] or "-"), ("GPUs", data["gpu"] or "none"),
+    facts = [("description", data.get("description") or "-"), ("framework", data["framework"]),
+             ("sku", data["sku"] or "-"), ("GPUs", data["gpu"] or "none"),
              ("GPUs per node", data["gpus_per_node"]), ("backend", data["backend"]),
              ("spot", "yes" if data["spot"] else "no"), ("environment", data["image"] or "-")]
     if md:
