@@ -75,6 +75,11 @@ def without_provenance(data: bytes, outcome: Optional[Outcome] = None) -> bytes:
 
 
 def unified(old: bytes, new: bytes, old_name: str, new_name: str) -> str:
+    """A unified diff of two files' text, every character a reader could not see (a zero-width
+    space, a bidi override, a control character) written as its escape (core/markdown.py
+    reveal): ``WARN`` and ``WARN`` with a zero-width space differ on the page too."""
+    from trainspec.core.markdown import reveal
+
     lines = difflib.unified_diff(old.decode("utf-8", "replace").splitlines(keepends=True),
                                  new.decode("utf-8", "replace").splitlines(keepends=True), old_name, new_name)
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines).rstrip("\n")
+    return "".join(reveal(line.rstrip("\n")) + "\n" for line in lines).rstrip("\n")
