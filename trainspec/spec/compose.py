@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from trainspec.core.diagnostics import SpecError, SpecPath, error
 from trainspec.core.fields import is_remote
-from trainspec.spec.loader import Document, ReadProblem, load_bytes, path_text_problem, read_bounded, real_path
+from trainspec.spec.loader import (Document, ReadProblem, load_bytes, path_text_problem, read_bounded,
+                                   real_path, repository_root)
 
 MAX_CHAIN = 16
 _PATH_FIELDS: Tuple[SpecPath, ...] = (("code",), ("environment", "conda_file"), ("environment", "build", "path"))
@@ -61,6 +62,7 @@ def _chain(file: str) -> List[Document]:
     seen: List[Path] = []
     current: Optional[str] = file
     via: Optional[Tuple[Document, str]] = None
+    project: Optional[Path] = None  # the leaf spec's repository: every base stays inside it
     while current is not None:
         try:
             resolved = real_path(current)
@@ -94,9 +96,30 @@ def _chain(file: str) -> List[Document]:
         problem = path_text_problem(parent_ref)
         if problem:
             raise SpecError([doc.locate(error(("extends",), f"the path {problem}", "e.g. extends: ../base.yaml"))])
+        if len(docs) == 1:  # the spec itself: its repository holds the whole chain
+            project = repository_root(resolved.parent)
+        outside = _outside(parent_ref, Path(resolved).parent, project) if project is not None else None
+        if outside:
+            raise SpecError([doc.locate(error(("extends",), outside, "extends names a base spec inside the "
+                                              "repository, relative to the file it is written in"))])
         current = os.path.join(os.path.dirname(current), parent_ref)
         via = (doc, parent_ref)
     return list(reversed(docs))
+
+
+def _outside(text: str, folder: Path, project: Path) -> Optional[str]:
+    """Why the base spec ``text`` (relative to ``folder``) is not read: an absolute path, or one
+    that leads (through a link or `..`) out of ``project``; None when it stays inside."""
+    where = f"the repository {project}"
+    if os.path.isabs(text):
+        return f"'{text}' is an absolute path: a base spec is read only inside {where}"
+    try:
+        real = real_path(folder / text)
+    except ReadProblem:
+        return None  # a loop: reading it says so
+    if real == project or project in real.parents:
+        return None
+    return f"'{text}' leads to {real}, outside {where}: trainspec never reads a spec from outside it"
 
 
 def _merge(base: Any, child: Any, path: SpecPath, doc: Document, origins: Dict[SpecPath, Document]) -> Any:

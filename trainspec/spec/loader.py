@@ -127,6 +127,18 @@ def real_path(path) -> Path:
         raise _problem(exc) from None
 
 
+def repository_root(start: Path) -> Optional[Path]:
+    """The nearest folder at or above ``start`` that has a .git (resolved), or None: every path a
+    spec in it names must stay inside it (`--git`'s extracted revision has a .git marker too)."""
+    for folder in (start, *start.parents):
+        if os.path.lexists(folder / ".git"):
+            try:
+                return real_path(folder)
+            except ReadProblem:
+                return None
+    return None
+
+
 def _problem(exc: OSError) -> ReadProblem:
     if exc.errno == errno.ENOENT:
         return ReadProblem("no such file", missing=True)

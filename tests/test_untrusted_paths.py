@@ -1,0 +1,180 @@
+"""Issue 27, links and paths: a pull request is untrusted input. Nothing outside the repository
+is read (a link in a code folder, a path that leads out), nothing outside -o is written or
+deleted, and no link is followed there; the runner's environment and .git/config never reach an
+output, a comment or a log.
+
+Each test builds a little git repository in tmp_path with real `git`, plays the attack as a pull
+request would (links committed or left in the working tree), and runs the command line."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from conftest import REPO, git, ts
+
+SECRET = "hunter2"
+HEADER = "extraheader"  # what actions/checkout keeps in .git/config
+ENV = {**os.environ, "SECRET_TOKEN": SECRET}
+
+
+def leaked(text: str) -> bool:
+    return SECRET in text or HEADER in text
+
+
+def files_leak(folder: Path) -> List[str]:
+    """Files under ``folder`` that hold a secret, as text or base64 (a ConfigMap's binaryData)."""
+    found = []
+    for path in folder.rglob("*") if folder.is_dir() else []:
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        decoded = b"".join(base64.b64decode(m + b"=" * (-len(m) % 4), validate=False)
+                           for m in re.findall(rb"[A-Za-z0-9+/]{16,}={0,2}", data) if len(m) % 4 != 1)
+        if any(s.encode() in data or s.encode() in decoded for s in (SECRET, HEADER)):
+            found.append(str(path))
+    return found
+
+
+def snapshot(root: Path) -> Dict[str, str]:
+    """Every entry under ``root`` (links by what they say, files by their bytes), never followed."""
+    out = {}
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in dirs + names:
+            path = Path(folder, name)
+            rel = path.relative_to(root).as_posix()
+            out[rel] = ("-> " + os.readlink(path)) if path.is_symlink() else \
+                (path.read_bytes().hex() if path.is_file() else "dir")
+    return out
+
+
+def k8s_repo(tmp_path: Path) -> Path:
+    """A repository with the Kubernetes example (its code folder copied in) compiled to build/
+    and committed, and an `extraheader` in .git/config as actions/checkout leaves it."""
+    root = tmp_path / "repo"
+    (root / "specs").mkdir(parents=True)
+    shutil.copytree(REPO / "examples" / "ddp", root / "code", ignore=shutil.ignore_patterns("__pycache__"))
+    text = (REPO / "specs" / "k8s-ddp.yaml").read_text().replace("code: ../examples/ddp", "code: ../code")
+    (root / "specs" / "k8s.yaml").write_text(text)
+    git("init", "-q", "-b", "main", cwd=root)
+    with open(root / ".git" / "config", "a") as fh:
+        fh.write('[http "https://github.com/"]\n\textraheader = AUTHORIZATION: basic eC1hY2Nlc3M=\n')
+    ts("compile", "specs/", "-o", "build", cwd=root, check=True)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "specs and outputs", cwd=root)
+    return root
+
+
+def clean(proc) -> None:
+    assert proc.returncode in (0, 1), (proc.returncode, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr[-3000:]
+    assert not leaked(proc.stdout) and not leaked(proc.stderr), (proc.stdout[-3000:], proc.stderr[-3000:])
+
+
+# --- code folders: the issue's attack, end to end ----------------------------------------------------
+
+@pytest.mark.parametrize("committed", [False, True])
+def test_links_in_a_code_folder_never_reach_outputs_comments_or_logs(tmp_path, committed):
+    """`code/env.txt -> /proc/self/environ` and `code/x -> ../.git/config`: compile, validate, plan,
+    diff --git (markdown, what the example workflow posts) and check, with SECRET_TOKEN in their
+    environment, print neither the environment nor the extraheader, write nothing, and say where
+    the problem is: an error at `code:` naming each link."""
+    root = k8s_repo(tmp_path)
+    os.symlink("/proc/self/environ", root / "code" / "env.txt")
+    os.symlink("../.git/config", root / "code" / "x")
+    if committed:
+        git("add", "-A", cwd=root)
+        git("commit", "-q", "-m", "the pull request", cwd=root)
+    before = snapshot(root)
+    runs = {" ".join(c): ts(*c, cwd=root, env=ENV) for c in (
+        ["validate", "specs/"], ["compile", "specs/", "-o", "build"], ["plan", "specs/"],
+        ["plan", "--git", "HEAD~1" if committed else "HEAD", "--format", "markdown"],
+        ["diff", "--git", "HEAD~1" if committed else "HEAD", "--format", "markdown"],
+        ["check", "specs/", "-o", "build"])}
+    for command, proc in runs.items():
+        clean(proc)
+    assert snapshot(root) == before
+    assert files_leak(root / "build") == []
+    for command in ("validate specs/", "compile specs/ -o build"):
+        proc = runs[command]
+        assert proc.returncode == 1, proc.stderr
+        for link, target in (("env.txt", "/proc/self/environ"), ("x", "../.git/config")):
+            assert re.search(rf"^specs/k8s\.yaml:8:7: error: code: \.\./code/{re.escape(link)} is a symbolic link "
+                             rf"\(to {re.escape(target)}\).*\(hint: ", proc.stderr, re.M), proc.stderr
+
+
+def test_a_code_folder_link_that_stays_inside_it_is_refused_too(tmp_path):
+    """Any link, even one that stays in the folder: the platform's upload follows it, and trainspec
+    reads what it uploads from regular files only."""
+    root = k8s_repo(tmp_path)
+    os.symlink("train.py", root / "code" / "again.py")
+    proc = ts("validate", "specs/k8s.yaml", cwd=root)
+    assert proc.returncode == 1
+    assert "specs/k8s.yaml:8:7: error: code: ../code/again.py is a symbolic link (to train.py)" in proc.stderr
+
+
+@pytest.mark.parametrize("field,value,fragment", [
+    ("code", "/etc/ssl", "code: '/etc/ssl' is an absolute path"),
+    ("code", "../../..", "above the repository root"),
+    ("code", "ssl", "code: 'ssl' leads through a symbolic link to"),
+    ("environment.conda_file", "../../outside.yml", "environment.conda_file: '../../outside.yml' leads to"),
+    ("environment.conda_file", "env.yml", "environment.conda_file: 'env.yml' leads through a symbolic link to"),
+    ("inputs.data.path", "../../outside.yml", "inputs.data.path: '../../outside.yml' leads to"),
+    ("extends", "../../outside.yml", "extends: '../../outside.yml' leads to"),
+    ("extends", "/etc/hostname", "extends: '/etc/hostname' is an absolute path"),
+])
+def test_a_path_a_spec_names_stays_inside_the_repository(tmp_path, field, value, fragment):
+    """`code`, `environment.conda_file`, `extends` and local inputs resolve inside the repository
+    (through `..`, an absolute path or a link that leads out, they are an error at that field);
+    an absolute input path names the cluster's storage and stays allowed, never read."""
+    root = k8s_repo(tmp_path)
+    (tmp_path / "outside.yml").write_text("dependencies: [python]\nSECRET: hunter2\n")
+    os.symlink("/etc/ssl", root / "specs" / "ssl")
+    os.symlink(str(tmp_path / "outside.yml"), root / "specs" / "env.yml")
+    spec = root / "specs" / "k8s.yaml"
+    text = spec.read_text()
+    if field == "code":
+        text = text.replace("code: ../code", f"code: {value}")
+    elif field == "extends":
+        text = f"extends: {value}\n" + text
+    elif field == "inputs.data.path":
+        text = text.replace("{path: /shared/datasets/ddp-demo}", f"{{path: {value}}}")
+    else:
+        text = text.replace("  image: pytorch", f"  conda_file: {value}\n  image: pytorch")
+    spec.write_text(text)
+    proc = ts("validate", "specs/k8s.yaml", cwd=root, env=ENV)
+    clean(proc)
+    assert proc.returncode == 1
+    line = next(d for d in proc.stderr.splitlines() if fragment in d)
+    assert re.match(r"specs/k8s\.yaml:\d+:\d+: error: ", line), line
+
+
+def test_an_absolute_input_path_is_the_clusters_and_is_never_read(tmp_path):
+    root = k8s_repo(tmp_path)
+    spec = root / "specs" / "k8s.yaml"
+    spec.write_text(spec.read_text().replace("{path: /shared/datasets/ddp-demo}", "{path: /proc/self}"))
+    proc = ts("compile", "specs/", "-o", "build", cwd=root, env=ENV)
+    clean(proc)
+    assert proc.returncode == 0, proc.stderr
+    assert files_leak(root / "build") == []
+
+
+def test_a_build_context_with_a_link_is_an_error_at_its_path(tmp_path):
+    root = k8s_repo(tmp_path)
+    (root / "docker").mkdir()
+    (root / "docker" / "Dockerfile").write_text("FROM python:3.12\n")
+    os.symlink("../.git/config", root / "docker" / "config")
+    spec = root / "specs" / "k8s.yaml"
+    spec.write_text(spec.read_text().replace("  image: pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
+                                             "  build: {path: ../docker}"))
+    proc = ts("validate", "specs/k8s.yaml", cwd=root, env=ENV)
+    clean(proc)
+    assert re.search(r"^specs/k8s\.yaml:\d+:\d+: error: environment\.build\.path: \.\./docker/config is a symbolic "
+                     r"link \(to \.\./\.git/config\)", proc.stderr, re.M), proc.stderr
