@@ -178,3 +178,110 @@ def test_a_build_context_with_a_link_is_an_error_at_its_path(tmp_path):
     clean(proc)
     assert re.search(r"^specs/k8s\.yaml:\d+:\d+: error: environment\.build\.path: \.\./docker/config is a symbolic "
                      r"link \(to \.\./\.git/config\)", proc.stderr, re.M), proc.stderr
+
+
+# --- the output folder: nothing outside -o is written or deleted, no link followed ------------------
+
+def elsewhere_with_an_orphan(tmp_path: Path, root: Path) -> Path:
+    """<tmp>/elsewhere holding what prune would delete in build/: a target folder with a trainspec
+    header (of a spec that does not exist) and a file without one, and a file of its own."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "kubernetes").mkdir(parents=True)
+    job = (root / "build" / "k8s-ddp" / "kubernetes" / "job.yaml").read_text()
+    (elsewhere / "kubernetes" / "job.yaml").write_text(job.replace("specs/k8s.yaml", "specs/gone.yaml"))
+    (elsewhere / "kubernetes" / "notes.txt").write_text("no header\n")
+    (elsewhere / "mine.txt").write_text("no header\n")
+    return elsewhere
+
+
+@pytest.mark.parametrize("committed", [False, True])
+def test_prune_never_deletes_through_a_link_in_out(tmp_path, committed):
+    """`build/ghost -> <tmp>/elsewhere`: compile --prune (what check tells you to run) deletes
+    nothing there, writes nothing, and says why, naming the link."""
+    root = k8s_repo(tmp_path)
+    elsewhere = elsewhere_with_an_orphan(tmp_path, root)
+    os.symlink(str(elsewhere), root / "build" / "ghost")
+    if committed:
+        git("add", "-A", cwd=root)
+        git("commit", "-q", "-m", "the pull request", cwd=root)
+    before, outside = snapshot(root), snapshot(elsewhere)
+    proc = ts("compile", "specs/", "-o", "build", "--prune", cwd=root)
+    clean(proc)
+    assert proc.returncode == 1
+    assert f"build/ghost: is a symbolic link (to {elsewhere}) inside the output folder: compile --prune never " \
+           "follows or deletes through a link" in proc.stderr, proc.stderr
+    assert "rm -- build/ghost" in proc.stderr
+    assert snapshot(elsewhere) == outside and snapshot(root) == before
+
+
+@pytest.mark.parametrize("where", ["name", "target"])
+def test_compile_refuses_a_link_inside_out(tmp_path, where):
+    root = k8s_repo(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(root / "build" / "k8s-ddp")
+    link = root / "build" / "k8s-ddp"
+    if where == "target":
+        link.mkdir()
+        link = link / "kubernetes"
+    os.symlink(str(elsewhere), link)
+    before = snapshot(root)
+    proc = ts("compile", "specs/", "-o", "build", cwd=root)
+    clean(proc)
+    assert proc.returncode == 1
+    assert f"cannot write {link.relative_to(root)}: is a symbolic link to {elsewhere}" in proc.stderr, proc.stderr
+    assert snapshot(root) == before and list(elsewhere.iterdir()) == []
+
+
+def test_an_output_folder_that_is_a_committed_link_out_of_the_repository_is_refused(tmp_path):
+    """A pull request commits `build -> <elsewhere>` (think /home/runner/.ssh): compile writes
+    nothing there, prune deletes nothing there, check reads nothing there and says it is a link."""
+    root = k8s_repo(tmp_path)
+    elsewhere = elsewhere_with_an_orphan(tmp_path, root)
+    (elsewhere / "k8s-ddp" / "kubernetes").mkdir(parents=True)
+    (elsewhere / "k8s-ddp" / "kubernetes" / "job.yaml").write_text("SECRET_TOKEN=hunter2\n")
+    shutil.rmtree(root / "build")
+    os.symlink(str(elsewhere), root / "build")
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "the pull request", cwd=root)
+    outside = snapshot(elsewhere)
+    for command in (["compile", "specs/", "-o", "build"], ["compile", "specs/", "-o", "build", "--prune"],
+                    ["check", "specs/", "-o", "build"]):
+        proc = ts(*command, cwd=root, env=ENV)
+        clean(proc)
+        assert proc.returncode == 1, (command, proc.stderr)
+        assert f"leads through the symbolic link {root.resolve() / 'build'}" in proc.stdout + proc.stderr, \
+            (command, proc.stdout, proc.stderr)
+    assert snapshot(elsewhere) == outside
+
+
+@pytest.mark.parametrize("target", ["/proc/self/environ", "../../../.git/config"])
+def test_check_reports_a_committed_output_that_is_a_link_and_never_reads_it(tmp_path, target):
+    root = k8s_repo(tmp_path)
+    job = root / "build" / "k8s-ddp" / "kubernetes" / "job.yaml"
+    job.unlink()
+    os.symlink(target, job)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "the pull request", cwd=root)
+    proc = ts("check", "specs/", "-o", "build", cwd=root, env=ENV)
+    clean(proc)
+    assert proc.returncode == 1
+    assert f"build/k8s-ddp/kubernetes/job.yaml: link: is a symbolic link (to {target}) inside the output " \
+           "directory" in proc.stdout, proc.stdout
+    assert "fix: rm -- build/k8s-ddp/kubernetes/job.yaml" in proc.stdout
+    assert "hand-edited" not in proc.stdout and "+++" not in proc.stdout
+
+
+def test_check_with_its_cache_still_reports_a_link_with_the_right_bytes_behind_it(tmp_path):
+    """The cache proves outputs equal from their bytes: a link to a copy of the right bytes is still
+    a link (never matched, never followed)."""
+    root = k8s_repo(tmp_path)
+    assert ts("check", "specs/", "-o", "build", cwd=root).returncode == 0  # records the outputs
+    job = root / "build" / "k8s-ddp" / "kubernetes" / "job.yaml"
+    copy = tmp_path / "copy.yaml"
+    shutil.copy(job, copy)
+    job.unlink()
+    os.symlink(str(copy), job)
+    proc = ts("check", "specs/", "-o", "build", cwd=root)
+    clean(proc)
+    assert proc.returncode == 1 and "job.yaml: link: is a symbolic link" in proc.stdout, proc.stdout

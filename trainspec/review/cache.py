@@ -278,18 +278,23 @@ class Extends(dict):
 
 
 def outputs_match(folder: Path, expected: Dict[str, str]) -> bool:
-    """The files in ``folder`` are exactly ``expected`` (relative path -> sha256), no more."""
-    found: Dict[str, Optional[str]] = {}
-    try:
-        for parent, _, names in os.walk(folder):
-            for name in names:
-                path = Path(parent) / name
-                found[path.relative_to(folder).as_posix()] = None
-    except OSError:
+    """The files in ``folder`` are exactly ``expected`` (relative path -> sha256), no more, each a
+    regular file: a link (the folder, or anything in it) is never followed, and never matches."""
+    from trainspec.core.files import list_folder, read_regular
+
+    if os.path.islink(folder) or os.path.islink(folder.parent) or not folder.is_dir():
         return False
-    if set(found) != set(expected):
+    listing = list_folder(folder, skip=())
+    if listing.links or listing.others or set(listing.files) != set(expected):
         return False
-    return all(sha256_file(folder / name) == digest for name, digest in expected.items())
+    for name, digest in expected.items():
+        try:
+            data = read_regular(folder / name, HASH_LIMIT)
+        except OSError:
+            return False
+        if len(data) > HASH_LIMIT or hashlib.sha256(data).hexdigest() != digest:
+            return False
+    return True
 
 
 def options_of(targets: Sequence[str], sets: Iterable[str], variables: Iterable[str]) -> Dict[str, Any]:

@@ -195,7 +195,7 @@ def _code_changes(outcome: Outcome, root: Path, changed: set) -> List[str]:
 def _edited_outputs(outcome: Outcome, root: Path, out: str, changed: set) -> List[str]:
     """Committed outputs of this job that the change touched and that are not the bytes its spec
     compiles to (a hand edit): `check` fails on them, and a reviewer must see them."""
-    from trainspec.spec.loader import ReadProblem, read_bounded
+    from trainspec.core.files import read_regular
 
     found = []
     for artifact in outcome.artifacts:
@@ -203,9 +203,14 @@ def _edited_outputs(outcome: Outcome, root: Path, out: str, changed: set) -> Lis
             name = f"{out}/{outcome.valid.name}/{artifact.target}/{item.path}"
             if name not in changed:
                 continue
+            if any(os.path.islink(p) for p in (root / name).parents if root in p.parents):
+                found.append(name)  # a link where an output belongs: never read, shown as edited
+                continue
             try:
-                current = read_bounded(root / name, len(item.data))
-            except (OSError, ReadProblem):
+                current = read_regular(root / name, len(item.data))
+            except OSError:
+                if os.path.islink(root / name):
+                    found.append(name)  # a committed link: check reports it, a reviewer must see it
                 continue  # deleted (check reports it missing), or not a file: the job itself did not change
             if current != item.data:
                 found.append(name)
