@@ -124,6 +124,8 @@ def test_a_code_folder_link_that_stays_inside_it_is_refused_too(tmp_path):
     ("code", "/etc/ssl", "code: '/etc/ssl' is an absolute path"),
     ("code", "../../..", "above the repository root"),
     ("code", "ssl", "code: 'ssl' leads through a symbolic link to"),
+    ("code", "../.git", "code: '../.git' leads to"),
+    ("environment.conda_file", "../.git/config", "environment.conda_file: '../.git/config' leads to"),
     ("environment.conda_file", "../../outside.yml", "environment.conda_file: '../../outside.yml' leads to"),
     ("environment.conda_file", "env.yml", "environment.conda_file: 'env.yml' leads through a symbolic link to"),
     ("inputs.data.path", "../../outside.yml", "inputs.data.path: '../../outside.yml' leads to"),
@@ -154,6 +156,20 @@ def test_a_path_a_spec_names_stays_inside_the_repository(tmp_path, field, value,
     assert proc.returncode == 1
     line = next(d for d in proc.stderr.splitlines() if fragment in d)
     assert re.match(r"specs/k8s\.yaml:\d+:\d+: error: ", line), line
+
+
+@pytest.mark.parametrize("target", ["../.git/config", "OUTSIDE"])
+def test_a_spec_file_that_is_a_link_out_of_the_repository_is_never_read(tmp_path, target):
+    root = k8s_repo(tmp_path)
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("version: 1\nname: SECRET_TOKEN=hunter2\ncode: .\ncommand: python x.py\n")
+    os.symlink(str(outside) if target == "OUTSIDE" else target, root / "specs" / "evil.yaml")
+    for command in (["validate", "specs/"], ["plan", "specs/"], ["compile", "specs/", "-o", "build"]):
+        proc = ts(*command, cwd=root, env=ENV)
+        clean(proc)
+        assert proc.returncode == 1, (command, proc.stderr)
+        assert re.search(r"^specs/evil\.yaml:1:1: error: is a symbolic link to .*, (outside the repository \S+|inside \S+/\.git): never "
+                         r"read", proc.stderr, re.M), proc.stderr
 
 
 def test_an_absolute_input_path_is_the_clusters_and_is_never_read(tmp_path):
@@ -253,6 +269,23 @@ def test_an_output_folder_that_is_a_committed_link_out_of_the_repository_is_refu
         assert f"leads through the symbolic link {root.resolve() / 'build'}" in proc.stdout + proc.stderr, \
             (command, proc.stdout, proc.stderr)
     assert snapshot(elsewhere) == outside
+
+
+@pytest.mark.parametrize("depth", ["build", "build/sub"])
+def test_an_output_folder_through_a_link_to_another_repository_is_refused(tmp_path, depth):
+    """The link's target holding a .git of its own does not make it a repository root."""
+    root = k8s_repo(tmp_path)
+    other = tmp_path / "other"
+    (other / "sub" / ".git").mkdir(parents=True)
+    (other / ".git").mkdir()
+    shutil.rmtree(root / "build")
+    os.symlink(str(other), root / "build")
+    before = snapshot(other)
+    proc = ts("compile", "specs/", "-o", depth, cwd=root)
+    clean(proc)
+    assert proc.returncode == 1 and f"leads through the symbolic link {root.resolve() / 'build'}" in proc.stderr, \
+        proc.stderr
+    assert snapshot(other) == before
 
 
 @pytest.mark.parametrize("target", ["/proc/self/environ", "../../../.git/config"])

@@ -106,3 +106,9 @@ def is_link(path) -> bool:
 def inside(real: Path, root: Path) -> bool:
     """``real`` is ``root`` or below it (both already resolved)."""
     return real == root or root in real.parents
+
+
+def in_repository(real: Path, root: Path) -> bool:
+    """``real`` (resolved) is inside the repository ``root`` and not in its ``.git`` folder (the
+    credentials actions/checkout leaves in .git/config, the hooks git runs)."""
+    return inside(real, root) and not inside(real, root / ".git")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from trainspec.core.diagnostics import SpecError, SpecPath, error
+from trainspec.core.files import in_repository, inside
 from trainspec.core.fields import is_remote
 from trainspec.spec.loader import (Document, ReadProblem, load_bytes, path_text_problem, read_bounded,
                                    real_path, repository_root)
@@ -66,6 +67,8 @@ def _chain(file: str) -> List[Document]:
     while current is not None:
         try:
             resolved = real_path(current)
+            if via is None:
+                _spec_stays_inside(current, resolved)
             raw = read_bounded(current)
         except ReadProblem as exc:
             if via is None:  # the spec itself, as the command line named it
@@ -107,6 +110,18 @@ def _chain(file: str) -> List[Document]:
     return list(reversed(docs))
 
 
+def _spec_stays_inside(file: str, resolved: Path) -> None:
+    """A spec file in a repository that is a link leading out of it (`specs/x.yaml ->
+    /home/runner/secret.yaml`) is never read: ReadProblem. A spec named outside any repository is
+    the user's own file."""
+    lexical = Path(os.path.abspath(file))
+    root = repository_root(lexical.parent)
+    if root is not None and not in_repository(resolved, root):
+        where = f"inside {root / '.git'}" if inside(resolved, root) else f"outside the repository {root}"
+        raise ReadProblem(f"is a symbolic link to {resolved}, {where}: never read",
+                          "a spec is a regular file inside the repository")
+
+
 def _outside(text: str, folder: Path, project: Path) -> Optional[str]:
     """Why the base spec ``text`` (relative to ``folder``) is not read: an absolute path, or one
     that leads (through a link or `..`) out of ``project``; None when it stays inside."""
@@ -117,9 +132,10 @@ def _outside(text: str, folder: Path, project: Path) -> Optional[str]:
         real = real_path(folder / text)
     except ReadProblem:
         return None  # a loop: reading it says so
-    if real == project or project in real.parents:
+    if in_repository(real, project):
         return None
-    return f"'{text}' leads to {real}, outside {where}: trainspec never reads a spec from outside it"
+    where = f"inside {project / '.git'}" if inside(real, project) else f"outside {where}"
+    return f"'{text}' leads to {real}, {where}: trainspec never reads a spec from there"
 
 
 def _merge(base: Any, child: Any, path: SpecPath, doc: Document, origins: Dict[SpecPath, Document]) -> Any:

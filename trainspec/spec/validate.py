@@ -376,12 +376,13 @@ def _inside_project(path: SpecPath, text: str, base: Path, project: Optional[Pat
         real = real_path(base / text)
     except ReadProblem:
         return True  # a loop: the kind checks say so
-    if files.inside(real, project):
+    if files.in_repository(real, project):
         return True
     lexical = Path(os.path.normpath(base / text))
-    through = " through a symbolic link" if files.inside(lexical, project) else ""
-    out.append(error(path, f"'{shown(text)}' leads{through} to {real}, outside {where}: trainspec never reads "
-                     "what a spec names outside it", hint))
+    through = " through a symbolic link" if files.in_repository(lexical, project) else ""
+    outside = f"inside {project / '.git'}" if files.inside(real, project) else f"outside {where}"
+    out.append(error(path, f"'{shown(text)}' leads{through} to {real}, {outside}: trainspec never reads "
+                     "what a spec names there", hint))
     return False
 
 
