@@ -21,7 +21,11 @@ from conftest import REPO, git, ts
 
 SECRET = "hunter2"
 HEADER = "extraheader"  # what actions/checkout keeps in .git/config
-ENV = {**os.environ, "SECRET_TOKEN": SECRET}
+
+
+def secret_env() -> Dict[str, str]:
+    """The test's environment (its own check cache: conftest) with the secret a runner would hold."""
+    return {**os.environ, "SECRET_TOKEN": SECRET}
 
 
 def leaked(text: str) -> bool:
@@ -93,7 +97,7 @@ def test_links_in_a_code_folder_never_reach_outputs_comments_or_logs(tmp_path, c
         git("add", "-A", cwd=root)
         git("commit", "-q", "-m", "the pull request", cwd=root)
     before = snapshot(root)
-    runs = {" ".join(c): ts(*c, cwd=root, env=ENV) for c in (
+    runs = {" ".join(c): ts(*c, cwd=root, env=secret_env()) for c in (
         ["validate", "specs/"], ["compile", "specs/", "-o", "build"], ["plan", "specs/"],
         ["plan", "--git", "HEAD~1" if committed else "HEAD", "--format", "markdown"],
         ["diff", "--git", "HEAD~1" if committed else "HEAD", "--format", "markdown"],
@@ -151,7 +155,7 @@ def test_a_path_a_spec_names_stays_inside_the_repository(tmp_path, field, value,
     else:
         text = text.replace("  image: pytorch", f"  conda_file: {value}\n  image: pytorch")
     spec.write_text(text)
-    proc = ts("validate", "specs/k8s.yaml", cwd=root, env=ENV)
+    proc = ts("validate", "specs/k8s.yaml", cwd=root, env=secret_env())
     clean(proc)
     assert proc.returncode == 1
     line = next(d for d in proc.stderr.splitlines() if fragment in d)
@@ -165,7 +169,7 @@ def test_a_spec_file_that_is_a_link_out_of_the_repository_is_never_read(tmp_path
     outside.write_text("version: 1\nname: SECRET_TOKEN=hunter2\ncode: .\ncommand: python x.py\n")
     os.symlink(str(outside) if target == "OUTSIDE" else target, root / "specs" / "evil.yaml")
     for command in (["validate", "specs/"], ["plan", "specs/"], ["compile", "specs/", "-o", "build"]):
-        proc = ts(*command, cwd=root, env=ENV)
+        proc = ts(*command, cwd=root, env=secret_env())
         clean(proc)
         assert proc.returncode == 1, (command, proc.stderr)
         assert re.search(r"^specs/evil\.yaml:1:1: error: is a symbolic link to .*, (outside the repository \S+|inside \S+/\.git): never "
@@ -176,7 +180,7 @@ def test_an_absolute_input_path_is_the_clusters_and_is_never_read(tmp_path):
     root = k8s_repo(tmp_path)
     spec = root / "specs" / "k8s.yaml"
     spec.write_text(spec.read_text().replace("{path: /shared/datasets/ddp-demo}", "{path: /proc/self}"))
-    proc = ts("compile", "specs/", "-o", "build", cwd=root, env=ENV)
+    proc = ts("compile", "specs/", "-o", "build", cwd=root, env=secret_env())
     clean(proc)
     assert proc.returncode == 0, proc.stderr
     assert files_leak(root / "build") == []
@@ -190,7 +194,7 @@ def test_a_build_context_with_a_link_is_an_error_at_its_path(tmp_path):
     spec = root / "specs" / "k8s.yaml"
     spec.write_text(spec.read_text().replace("  image: pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
                                              "  build: {path: ../docker}"))
-    proc = ts("validate", "specs/k8s.yaml", cwd=root, env=ENV)
+    proc = ts("validate", "specs/k8s.yaml", cwd=root, env=secret_env())
     clean(proc)
     assert re.search(r"^specs/k8s\.yaml:\d+:\d+: error: environment\.build\.path: \.\./docker/config is a symbolic "
                      r"link \(to \.\./\.git/config\)", proc.stderr, re.M), proc.stderr
@@ -263,7 +267,7 @@ def test_an_output_folder_that_is_a_committed_link_out_of_the_repository_is_refu
     outside = snapshot(elsewhere)
     for command in (["compile", "specs/", "-o", "build"], ["compile", "specs/", "-o", "build", "--prune"],
                     ["check", "specs/", "-o", "build"]):
-        proc = ts(*command, cwd=root, env=ENV)
+        proc = ts(*command, cwd=root, env=secret_env())
         clean(proc)
         assert proc.returncode == 1, (command, proc.stderr)
         assert f"leads through the symbolic link {root.resolve() / 'build'}" in proc.stdout + proc.stderr, \
@@ -296,7 +300,7 @@ def test_check_reports_a_committed_output_that_is_a_link_and_never_reads_it(tmp_
     os.symlink(target, job)
     git("add", "-A", cwd=root)
     git("commit", "-q", "-m", "the pull request", cwd=root)
-    proc = ts("check", "specs/", "-o", "build", cwd=root, env=ENV)
+    proc = ts("check", "specs/", "-o", "build", cwd=root, env=secret_env())
     clean(proc)
     assert proc.returncode == 1
     assert f"build/k8s-ddp/kubernetes/job.yaml: link: is a symbolic link (to {target}) inside the output " \
@@ -318,3 +322,23 @@ def test_check_with_its_cache_still_reports_a_link_with_the_right_bytes_behind_i
     proc = ts("check", "specs/", "-o", "build", cwd=root)
     clean(proc)
     assert proc.returncode == 1 and "job.yaml: link: is a symbolic link" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("change", ["link", "edit"])
+def test_check_with_its_cache_sees_a_code_folder_change(tmp_path, change):
+    """The cache records a shipped folder by its files' bytes and its links (never followed): a link
+    added to the code folder makes check compile again and fail, located; an edited file that the
+    Kubernetes ConfigMap embeds makes the committed job.yaml hand-edited."""
+    root = k8s_repo(tmp_path)
+    assert ts("check", "specs/", "-o", "build", cwd=root).returncode == 0  # records the spec
+    if change == "link":
+        os.symlink("../.git/config", root / "code" / "x")
+    else:
+        (root / "code" / "train.py").write_text("print('changed')\n")
+    proc = ts("check", "specs/", "-o", "build", cwd=root, env=secret_env())
+    clean(proc)
+    assert proc.returncode == 1
+    if change == "link":
+        assert "specs/k8s.yaml:8:7: error: code: ../code/x is a symbolic link (to ../.git/config)" in proc.stderr
+    else:
+        assert "build/k8s-ddp/kubernetes/job.yaml: hand-edited" in proc.stdout, proc.stdout
