@@ -176,6 +176,22 @@ def test_a_spec_file_that_is_a_link_out_of_the_repository_is_never_read(tmp_path
                          r"read", proc.stderr, re.M), proc.stderr
 
 
+@pytest.mark.parametrize("target", [".git/config", "OUTSIDE"])
+def test_a_team_catalog_that_is_a_link_out_of_the_repository_is_never_read(tmp_path, target):
+    """Bug: `trainspec-skus.yaml -> <a file outside>` was read and its keys printed in errors."""
+    root = k8s_repo(tmp_path)
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("skus:\n  hunter2: {gpus: x}\n")
+    with open(root / ".git" / "config", "a") as fh:
+        fh.write("extraheader: {gpus: x}\n")
+    os.symlink(str(outside) if target == "OUTSIDE" else target, root / "trainspec-skus.yaml")
+    proc = ts("validate", "specs/", cwd=root, env=secret_env())
+    clean(proc)
+    assert proc.returncode == 1
+    assert re.search(r"^trainspec-skus\.yaml:1:1: error: is a symbolic link to \S+, (outside the repository \S+|"
+                     r"inside \S+/\.git): never read", proc.stderr, re.M), proc.stderr
+
+
 def test_an_absolute_input_path_is_the_clusters_and_is_never_read(tmp_path):
     root = k8s_repo(tmp_path)
     spec = root / "specs" / "k8s.yaml"
