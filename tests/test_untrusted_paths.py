@@ -9,6 +9,7 @@ request would (links committed or left in the working tree), and runs the comman
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import shutil
@@ -358,3 +359,19 @@ def test_check_with_its_cache_sees_a_code_folder_change(tmp_path, change):
         assert "specs/k8s.yaml:8:7: error: code: ../code/x is a symbolic link (to ../.git/config)" in proc.stderr
     else:
         assert "build/k8s-ddp/kubernetes/job.yaml: hand-edited" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("target", ["/proc/self/environ", "../../../.git/config"])
+def test_diff_names_a_committed_output_that_became_a_link_and_never_reads_it(tmp_path, target):
+    """diff --git shows a reviewer the committed outputs that are not what their spec compiles to:
+    one that became a link is named (never read, never printed)."""
+    root = k8s_repo(tmp_path)
+    spec = root / "specs" / "k8s.yaml"
+    spec.write_text(spec.read_text().replace("NCCL_DEBUG: WARN", "NCCL_DEBUG: INFO"))
+    job = root / "build" / "k8s-ddp" / "kubernetes" / "job.yaml"
+    job.unlink()
+    os.symlink(target, job)
+    proc = ts("diff", "--git", "HEAD", "--format", "json", cwd=root, env=secret_env())
+    clean(proc)
+    jobs = {j["name"]: j for j in json.loads(proc.stdout)["jobs"]}
+    assert jobs["k8s-ddp"]["outputs_edited"] == ["build/k8s-ddp/kubernetes/job.yaml"], proc.stdout
