@@ -173,8 +173,8 @@ def test_a_spec_file_that_is_a_link_out_of_the_repository_is_never_read(tmp_path
         proc = ts(*command, cwd=root, env=secret_env())
         clean(proc)
         assert proc.returncode == 1, (command, proc.stderr)
-        assert re.search(r"^specs/evil\.yaml:1:1: error: is a symbolic link to .*, (outside the repository \S+|inside \S+/\.git): never "
-                         r"read", proc.stderr, re.M), proc.stderr
+        assert re.search(r"^specs/evil\.yaml:1:1: error: is a symbolic link to .*, (outside the repository \S+|"
+                         r"inside \S+/\.git): never read", proc.stderr, re.M), proc.stderr
 
 
 @pytest.mark.parametrize("target", [".git/config", "OUTSIDE"])

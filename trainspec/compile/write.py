@@ -46,7 +46,7 @@ def out_problem(out: Path) -> Optional[OSError]:
     above it with .git) that, through a link the repository holds (``build -> /home/runner/.ssh``),
     leads out of it. A folder outside any repository, or one the user names by its real place, is
     the user's choice (``-o /scratch/out``, or a link made outside a repository)."""
-    from trainspec.core.files import in_repository
+    from trainspec.core import files
     from trainspec.spec.loader import ReadProblem, real_path, repository_root
 
     lexical = Path(os.path.abspath(out))
@@ -55,11 +55,11 @@ def out_problem(out: Path) -> Optional[OSError]:
         real = real_path(lexical)
     except ReadProblem:
         return None  # a loop or a name too long: the write itself says so
-    if root is None or in_repository(real, root):
+    if root is None or files.in_repository(real, root):
         return None
     step = next((p for p in [lexical, *lexical.parents] if os.path.islink(p)), None)
     how = f"leads through the symbolic link {step} to {real}" if step is not None else f"is {real}"
-    where = f"inside {root / '.git'}" if real == root / ".git" or root in real.parents else f"outside the repository {root}"
+    where = f"inside {root / '.git'}" if files.inside(real, root) else f"outside the repository {root}"
     return OSError(errno.EXDEV, f"{how}, {where}: "
                    f"trainspec never writes, reads or deletes there; nothing written (remove the link, or name the "
                    f"folder you mean with -o {real})", str(out))

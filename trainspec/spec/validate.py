@@ -330,7 +330,8 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
             what = {"missing": "does not exist", "loop": "is a symbolic link loop"}.get(kind, "is not a directory")
             out.append(error(("code",), f"'{spec.code}' {what} (resolved against the spec's directory: {code})",
                              "code is a directory relative to the spec file"))
-        elif _check_code_scope(spec.code, code, base, out) and _inside_project(("code",), spec.code, base, project, out):
+        elif _check_code_scope(spec.code, code, base, out) and \
+                _inside_project(("code",), spec.code, base, project, out):
             _check_no_links(("code",), spec.code, code, out)
     conda = spec.environment.conda_file
     if conda is not None and _usable_path(("environment", "conda_file"), conda, out) is not None:
@@ -356,7 +357,8 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
         if _kind(base / item.path) in ("missing", "loop"):
             out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist (relative to the spec)",
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
-        elif _inside_project(("inputs", name, "path"), item.path, base, project, out) and _kind(base / item.path) == "folder":
+        elif _inside_project(("inputs", name, "path"), item.path, base, project, out) and \
+                _kind(base / item.path) == "folder":  # local data the platform uploads: no link in it
             _check_no_links(("inputs", name, "path"), item.path, base / item.path, out)
 
 
@@ -396,13 +398,14 @@ def _check_no_links(path: SpecPath, text: str, folder: Path, out: List[Diagnosti
     import posixpath
 
     listing = files.list_folder(folder)
-    odd = [(name, f"is a symbolic link (to {shown(target)})") for name, target in listing.links]
-    odd += [(name, f"is {what}, not a regular file") for name, what in listing.others]
-    for name, what in sorted(odd)[:_MAX_LINKS_SHOWN]:
+    link = ("never follows a link in a folder the job ships, and the platform's upload would",
+            "replace the link with a copy of the file it points to, or delete it")
+    special = ("ships regular files only: reading this one could block or read a device", "delete it")
+    odd = [(name, f"is a symbolic link (to {shown(target)})", link) for name, target in listing.links]
+    odd += [(name, f"is {what}, not a regular file", special) for name, what in listing.others]
+    for name, what, (why, hint) in sorted(odd)[:_MAX_LINKS_SHOWN]:
         shown_name = posixpath.normpath(posixpath.join(text, name))
-        out.append(error(path, f"{shown(shown_name)} {what}: trainspec never follows a link in a folder the job "
-                         "ships, and the platform's upload would",
-                         "replace the link with a copy of the file it points to, or delete it"))
+        out.append(error(path, f"{shown(shown_name)} {what}: trainspec {why}", hint))
     if len(odd) > _MAX_LINKS_SHOWN:
         out.append(error(path, f"and {len(odd) - _MAX_LINKS_SHOWN} more links or special files in '{shown(text)}'"))
 
