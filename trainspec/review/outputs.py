@@ -29,11 +29,11 @@ class Header:
 
 
 def read_header(path: Path) -> Optional[Header]:
-    from trainspec.spec.loader import ReadProblem, read_bounded
+    from trainspec.core.files import read_regular
 
     try:
-        head = read_bounded(path, 2048)  # a FIFO left in the output folder is never opened
-    except (OSError, ReadProblem):
+        head = read_regular(path, 2048)  # a link is never followed, a FIFO never opened
+    except OSError:
         return None
     match = HEADER.search(head)
     if match is None:
@@ -43,13 +43,14 @@ def read_header(path: Path) -> Optional[Header]:
 
 def folder_header(folder: Path) -> Optional[Header]:
     """The header of the first file in ``folder`` that has one (the shim is copied without)."""
-    if not folder.is_dir():
+    from trainspec.core.files import list_folder
+
+    if not folder.is_dir() or folder.is_symlink():
         return None
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            header = read_header(path)
-            if header is not None:
-                return header
+    for name in sorted(list_folder(folder, skip=()).files, key=lambda n: n.split("/")):
+        header = read_header(folder / name)
+        if header is not None:
+            return header
     return None
 
 
