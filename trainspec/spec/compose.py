@@ -106,14 +106,28 @@ def _merge(base: Any, child: Any, path: SpecPath, doc: Document, origins: Dict[S
             out[key] = _merge(base.get(key), value, path + (key,), doc, origins)
         origins[path] = origins.get(path, doc) if path else doc
         return out
+    _forget(base, path, origins)
     _claim(child, path, doc, origins)
     return child
 
 
+def _forget(value: Any, path: SpecPath, origins: Dict[SpecPath, Document]) -> None:
+    """The paths inside ``value`` (the base's value at ``path``, now replaced) come from no file:
+    walked from the value itself, so that replacing it costs its size, not the size of every path
+    recorded so far (a scan of ``origins`` per replaced value made a 19,500-item list take 30 s)."""
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return
+    for key, item in items:
+        origins.pop(path + (key,), None)
+        _forget(item, path + (key,), origins)
+
+
 def _claim(value: Any, path: SpecPath, doc: Document, origins: Dict[SpecPath, Document]) -> None:
     """Every path inside ``value`` now comes from ``doc`` (a replaced list or mapping)."""
-    for stale in [p for p in origins if p[:len(path)] == path and len(p) > len(path)]:
-        del origins[stale]
     origins[path] = doc
     if isinstance(value, dict):
         for key, item in value.items():
