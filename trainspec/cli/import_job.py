@@ -1,5 +1,7 @@
 """`trainspec import`: Turn an existing Azure ML command job (job.yml) into a spec that compiles
-back to an equivalent job. Whatever the spec cannot carry is reported by field, with its line; a
+back to an equivalent job. A field of the wrong type, a key azure-ai-ml refuses, a placeholder
+or a preview-schema compute is an error at its line (exit 1, nothing written); whatever the spec
+cannot carry is reported by field, with its line; a
 hand-written MPI-env wrapper in the command is dropped (the shim does its work). The spec is
 printed, or written with -o (never over an existing file), then validated.
 """

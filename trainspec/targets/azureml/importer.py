@@ -32,8 +32,11 @@ identity, services                    targets.azureml.identity, services (port,
 limits.timeout, queue_settings        targets.azureml.timeout, job_tier, priority
 ====================================  ==================================================
 
-Whatever has no place in a spec is reported by field, with its line in the job file, never
-dropped silently. The spec is written by ruamel.yaml (every string escaped by it).
+Before any of it is read, the job is checked against what azure-ai-ml reads (``JOB`` below): a
+wrongly typed value, a key azure-ai-ml refuses, a placeholder where a name goes or a preview-schema
+compute is an error at its line, and left out of what is read next. Whatever has no place in a
+spec is reported by field, with its line in the job file, never dropped silently. The spec is
+written by ruamel.yaml (every string escaped by it).
 """
 
 from __future__ import annotations
