@@ -133,9 +133,7 @@ ENVIRONMENT = Keys({"$schema": TEXT, "name": TEXT, "version": Either((TEXT, COUN
                     "tags": Keys(names=ANY), "build": _BUILD, "image": NAME, "conda_file": ANY, "os_type": TEXT,
                     "inference_config": ANY, "datastore": TEXT, "auto_delete_setting": ANY, "id": ANY})
 _DISTRIBUTION_KEYS = {"pytorch": ("process_count_per_instance",), "mpi": ("process_count_per_instance",),
-                      "tensorflow": ("worker_count", "parameter_server_count"),
-                      "ray": ("port", "address", "include_dashboard", "dashboard_port", "head_node_additional_args",
-                              "worker_node_additional_args")}
+                      "tensorflow": ("worker_count", "parameter_server_count")}  # the fourth has no launcher
 JOB = Keys({
     "$schema": TEXT, "type": TEXT, "name": TEXT, "display_name": TEXT, "description": TEXT, "experiment_name": TEXT,
     "tags": Keys(names=TEXT), "command": TEXT,
