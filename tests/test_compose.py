@@ -179,3 +179,23 @@ def test_a_base_of_many_keys_overridden_key_by_key_composes_in_linear_time(tmp_p
     found = doc.locate(error(("env", "k8999"), "x"))
     assert (Path(found.file).name, found.line) == ("spec.yaml", 9_003), found
     assert ("env", "k8999", 0) not in doc.origins
+
+
+@pytest.mark.parametrize("value", ["[" * 100_000, "{a: " * 20_000, "- " * 10_000 + "x"])
+def test_a_deeply_nested_override_is_a_located_error_before_it_costs_seconds(tmp_path, value):
+    """Bug: `--set a=[[[...` ended in "internal error: RecursionError" (exit 70) after seconds of
+    ruamel's scanning; now the override is named, at the bracket too deep or the recursion."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("version: 1\nname: x\n")
+    with cpu_bound(5), pytest.raises(SpecError) as caught:
+        compose(str(spec), sets=[f"vars.a={value}"])
+    (d,) = caught.value.diagnostics
+    assert d.message == "the value is nested too deeply (limit 40 levels)", d
+    assert d.file.startswith("--set vars.a=") and d.file.endswith("...") and len(d.file) < 120, d
+
+
+def test_a_deeply_nested_override_exits_1_not_70(tmp_path):
+    (tmp_path / "spec.yaml").write_text("version: 1\nname: x\n")
+    proc = ts("validate", "spec.yaml", "--set", "a=" + "[" * 5_000, cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    assert "error: the value is nested too deeply (limit 40 levels)" in proc.stderr

@@ -15,9 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from trainspec.core.diagnostics import SpecError, SpecPath, error
+from trainspec.core.diagnostics import SpecError, SpecPath, error, shown
 from trainspec.core.fields import is_remote
-from trainspec.spec.loader import Document, ReadProblem, load_bytes, path_text_problem, read_bounded, real_path
+from trainspec.spec.loader import (MAX_DEPTH, Document, NestedTooDeeply, ReadProblem, depth_limited, load_bytes,
+                                   path_text_problem, read_bounded, real_path)
 
 MAX_CHAIN = 16
 _PATH_FIELDS: Tuple[SpecPath, ...] = (("code",), ("environment", "conda_file"), ("environment", "build", "path"))
@@ -174,18 +175,27 @@ def _parse_override(text: str, flag: str, dotted: bool = True) -> Tuple[SpecPath
     parts = tuple(key.strip().split(".")) if dotted else (key.strip(),)
     if any(not p for p in parts):
         raise SpecError([replace(error((), f"empty part in '{key}'"), file=f"{flag} {text}")])
-    return parts, _scalar(raw)
+    try:
+        return parts, _scalar(raw)
+    except (NestedTooDeeply, RecursionError):
+        raise SpecError([replace(error((), f"the value is nested too deeply (limit {MAX_DEPTH} levels)",
+                                       "an override sets one value or a short list"),
+                                 file=f"{flag} {shown(text)}")]) from None
 
 
 def _scalar(raw: str) -> Any:
-    """A value as YAML would read it (4 -> int, true -> bool, [a, b] -> list), else the text."""
+    """A value as YAML would read it (4 -> int, true -> bool, [a, b] -> list), else the text.
+    Deep flow nesting stops at the bracket too deep (NestedTooDeeply), before it costs seconds."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
+    from ruamel.yaml.scanner import Scanner
 
     if raw == "":
         return ""
+    yaml = YAML(typ="safe", pure=True)
+    yaml.Scanner = depth_limited(Scanner)
     try:
-        value = YAML(typ="safe", pure=True).load(raw)
+        value = yaml.load(raw)
     except (YAMLError, ValueError):  # ValueError: an integer Python will not convert (4,300 digits)
         return raw
     return raw if value is None and raw.strip() not in ("null", "~") else value

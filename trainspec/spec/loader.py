@@ -231,7 +231,7 @@ def _parse(text: str, fail) -> Any:
 
     yaml = YAML(typ="rt")
     yaml.Constructor = _constructor()
-    yaml.Scanner = _scanner()
+    yaml.Scanner = depth_limited()
     yaml.allow_duplicate_keys = False
     try:
         return yaml.load(text)
@@ -239,7 +239,7 @@ def _parse(text: str, fail) -> Any:
         where = f" (first defined on line {exc.first.line + 1})" if exc.first is not None else ""
         raise fail(f"duplicate key {exc.name}{where}", "YAML keeps only the last one; remove one of them",
                    exc.mark.line + 1, exc.mark.column + 1) from None
-    except _TooDeep as exc:
+    except NestedTooDeeply as exc:
         raise fail(f"document is nested too deeply (limit {MAX_DEPTH} levels)",
                    "a spec is a few levels deep; flatten the brackets", exc.mark.line + 1,
                    exc.mark.column + 1) from None
@@ -260,33 +260,34 @@ class _DuplicateKey(Exception):
         self.name, self.mark, self.first = name, mark, first
 
 
-class _TooDeep(Exception):
+class NestedTooDeeply(Exception):
+    """A flow collection (``[`` or ``{``) opened deeper than MAX_DEPTH, at ``mark``."""
+
     def __init__(self, mark):
-        super().__init__("too deep")
+        super().__init__("nested too deeply")
         self.mark = mark
 
 
-_SCANNER: Any = None
+_SCANNERS: Dict[Any, Any] = {}
 
 
-def _scanner():
-    """ruamel's round-trip scanner, except that a bracket opening a flow collection deeper than
-    MAX_DEPTH stops the parse at that bracket. ruamel's cost grows with the square of the flow
-    depth (10,000 `{` took 6 s of CPU before the nesting limit after parsing); counted where the
-    scanner opens each level, the refusal costs no more than the brackets before it."""
-    global _SCANNER
-    if _SCANNER is not None:
-        return _SCANNER
-    from ruamel.yaml.scanner import RoundTripScanner
+def depth_limited(base: Any = None) -> Any:
+    """ruamel's scanner ``base`` (the round-trip one by default), except that a bracket opening a
+    flow collection deeper than MAX_DEPTH stops the parse at that bracket (NestedTooDeeply).
+    ruamel's cost grows with the square of the flow depth (10,000 `{` took 6 s of CPU before the
+    nesting limit was checked on the parsed document); counted where the scanner opens each
+    level, the refusal costs no more than the brackets before it."""
+    if base is None:
+        from ruamel.yaml.scanner import RoundTripScanner as base
+    if base not in _SCANNERS:
+        class Scanner(base):
+            def fetch_flow_collection_start(self, TokenClass: Any, to_push: Any) -> None:
+                if len(self.flow_context) >= MAX_DEPTH:
+                    raise NestedTooDeeply(self.reader.get_mark())
+                super().fetch_flow_collection_start(TokenClass, to_push)
 
-    class Scanner(RoundTripScanner):
-        def fetch_flow_collection_start(self, TokenClass: Any, to_push: Any) -> None:
-            if len(self.flow_context) >= MAX_DEPTH:
-                raise _TooDeep(self.reader.get_mark())
-            super().fetch_flow_collection_start(TokenClass, to_push)
-
-    _SCANNER = Scanner
-    return Scanner
+        _SCANNERS[base] = Scanner
+    return _SCANNERS[base]
 
 
 class _HugeInt:
