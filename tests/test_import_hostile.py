@@ -244,6 +244,16 @@ def test_digits_in_quotes_are_a_count_as_azure_ai_ml_reads_them(tmp_path, monkey
     assert code == 0, lines
 
 
+@pytest.mark.parametrize("count", ["\u00b2", "\u0663", "\uff18"])
+def test_a_launcher_count_in_other_digits_is_not_a_count(tmp_path, monkeypatch, count):
+    """Bug: `accelerate launch --num_processes ²` ended in "internal error: ValueError" (exit 70):
+    '²' is a digit to str.isdigit() and not to int(). Not a count: the command is kept as written."""
+    code, lines = run_job(tmp_path, monkeypatch, BASE.replace("python train.py", f"accelerate launch "
+                          f"--num_processes {count} train.py") + "environment: azureml:acpt@latest\n")
+    assert code == 0, lines
+    assert not any("process(es) per node" in line for line in lines), lines
+
+
 PUBLIC = REPO.parent / "shared" / "reference" / "azureml-jobs-public"
 
 

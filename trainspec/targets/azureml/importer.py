@@ -570,7 +570,8 @@ def _launcher_counts(command: str):
     def number(text: Optional[str], default: Optional[int] = None) -> Optional[int]:
         if text is None:
             return default
-        return int(text) if text.isdigit() and int(text) > 0 else None
+        # ASCII digits only: '²' is a digit to str.isdigit() and a ValueError to int()
+        return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
 
     if found and found[0] == "accelerate":
         total, machines = number(given("--num_processes")), number(given("--num_machines"), 1)
