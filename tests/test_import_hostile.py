@@ -254,6 +254,45 @@ def test_a_launcher_count_in_other_digits_is_not_a_count(tmp_path, monkeypatch, 
     assert not any("process(es) per node" in line for line in lines), lines
 
 
+@pytest.mark.parametrize("written, field, col", [
+    ('code: "a\\0b"\nenvironment: azureml:acpt@latest\n', "code", 7),
+    ("code: loop-a\nenvironment: azureml:acpt@latest\n", "code", 7),
+    ("code: " + "x" * 300 + "\nenvironment: azureml:acpt@latest\n", "code", 7),
+    ("code: src\nenvironment: {image: x, conda_file: loop-a}\n", "environment.conda_file", 37),
+    ('code: src\nenvironment: {build: {path: "a\\0b"}}\n', "environment.build.path", 29),
+    ("code: src\nenvironment: azureml:acpt@latest\ninputs: {d: {path: loop-a}}\n", "inputs.d.path", 20),
+])
+def test_a_path_no_file_system_can_hold_is_an_error_at_its_field(tmp_path, monkeypatch, written, field, col):
+    """Bug: a NUL in a path ended in "internal error: ValueError: embedded null byte", a symlink loop
+    in "RuntimeError: Symlink loop" (Path.resolve()), both exit 70."""
+    (tmp_path / "loop-a").symlink_to("loop-b")
+    (tmp_path / "loop-b").symlink_to("loop-a")
+    code, lines = run_job(tmp_path, monkeypatch, "type: command\ncommand: python train.py\n" + written)
+    assert code == 1
+    line = 3 if field == "code" else (4 if field.startswith("environment") else 5)
+    assert any(l.startswith(f"job.yml:{line}:{col}: error: {field}: ") for l in lines), lines
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["/"], "/:1:1: error: is a directory, not a spec file"),
+    (["."], ".:1:1: error: is a directory, not a spec file"),
+    (["job.yml", "-o", "loop-a/x.yaml"], "cannot write loop-a/x.yaml: is a symbolic link loop"),
+    (["job.yml", "-o", "x" * 300 + "/x.yaml"], "the path has a part of 300 bytes"),
+    (["job.yml", "-o", "a\0b.yaml"], "cannot write a\\x00b.yaml: the path contains a NUL character"),
+    (["job.yml", "-o", "loop-a"], "loop-a exists: trainspec import never overwrites a file"),
+])
+def test_the_job_and_the_out_arguments_never_end_in_an_internal_error(tmp_path, monkeypatch, argv, expected):
+    """Bug: `trainspec import /` and `import .` ended in "ValueError: ... has an empty name", `-o`
+    through a symlink loop or a 300-byte name in RuntimeError / OSError: exit 70."""
+    (tmp_path / "loop-a").symlink_to("loop-b")
+    (tmp_path / "loop-b").symlink_to("loop-a")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.yml").write_text(BASE + "environment: azureml:acpt@latest\n")
+    code, stdout, stderr = run_in_process(["import", *argv])
+    assert code in (1, 2) and "internal error" not in stderr and "Traceback" not in stderr, stderr
+    assert expected in stderr, stderr
+
+
 PUBLIC = REPO.parent / "shared" / "reference" / "azureml-jobs-public"
 
 

@@ -318,8 +318,17 @@ def import_job(job_file: str, spec_file: str) -> Imported:
     spec_dir = Path(spec_file).resolve().parent
     spec = result.spec
 
-    def relative(path: str) -> str:
-        return Path(os.path.relpath((job_dir / path).resolve(), spec_dir)).as_posix()
+    def relative(path: str, at: SpecPath) -> str:
+        """``path`` (relative to the job) relative to the spec; a NUL, an overlong name or a symlink
+        loop is an error at ``at`` (Path.resolve() raises RuntimeError on a loop before 3.13)."""
+        from trainspec.core.diagnostics import shown
+        from trainspec.spec.loader import ReadProblem, real_path
+
+        try:
+            return Path(os.path.relpath(real_path(job_dir / path), spec_dir)).as_posix()
+        except ReadProblem as exc:
+            note(at, f"'{shown(path)}': {exc.message}", exc.hint, fatal=True)
+            return path
 
     for key in job:
         if key not in _CARRIED:
@@ -342,7 +351,7 @@ def import_job(job_file: str, spec_file: str) -> Imported:
             note(("code",), f"'{code}' is not a local folder: a spec's code is uploaded from this machine",
                  fatal=True)
         else:
-            spec["code"] = relative(code)
+            spec["code"] = relative(code, ("code",))
     spec["command"] = _command(job.get("command"), note)
     azureml: Dict[str, Any] = {}
     distribution = job.get("distribution") or {}
@@ -644,8 +653,8 @@ def _environment(environment, relative, note, job_dir: Path, report, shown_dir: 
             report(env_doc.locate(problem))
         base = where.parent
 
-        def from_there(path: str) -> str:
-            return relative(os.path.relpath(base / path, job_dir))
+        def from_there(path: str, at: SpecPath) -> str:
+            return relative(os.path.relpath(base / path, job_dir), at)
 
         return _environment(loaded, from_there, note, base, report, shown_dir)
     if isinstance(environment, str):
@@ -657,14 +666,14 @@ def _environment(environment, relative, note, job_dir: Path, report, shown_dir: 
     if environment.get("build"):
         build = environment["build"]
         where = str(build.get("path") or build.get("local_path") or "")  # local_path: the older spelling
-        out["build"] = {"path": where if is_remote(where) else relative(where)}
+        out["build"] = {"path": where if is_remote(where) else relative(where, ("environment", "build", "path"))}
         if build.get("dockerfile_path"):
             out["build"]["dockerfile_path"] = build["dockerfile_path"]
     if environment.get("image"):
         out["image"] = str(environment["image"])
     conda = environment.get("conda_file")
     if isinstance(conda, str):
-        out["conda_file"] = relative(conda)
+        out["conda_file"] = relative(conda, ("environment", "conda_file"))
     elif conda is not None:
         note(("environment", "conda_file"), "an inline conda file is not carried: write it to a file",
              fatal=True)
@@ -688,7 +697,7 @@ def _inputs(inputs, relative, note) -> Dict[str, Any]:
         if _OTHER_REF.search(path):
             note(("inputs", name, "path"), "a binding to another job's output is not carried", fatal=True)
             continue
-        entry: Dict[str, Any] = {"path": path if is_remote(path) else relative(path)}
+        entry: Dict[str, Any] = {"path": path if is_remote(path) else relative(path, ("inputs", name, "path"))}
         for key in ("type", "mode"):
             if item.get(key):
                 entry[key] = str(item[key])
