@@ -283,8 +283,8 @@ def _job_paths(value, path=()):
 
 def test_import_of_jobs_with_wrongly_typed_fields_never_crashes(tmp_path, monkeypatch):
     """The hand-written and the published Azure ML jobs, each with one to three fields (any depth)
-    given a value of another type, a key azure-ai-ml refuses, a placeholder or the preview
-    compute: `import` answers 0, 1 or 2 with located errors, never 70 or a traceback (a quarter
+    given a value of another type, a key azure-ai-ml refuses, a placeholder, the preview compute
+    or a path with a NUL, an overlong name or a symlink loop: `import` answers 0, 1 or 2 with located errors, never 70 or a traceback (a quarter
     with -o: the spec written, then validated)."""
     from ruamel.yaml import YAML
 
@@ -298,6 +298,9 @@ def test_import_of_jobs_with_wrongly_typed_fields_never_crashes(tmp_path, monkey
             shutil.copytree(folder, tmp_path / folder.name)
             sources += sorted((tmp_path / folder.name / "job").glob("*.yml"))
     jobs = [(source, load_file(str(source)).data) for source in sources]
+    (tmp_path / "loop-a").symlink_to("loop-b")
+    (tmp_path / "loop-b").symlink_to("loop-a")
+    values = WRONG_VALUES + ["a\0b", "x" * 300, str(tmp_path / "loop-a"), str(tmp_path / "loop-a" / "x")]
     monkeypatch.chdir(tmp_path)
     rng = random.Random(SEED)
     yaml = YAML()
@@ -311,7 +314,7 @@ def test_import_of_jobs_with_wrongly_typed_fields_never_crashes(tmp_path, monkey
             node = job
             for key in path[:-1]:
                 node = node[key]
-            node[path[-1]] = copy.deepcopy(rng.choice(WRONG_VALUES))
+            node[path[-1]] = copy.deepcopy(rng.choice(values))
             changed += 1
         file = source.with_name(f"m{n:03d}-{source.name}")
         with open(file, "w") as out:
