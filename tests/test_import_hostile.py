@@ -201,6 +201,8 @@ def test_a_key_azure_ai_ml_refuses_is_an_error_at_its_own_line_never_dropped(tmp
      "<vm size>"),
     ("environment: azureml:acpt@latest\ninputs: {d: {path: 'azureml://datastores/<store>/paths/x'}}\n",
      "inputs.d.path", 5, 20, "<store>"),
+    ("environment: azureml:acpt@latest\nexperiment_name: <your experiment>\n", "experiment_name", 5, 18,
+     "<your experiment>"),
 ])
 def test_a_placeholder_where_a_name_goes_is_refused_at_its_line(tmp_path, monkeypatch, written, field, line, col,
                                                                  placeholder):

@@ -129,13 +129,13 @@ _EXAMPLES = {
 _SERVICE = Keys({"type": TEXT, "port": COUNT, "nodes": TEXT, "log_dir": TEXT, "ssh_public_keys": TEXT,
                  "properties": Keys(names=SCALAR)})
 _BUILD = Keys({"path": NAME, "local_path": NAME, "dockerfile_path": NAME})  # local_path: the older spelling
-ENVIRONMENT = Keys({"$schema": TEXT, "name": TEXT, "version": Either((TEXT, COUNT), "text"), "description": TEXT,
+ENVIRONMENT = Keys({"$schema": TEXT, "name": NAME, "version": Either((TEXT, COUNT), "text"), "description": TEXT,
                     "tags": Keys(names=ANY), "build": _BUILD, "image": NAME, "conda_file": ANY, "os_type": TEXT,
                     "inference_config": ANY, "datastore": TEXT, "auto_delete_setting": ANY, "id": ANY})
 _DISTRIBUTION_KEYS = {"pytorch": ("process_count_per_instance",), "mpi": ("process_count_per_instance",),
                       "tensorflow": ("worker_count", "parameter_server_count")}  # the fourth has no launcher
 JOB = Keys({
-    "$schema": TEXT, "type": TEXT, "name": TEXT, "display_name": TEXT, "description": TEXT, "experiment_name": TEXT,
+    "$schema": TEXT, "type": TEXT, "name": NAME, "display_name": TEXT, "description": TEXT, "experiment_name": NAME,
     "tags": Keys(names=TEXT), "command": TEXT,
     "code": Either((NAME, Keys({"local_path": NAME}, required=("local_path",))), "a folder"),
     "environment": Either((NAME, ENVIRONMENT), "a name or a mapping"), "compute": NAME,
@@ -148,7 +148,7 @@ JOB = Keys({
                           "worker_node_additional_args": TEXT}, required=("type",)),
     "environment_variables": Keys(names=SCALAR),
     "inputs": Keys(names=Either((SCALAR, Keys({"type": TEXT, "path": NAME, "mode": TEXT, "value": SCALAR,
-                                                "datastore": TEXT, "path_on_compute": TEXT})),
+                                                "datastore": NAME, "path_on_compute": TEXT})),
                                 "a literal or a mapping")),
     "outputs": Keys(names=Keys({"path": NAME, "type": TEXT, "mode": TEXT, "name": NAME,
                                 "version": Either((TEXT, COUNT), "text")})),
