@@ -244,6 +244,11 @@ def test_digits_in_quotes_are_a_count_as_azure_ai_ml_reads_them(tmp_path, monkey
     code, lines = run_job(tmp_path, monkeypatch, BASE + "environment: azureml:acpt@latest\n"
                           "resources: {instance_count: '2'}\ndistribution: {type: mpi, process_count_per_instance: '4'}\n")
     assert code == 0, lines
+    # but not 5,000 of them (int() refuses more than 4,300): an error, not an internal error
+    code, lines = run_job(tmp_path, monkeypatch, BASE + "environment: azureml:acpt@latest\n"
+                          f"resources: {{instance_count: '{'9' * 5000}'}}\n")
+    assert code == 1 and any(": error: resources.instance_count: expected a whole number, got text '999" in line
+                             for line in lines), lines
 
 
 @pytest.mark.parametrize("count", ["\u00b2", "\u0663", "\uff18"])

@@ -52,6 +52,7 @@ from typing import Any, Dict, List, Optional
 from trainspec.core.diagnostics import Diagnostic, SpecError, SpecPath, error, warning
 from trainspec.runtime import shim as contract
 from trainspec.core.fields import ENV_NAME_PATTERN, is_remote
+from trainspec.spec.loader import MAX_INT_DIGITS
 from trainspec.spec.validate import RESERVED_ENV
 
 TARGET = "azureml"  # the target an imported job is validated for: the platform it came from
@@ -258,8 +259,10 @@ def _scalar_fits(value: Any, shape: Any) -> bool:
     if shape in (TEXT, NAME):
         return isinstance(value, str) and (shape == TEXT or _placeholder(value) is None)
     if shape == COUNT:
+        # digits in quotes, as many as the loader reads as a number (int() refuses 4,300)
+        digits = value.strip() if isinstance(value, str) else ""
         return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, str) and value.strip().isdigit() and value.strip().isascii())
+            digits.isascii() and digits.isdigit() and len(digits) <= MAX_INT_DIGITS)
     if shape == SCALAR:
         return isinstance(value, (str, int, float))  # bool is an int
     return isinstance(shape, (Keys, ListOf))
