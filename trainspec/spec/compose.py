@@ -15,9 +15,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from trainspec.core.diagnostics import SpecError, SpecPath, error
+from trainspec.core.diagnostics import SpecError, SpecPath, error, shown
+from trainspec.core.files import in_repository, inside
 from trainspec.core.fields import is_remote
-from trainspec.spec.loader import Document, ReadProblem, load_bytes, path_text_problem, read_bounded, real_path
+from trainspec.spec.loader import (MAX_DEPTH, Document, NestedTooDeeply, ReadProblem, depth_limited, load_bytes,
+                                   path_text_problem, read_bounded, real_path, repository_root)
 
 MAX_CHAIN = 16
 _PATH_FIELDS: Tuple[SpecPath, ...] = (("code",), ("environment", "conda_file"), ("environment", "build", "path"))
@@ -61,9 +63,12 @@ def _chain(file: str) -> List[Document]:
     seen: List[Path] = []
     current: Optional[str] = file
     via: Optional[Tuple[Document, str]] = None
+    project: Optional[Path] = None  # the leaf spec's repository: every base stays inside it
     while current is not None:
         try:
             resolved = real_path(current)
+            if via is None:
+                _spec_stays_inside(current, resolved)
             raw = read_bounded(current)
         except ReadProblem as exc:
             if via is None:  # the spec itself, as the command line named it
@@ -94,9 +99,43 @@ def _chain(file: str) -> List[Document]:
         problem = path_text_problem(parent_ref)
         if problem:
             raise SpecError([doc.locate(error(("extends",), f"the path {problem}", "e.g. extends: ../base.yaml"))])
+        if len(docs) == 1:  # the spec itself: its repository holds the whole chain
+            project = repository_root(resolved.parent)
+        outside = _outside(parent_ref, Path(resolved).parent, project) if project is not None else None
+        if outside:
+            raise SpecError([doc.locate(error(("extends",), outside, "extends names a base spec inside the "
+                                              "repository, relative to the file it is written in"))])
         current = os.path.join(os.path.dirname(current), parent_ref)
         via = (doc, parent_ref)
     return list(reversed(docs))
+
+
+def _spec_stays_inside(file: str, resolved: Path) -> None:
+    """A spec file in a repository that is a link leading out of it (`specs/x.yaml ->
+    /home/runner/secret.yaml`) is never read: ReadProblem. A spec named outside any repository is
+    the user's own file."""
+    lexical = Path(os.path.abspath(file))
+    root = repository_root(lexical.parent)
+    if root is not None and not in_repository(resolved, root):
+        where = f"inside {root / '.git'}" if inside(resolved, root) else f"outside the repository {root}"
+        raise ReadProblem(f"is a symbolic link to {resolved}, {where}: never read",
+                          "a spec is a regular file inside the repository")
+
+
+def _outside(text: str, folder: Path, project: Path) -> Optional[str]:
+    """Why the base spec ``text`` (relative to ``folder``) is not read: an absolute path, or one
+    that leads (through a link or `..`) out of ``project``; None when it stays inside."""
+    where = f"the repository {project}"
+    if os.path.isabs(text):
+        return f"'{text}' is an absolute path: a base spec is read only inside {where}"
+    try:
+        real = real_path(folder / text)
+    except ReadProblem:
+        return None  # a loop: reading it says so
+    if in_repository(real, project):
+        return None
+    where = f"inside {project / '.git'}" if inside(real, project) else f"outside {where}"
+    return f"'{text}' leads to {real}, {where}: trainspec never reads a spec from there"
 
 
 def _merge(base: Any, child: Any, path: SpecPath, doc: Document, origins: Dict[SpecPath, Document]) -> Any:
@@ -106,14 +145,28 @@ def _merge(base: Any, child: Any, path: SpecPath, doc: Document, origins: Dict[S
             out[key] = _merge(base.get(key), value, path + (key,), doc, origins)
         origins[path] = origins.get(path, doc) if path else doc
         return out
+    _forget(base, path, origins)
     _claim(child, path, doc, origins)
     return child
 
 
+def _forget(value: Any, path: SpecPath, origins: Dict[SpecPath, Document]) -> None:
+    """The paths inside ``value`` (the base's value at ``path``, now replaced) come from no file:
+    walked from the value itself, so that replacing it costs its size, not the size of every path
+    recorded so far (a scan of ``origins`` per replaced value made a 19,500-item list take 30 s)."""
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return
+    for key, item in items:
+        origins.pop(path + (key,), None)
+        _forget(item, path + (key,), origins)
+
+
 def _claim(value: Any, path: SpecPath, doc: Document, origins: Dict[SpecPath, Document]) -> None:
     """Every path inside ``value`` now comes from ``doc`` (a replaced list or mapping)."""
-    for stale in [p for p in origins if p[:len(path)] == path and len(p) > len(path)]:
-        del origins[stale]
     origins[path] = doc
     if isinstance(value, dict):
         for key, item in value.items():
@@ -160,18 +213,27 @@ def _parse_override(text: str, flag: str, dotted: bool = True) -> Tuple[SpecPath
     parts = tuple(key.strip().split(".")) if dotted else (key.strip(),)
     if any(not p for p in parts):
         raise SpecError([replace(error((), f"empty part in '{key}'"), file=f"{flag} {text}")])
-    return parts, _scalar(raw)
+    try:
+        return parts, _scalar(raw)
+    except (NestedTooDeeply, RecursionError):
+        raise SpecError([replace(error((), f"the value is nested too deeply (limit {MAX_DEPTH} levels)",
+                                       "an override sets one value or a short list"),
+                                 file=f"{flag} {shown(text)}")]) from None
 
 
 def _scalar(raw: str) -> Any:
-    """A value as YAML would read it (4 -> int, true -> bool, [a, b] -> list), else the text."""
+    """A value as YAML would read it (4 -> int, true -> bool, [a, b] -> list), else the text.
+    Deep flow nesting stops at the bracket too deep (NestedTooDeeply), before it costs seconds."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
+    from ruamel.yaml.scanner import Scanner
 
     if raw == "":
         return ""
+    yaml = YAML(typ="safe", pure=True)
+    yaml.Scanner = depth_limited(Scanner)
     try:
-        value = YAML(typ="safe", pure=True).load(raw)
+        value = yaml.load(raw)
     except (YAMLError, ValueError):  # ValueError: an integer Python will not convert (4,300 digits)
         return raw
     return raw if value is None and raw.strip() not in ("null", "~") else value
