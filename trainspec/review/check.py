@@ -23,6 +23,7 @@ from trainspec import __version__
 from trainspec.build import Outcome
 from trainspec.compile import base
 from trainspec.compile.write import target_dir
+from trainspec.core.secrets import redact_bytes
 from trainspec.review.outputs import Header, folder_header, repo_root, unified
 
 
@@ -95,7 +96,7 @@ def _compare(folder: Path, outcome: Outcome, artifact: base.Artifact, fix: str) 
         if current == item.data:
             continue
         label = path.as_posix()
-        diff = unified(current, item.data, label, f"{label} (compiled)")
+        diff = unified(redact_bytes(current), redact_bytes(item.data), label, f"{label} (compiled)")
         if stale:
             found.append(Finding("stale", path, stale, fix, diff))
         else:
