@@ -28,21 +28,21 @@ HINT = ("set it where the job runs, never in the spec: a Kubernetes Secret, an A
         "committed is in the repository's history: revoke it")
 
 # (what it is, the pattern): a token's own prefix and length, bounded on the left by a character
-# that cannot be part of it; every pattern is linear in the text's length
+# that cannot be part of it; every lookahead is bounded, so a search is linear in the text's length
 _BEFORE = r"(?<![A-Za-z0-9])"
 SHAPES: Tuple[Tuple[str, str], ...] = (
     ("a Hugging Face token (hf_...)", _BEFORE + r"hf_[A-Za-z0-9]{30,}"),
     ("a GitHub token (ghp_..., github_pat_...)", _BEFORE + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
     ("an AWS access key id (AKIA...)", _BEFORE + r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
     ("a Slack token (xox...)", _BEFORE + r"xox[abprs]-[A-Za-z0-9-]{10,}"),
-    ("an API key (sk-...)", _BEFORE + r"sk-(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{20,}"),
+    ("an API key (sk-...)", _BEFORE + r"sk-(?=[A-Za-z_-]{0,40}[0-9])[A-Za-z0-9_-]{20,}"),
     ("a JSON Web Token (eyJ...)", r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
     ("an Azure storage account key", r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{86}==(?![A-Za-z0-9+/=])"),
     ("the key of a connection string (AccountKey, SharedAccessKey, SharedAccessSignature)",
      r"(?<![A-Za-z0-9])(?i:AccountKey|SharedAccessKey|SharedAccessSignature)=[^;\s\"']+"),
     ("the signature of a SAS URL (sig)", r"(?<=[?&;])sig=[A-Za-z0-9%+/=]{16,}"),
-    ("a password in a URL (user:password@)", r"(?<=://)[^\s/:@'\"]+:(?![$*])[^\s/@'\"]+(?=@)"),
-    ("a private key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    ("a password in a URL (user:password@)", r"(?<=://)[^\s/:@'\"]{1,256}:(?![$*])[^\s/@'\"]{1,256}(?=@)"),
+    ("a private key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"),
 )
 
 # names: *_TOKEN, *_KEY, *_SECRET, *PASSWORD*, *PASSWD* (and TOKEN, SECRET themselves; KEY alone is too common)
