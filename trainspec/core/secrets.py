@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, List, Optional, Pattern, Tuple
 REDACTED = "<redacted>"
 
 HINT = ("set it where the job runs, never in the spec: a Kubernetes Secret, an Azure ML workspace connection or "
-        "Key Vault secret, or the environment of the cluster's user (Slurm, HPC Pack, Ray); a value that was ever "
+        "Key Vault secret, or the environment of the user a cluster runs jobs as; a value that was ever "
         "committed is in the repository's history: revoke it")
 
 # (what it is, the pattern): a token's own prefix and length, bounded on the left by a character
