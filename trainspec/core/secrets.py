@@ -19,6 +19,7 @@ Plain data and ``re`` only: every layer may use it.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, Dict, Iterator, List, Optional, Pattern, Tuple
 
 REDACTED = "<redacted>"
@@ -59,14 +60,10 @@ _FILE_PATH = re.compile(r"(?:/|~/|\./|\.\./)\S*")
 _NAMED_FIELDS = ("env", "vars", "inputs")  # where a value has a name of its own
 
 
+@lru_cache(maxsize=None)
 def _compiled() -> Pattern[str]:
-    global _SHAPE
-    if _SHAPE is None:
-        _SHAPE = re.compile("|".join(f"(?P<k{i}>{pattern})" for i, (_, pattern) in enumerate(SHAPES)))
-    return _SHAPE
-
-
-_SHAPE: Optional[Pattern[str]] = None
+    """Every shape in one pattern (group k<i>: SHAPES[i]), compiled on first use, not at import."""
+    return re.compile("|".join(f"(?P<k{i}>{pattern})" for i, (_, pattern) in enumerate(SHAPES)))
 
 
 def credential_kind(text: str) -> Optional[str]:
@@ -156,11 +153,16 @@ _QUOTED = r"'[^'\n]*'|\"(?:\\.|[^\"\\\n])*\"|\$'(?:\\.|[^'\\\n])*'"
 # NAME=value (shell, a plan line), NAME: value / "NAME": "value" (YAML, JSON), Kubernetes'
 # `- name: NAME` + `value: ...`, HPC Pack's <Name>NAME</Name><Value>...</Value>
 _ASSIGNMENTS = (
-    re.compile(rf"(?i)(?<![A-Za-z0-9_])(?P<name>{_NAMES})(?P<sep>=)(?P<value>{_QUOTED}|[^\s;&|]+)"),
-    re.compile(rf"(?i)(?<![A-Za-z0-9_])(?P<name>{_NAMES})(?P<sep>[\"']?[ \t]*:[ \t]+)(?P<value>{_QUOTED}|[^\n,}}]+)"),
-    re.compile(rf"(?i)name:[ \t]*[\"']?(?P<name>{_NAMES})[\"']?[ \t]*\r?\n(?P<sep>[ \t]*value:[ \t]*)(?P<value>[^\n]*)"),
-    re.compile(rf"(?i)<Name>(?P<name>{_NAMES})</Name>(?P<sep>\s*<Value>)(?P<value>[^<]*)"),
+    rf"(?i)(?<![A-Za-z0-9_])(?P<name>{_NAMES})(?P<sep>=)(?P<value>{_QUOTED}|[^\s;&|]+)",
+    rf"(?i)(?<![A-Za-z0-9_])(?P<name>{_NAMES})(?P<sep>[\"']?[ \t]*:[ \t]+)(?P<value>{_QUOTED}|[^\n,}}]+)",
+    rf"(?i)name:[ \t]*[\"']?(?P<name>{_NAMES})[\"']?[ \t]*\r?\n(?P<sep>[ \t]*value:[ \t]*)(?P<value>[^\n]*)",
+    rf"(?i)<Name>(?P<name>{_NAMES})</Name>(?P<sep>\s*<Value>)(?P<value>[^<]*)",
 )
+
+
+@lru_cache(maxsize=None)
+def _assignments() -> Tuple[Pattern[str], ...]:
+    return tuple(re.compile(pattern) for pattern in _ASSIGNMENTS)
 
 
 def redact_shapes(text: str) -> str:
@@ -185,7 +187,7 @@ def redact(text: str) -> str:
             return m.group(0)
         return m.group(0)[:m.start("value") - m.start()] + REDACTED
 
-    for pattern in _ASSIGNMENTS:
+    for pattern in _assignments():
         text = pattern.sub(hide, text)
     return text
 
