@@ -120,7 +120,10 @@ def test_comment_step_on_a_pull_request_branch(repo):
     proc = run_step("review", "Plan and diff of the jobs this pull request changes", repo, BASE="main")
     assert proc.returncode == 0, proc.stderr
     comment = (repo / "comment.md").read_text()
-    assert comment.startswith("# trainspec plan: 1 job changed since main\n\n## mnist-lightning")
+    assert comment.startswith("# trainspec plan: 1 job changed since main\n\n**Cost: GPUs of all jobs: 26 → 42 "
+                              "(\\+16); 1 job with cost changes**\n\n"
+                              "- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`"
+                              "\n\n## mnist-lightning")
     assert "\n# trainspec diff since main: 1 job changed\n\n## mnist-lightning (specs/mnist-lightning.yaml)\n" \
            "**resources.nodes 2 → 4; world 16 → 32**" in comment
     assert "single-node" not in comment and "hpcpack-ddp" not in comment
@@ -192,6 +195,27 @@ def test_submit_only_the_jobs_a_merge_changed(repo, tmp_path):
     edit(repo / "specs" / "mnist-lightning.yaml", "# The Lightning trap", "# The trap")
     git("commit", "-q", "-am", "comment", cwd=repo)
     assert submitted(repo, head, tmp_path) == plan_lists(repo, head)
+
+
+def test_the_submit_job_submits_only_outputs_that_check_passed(repo, tmp_path):
+    """A hand edit that reached main (a push that skipped the review's gate) is never submitted:
+    the submit job runs check before it lists or submits anything, and stops there."""
+    names = [s.get("name") or s.get("uses") for s in workflow()["jobs"]["submit"]["steps"]]
+    gate = names.index("Gate - submit only outputs that check passed")
+    assert gate < names.index("Jobs the plan lists for this push") < names.index("Submit them to Azure ML")
+    assert not any("always()" in str(s.get("if", "")) for s in workflow()["jobs"]["submit"]["steps"])
+    first = git("rev-parse", "HEAD", cwd=repo).strip()
+    edit(repo / "build" / "mnist-lightning" / "azureml" / "job.yml", "instance_count: 2\n", "instance_count: 30\n")
+    git("commit", "-q", "-am", "more nodes, by hand", cwd=repo)
+    proc = run_step("submit", "Gate - submit only outputs that check passed", repo)
+    assert proc.returncode == 1
+    assert "build/mnist-lightning/azureml/job.yml: hand-edited" in proc.stdout + proc.stderr
+    # the edit moved into the spec and compiled: checked, then planned and submitted
+    edit(repo / "specs" / "mnist-lightning.yaml", "  nodes: 2\n", "  nodes: 30\n")
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    git("commit", "-q", "-am", "more nodes", cwd=repo)
+    assert run_step("submit", "Gate - submit only outputs that check passed", repo).returncode == 0
+    assert submitted(repo, first, tmp_path) == ["build/mnist-lightning/azureml/job.yml"]
 
 
 def team_repo(repo):

@@ -880,8 +880,8 @@ def test_code_above_the_repository_root_is_an_error_at_code(tmp_path):
 @pytest.mark.parametrize("link", ["name", "target", "name-inside"])
 def test_compile_never_writes_through_a_link_that_leaves_out(tmp_path, link):
     """Bug: with out/hostile -> ../elsewhere, `compile -o out` wrote its files into elsewhere/. A link
-    in OUT/<name> or OUT/<name>/<target> that leaves -o is an error naming it, and nothing is
-    written anywhere; a link that stays inside -o still works."""
+    in OUT/<name> or OUT/<name>/<target> is an error naming it, and nothing is written anywhere;
+    one that stays inside -o too (issue 27: a later prune or check would follow it)."""
     (tmp_path / "spec.yaml").write_text(spec_text())
     (tmp_path / "out").mkdir()
     (tmp_path / "elsewhere").mkdir()
@@ -896,9 +896,9 @@ def test_compile_never_writes_through_a_link_that_leaves_out(tmp_path, link):
     before = snapshot(tmp_path)
     proc = ts("compile", "spec.yaml", "-o", "out", cwd=tmp_path)
     if link == "name-inside":
-        assert proc.returncode == 0, proc.stderr
-        assert (tmp_path / "out" / "real" / "azureml" / "job.yml").is_file()
-        assert_only_under(before, snapshot(tmp_path), "out/real")
+        assert_clean_error(proc, fragment=f"cannot write out/hostile: is a symbolic link to "
+                                          f"{(tmp_path / 'out' / 'real').resolve()}, inside the output folder out")
+        assert changed(before, snapshot(tmp_path)) == []
         return
     where = "out/hostile" if link == "name" else "out/hostile/azureml"
     assert_clean_error(proc, fragment=f"cannot write {where}: is a symbolic link to {(tmp_path / 'elsewhere').resolve()}, "

@@ -55,7 +55,7 @@ def test_the_rule_sees_a_leak():
 
 
 SETTINGS = ("NAME", "SETTINGS_DESCRIPTION", "SETTINGS_EXAMPLE", "settings_model", "settings_errors",
-            "PLATFORM_VARIABLES")
+            "PLATFORM_VARIABLES", "COST_SETTINGS")
 OVERRIDDEN = ("cannot_run", "cannot_express", "lower", "refs_for")  # no default in compile/base.py's Target
 
 

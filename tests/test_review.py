@@ -170,8 +170,8 @@ def test_diff_git_lists_every_job_a_shared_file_changes(repo):
     assert proc.returncode == 0, proc.stderr
     heads = [line for line in proc.stdout.splitlines() if line.startswith("== ")]
     assert heads == ["== job-a (specs/job-a.yaml)", "== job-b (specs/job-b.yaml)"]  # the base is not a job
-    summary = ("resources.nodes 2 → 3 (in bases/gpu.yaml); env.NCCL_DEBUG WARN → INFO (in bases/gpu.yaml); "
-               "targets.azureml.timeout 2d → 3d (in bases/gpu.yaml); world 16 → 24")  # why: the base
+    summary = ("resources.nodes 2 → 3 (in bases/gpu.yaml); targets.azureml.timeout 2d → 3d (in bases/gpu.yaml); "
+               "world 16 → 24; env.NCCL_DEBUG WARN → INFO (in bases/gpu.yaml)")  # why: the base; cost first
     assert proc.stdout.count(summary + "\n") == 2
     # a conda file the jobs read: both jobs change, and the summary says which output
     git("checkout", "-q", "--", "bases", cwd=repo)
@@ -207,12 +207,13 @@ def test_diff_two_files_and_one_spec_with_overrides(tmp_path):
     head.write_text(base.read_text().replace("../examples/", f"{REPO}/examples/")
                     .replace("  gpus_per_node: 2\n", "  gpus_per_node: 1\n"))
     proc = ts("diff", str(base), str(head), cwd=REPO)
-    assert "resources.gpus_per_node 2 → 1; world 2 → 1; processes per node 2 → 1\n" in proc.stdout
+    assert "\nresources.gpus_per_node 2 → 1; world 2 → 1; code ../examples/mnist → " in proc.stdout  # cost first
+    assert "; processes per node 2 → 1\n" in proc.stdout
     proc = ts("diff", "specs/mnist-lightning.yaml", "--set", "resources.nodes=3", "--set", "env.NCCL_DEBUG=INFO",
               cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[1] == ("resources.nodes 2 → 3 (by --set); env.NCCL_DEBUG WARN → INFO (by --set); "
-                                           "world 16 → 24")
+    assert proc.stdout.splitlines()[1] == ("resources.nodes 2 → 3 (by --set); world 16 → 24; "
+                                           "env.NCCL_DEBUG WARN → INFO (by --set)")  # what costs first
     usage = ts("diff", "specs/mnist-lightning.yaml", cwd=REPO)
     assert usage.returncode == 2 and "one SPEC with --set/--var" in usage.stderr
 
@@ -240,7 +241,11 @@ def test_plan_over_a_folder_and_over_what_a_branch_changes(repo):
     git("rm", "-q", "specs/single-node.yaml", cwd=repo)
     git("commit", "-q", "-am", "bigger, and one job fewer", cwd=repo)
     md = ts("plan", "--git", "main", "--format", "markdown", cwd=repo, check=True).stdout
-    assert md.startswith("# trainspec plan: 1 job changed since main\n\n## mnist-lightning")
+    # the cost summary first (never cut), then each job's plan
+    assert md.startswith("# trainspec plan: 1 job changed since main\n\n**Cost: GPUs of all jobs: 26 → 40 (\\+14); "
+                         "2 jobs with cost changes**\n\n- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`\n"
+                         "- `single-node`: removed job, GPUs `2` → `0`: ")
+    assert "\n\n## mnist-lightning" in md
     assert "world 32 = 4 node(s) x 8 process(es)" in md and "hpcpack-ddp" not in md
     assert "## removed jobs\n- single-node (specs/single-node.yaml)" in md
     data = json.loads(ts("plan", "--git", "main", "--format", "json", cwd=repo, check=True).stdout)

@@ -24,6 +24,17 @@ def command(args: argparse.Namespace) -> int:
         _err(_summary(len(files), errors, warnings) + _strict_note(args.strict, errors, warnings) + "; nothing written")
         return 1
     artifacts = [a for o in outcomes for a in o.artifacts]
+    if args.prune:
+        from trainspec.compile.write import links_in
+
+        links = links_in(out_path)
+        for link, target in links:
+            _err(f"trainspec: error: {link}: is a symbolic link (to {target}) inside the output folder: "
+                 "compile --prune never follows or deletes through a link (hint: delete the link itself: "
+                 f"{shlex.join(['rm', '--', str(link)])})")
+        if links:
+            _err("trainspec: nothing written or removed")
+            return 1
     try:
         write_all(out_path, artifacts)
         if args.prune:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainspec.cli.output import UsageError, _err, _report
+from trainspec.cli.output import UsageError, _err, _report, _rerun
 
 
 def command(args: argparse.Namespace) -> int:
@@ -19,10 +19,17 @@ def command(args: argparse.Namespace) -> int:
     from trainspec.review.diff import diff_outcomes, render_diffs
 
     if args.git:
-        diffs, _ = _git_diffs(args)
+        diffs, sides = _git_diffs(args)
         if diffs is None:
             return 1
-        print(render_diffs(diffs, args.format, args.git, args.max_chars))
+        max_chars = args.max_chars
+        if max_chars is None and args.format == "markdown":  # the comment's plan opens with the cost summary
+            from trainspec.review.comment import shares
+            from trainspec.review.cost import summarise
+
+            summary = summarise(sides[0].jobs, sides[1].jobs, diffs)
+            max_chars = shares(len(summary.render(args.format, _plan_rerun(args))))[1]
+        print(render_diffs(diffs, args.format, args.git, max_chars, _rerun(args, "--format", "text")))
         return 0
     if len(args.paths) == 1 and (args.sets or args.variables):
         pairs = [(args.paths[0], (), ()), (args.paths[0], args.sets, args.variables)]
@@ -38,8 +45,15 @@ def command(args: argparse.Namespace) -> int:
             return 1
         sides.append(outcome)
     result = diff_outcomes(sides[0], sides[1], Path(args.out).as_posix())
-    print(render_diffs([result], args.format, max_chars=args.max_chars))
+    print(render_diffs([result], args.format, max_chars=args.max_chars, rerun=_rerun(args, "--format", "text")))
     return 0
+
+
+def _plan_rerun(args: argparse.Namespace) -> str:
+    """The full-plan command line the plan of the same change names (its summary's length counts)."""
+    import shlex
+
+    return shlex.join(_rerun(argparse.Namespace(**{**vars(args), "command": "plan"}), "--format", "text"))
 
 
 def _git_diffs(args: argparse.Namespace):

@@ -75,3 +75,22 @@ def _gh_data(text: str) -> str:
 
 def _gh_property(text: str) -> str:
     return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _rerun(args, *extra: str) -> List[str]:
+    """The command line that makes this document again (``extra`` after it, e.g. another
+    --format): the real paths (or `.`), revision, output folder, targets and overrides, each word
+    quoted by the caller (shlex.join), so the line shown is a command that runs."""
+    words = ["trainspec", args.command]
+    if getattr(args, "git", None):
+        words += ["--git", args.git]
+    if getattr(args, "out", "build") != "build":
+        words += ["--out", args.out]
+    for name in getattr(args, "targets", None) or ():
+        words += ["-t", name]
+    for flag, values in (("--set", getattr(args, "sets", None)), ("--var", getattr(args, "variables", None))):
+        for value in values or ():
+            words += [flag, value]
+    words += list(extra)
+    paths = list(getattr(args, "paths", None) or ["."])
+    return words + (["--", *paths] if any(p.startswith("-") for p in paths) else paths)

@@ -9,19 +9,26 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainspec.cli.output import _err, _report, _summary, _specs
+from trainspec.cli.output import _err, _report, _rerun, _summary, _specs
 
 
 def command(args: argparse.Namespace) -> int:
     from trainspec.build import build_all
+    from trainspec.review.cost import summarise
     from trainspec.review.plan import plan as make_plan, plan_document
 
     if args.git:
-        jobs, removed = _changed_jobs(args)
-        if jobs is None:
+        from trainspec.cli.diff import _git_diffs
+
+        diffs, sides = _git_diffs(args)
+        if diffs is None:
             return 1
-        plans = [make_plan(d, Path(args.out).as_posix()) for d in jobs]
-        print(plan_document(plans, removed, args.format, args.git, args.max_chars))
+        plans = [make_plan(sides[1].jobs[d.name], Path(args.out).as_posix(), d.edited)
+                 for d in diffs if d.status != "removed"]
+        removed = [{"name": d.name, "spec": d.spec} for d in diffs if d.status == "removed"]
+        summary = summarise(sides[0].jobs, sides[1].jobs, diffs)
+        rerun = _rerun(args, "--format", "text")
+        print(plan_document(plans, removed, args.format, args.git, args.max_chars, rerun, summary))
         return 0
     files = _specs(args.paths)
     outcomes = build_all(files, Path(args.out), args.targets, sets=args.sets, variables=args.variables)
@@ -31,19 +38,6 @@ def command(args: argparse.Namespace) -> int:
         _err(_summary(len(files), errors, warnings))
         return 1
     print(plan_document([make_plan(o, Path(args.out).as_posix()) for o in outcomes], [], args.format,
-                        max_chars=args.max_chars))
+                        max_chars=args.max_chars, rerun=_rerun(args, "--format", "text")))
     return 0
 
-
-def _changed_jobs(args: argparse.Namespace):
-    """(head outcomes of the jobs whose outputs change since --git BASE, removed jobs), or
-    (None, None) after reporting errors."""
-    from trainspec.cli.diff import _git_diffs
-
-    diffs, sides = _git_diffs(args)
-    if diffs is None:
-        return None, None
-    head = sides[1]
-    jobs = [head.jobs[d.name] for d in diffs if d.status != "removed"]
-    removed = [{"name": d.name, "spec": d.spec} for d in diffs if d.status == "removed"]
-    return jobs, removed

@@ -9,7 +9,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterable, List
+from typing import Iterable, List, Optional, Tuple
 
 from trainspec.compile.base import Artifact
 
@@ -20,15 +20,19 @@ def target_dir(out: Path, artifact: Artifact) -> Path:
 
 def landing(folder: Path) -> Path:
     """Where files written into ``folder`` really land (symlinks resolved; a loop stays as it is
-    and fails at the write): what relative references in the outputs are computed from."""
+    and fails at the write): what relative references in the outputs are computed from (``-o``
+    may lead through a link outside a repository: out_problem)."""
     return Path(os.path.realpath(folder))
 
 
 def write_all(out: Path, artifacts: Iterable[Artifact]) -> List[Path]:
-    """Write every artifact; returns the directories written. Before anything is written, every
-    target folder is checked to stay inside ``out`` once symlinks are followed (``out`` itself may
-    be a link: that is the user's choice of place); OSError otherwise, naming the link."""
+    """Write every artifact; returns the directories written. Before anything is written, ``out``
+    is checked to stay in its repository (out_problem) and every target folder to have no link in
+    ``OUT/<name>/<target>`` (inside); OSError otherwise, naming the link."""
     artifacts = list(artifacts)
+    problem = out_problem(out)
+    if problem is not None:
+        raise problem
     for artifact in artifacts:
         inside(out, target_dir(out, artifact))
     written = []
@@ -37,9 +41,55 @@ def write_all(out: Path, artifacts: Iterable[Artifact]) -> List[Path]:
     return written
 
 
+def out_problem(out: Path) -> Optional[OSError]:
+    """Why trainspec will not use ``out``: it is a path inside a repository (the nearest folder
+    above it with .git) that, through a link the repository holds (``build -> /home/runner/.ssh``),
+    leads out of it. A folder outside any repository, or one the user names by its real place, is
+    the user's choice (``-o /scratch/out``, or a link made outside a repository)."""
+    from trainspec.core import files
+    from trainspec.spec.loader import ReadProblem, real_path, repository_root
+
+    lexical = Path(os.path.abspath(out))
+    try:
+        root = repository_root(lexical)
+        real = real_path(lexical)
+    except ReadProblem:
+        return None  # a loop or a name too long: the write itself says so
+    if root is None or files.in_repository(real, root):
+        return None
+    step = next((p for p in [lexical, *lexical.parents] if os.path.islink(p)), None)
+    how = f"leads through the symbolic link {step} to {real}" if step is not None else f"is {real}"
+    where = f"inside {root / '.git'}" if files.inside(real, root) else f"outside the repository {root}"
+    return OSError(errno.EXDEV, f"{how}, {where}: "
+                   f"trainspec never writes, reads or deletes there; nothing written (remove the link, or name the "
+                   f"folder you mean with -o {real})", str(out))
+
+
+def links_in(out: Path) -> List[Tuple[Path, str]]:
+    """The symbolic links at ``OUT/<name>`` and ``OUT/<name>/<target>`` (what each says), never
+    followed: the places compile writes, check reads and prune deletes."""
+    from trainspec.core.files import link_target
+
+    found: List[Tuple[Path, str]] = []
+    for entry in _entries(out):
+        if entry.is_symlink():
+            found.append((entry, link_target(entry)))
+        elif entry.is_dir():
+            found += [(child, link_target(child)) for child in _entries(entry) if child.is_symlink()]
+    return found
+
+
+def _entries(folder: Path) -> List[Path]:
+    try:
+        return sorted(folder.iterdir()) if folder.is_dir() and not folder.is_symlink() else []
+    except OSError:
+        return []
+
+
 def inside(out: Path, final: Path) -> None:
-    """OSError unless ``final`` (below ``out``), with every symlink in ``OUT/<name>/<target>``
-    followed, is still below ``out``: a link there would make compile write elsewhere."""
+    """OSError when a part of ``OUT/<name>/<target>`` (below ``out``) is a symbolic link: whether it
+    leads outside ``out`` or not, compile would write where the link says, and a later prune or
+    check would follow it."""
     root = os.path.realpath(out)
     relative = final.relative_to(out)
     step = Path(out)
@@ -56,9 +106,9 @@ def inside(out: Path, final: Path) -> None:
                 raise
             raise OSError(errno.ELOOP, "is a symbolic link loop; nothing written (remove the link)", str(step)) \
                 from None
-        if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
-            raise OSError(errno.EXDEV, f"is a symbolic link to {real}, outside the output folder {out}; "
-                          "nothing written (remove the link)", str(step))
+        where = "inside" if real == root or real.startswith(root.rstrip(os.sep) + os.sep) else "outside"
+        raise OSError(errno.EXDEV, f"is a symbolic link to {real}, {where} the output folder {out}: trainspec "
+                      "never writes through a link there; nothing written (remove the link)", str(step))
 
 
 def write(final: Path, artifact: Artifact) -> Path:

@@ -6,11 +6,17 @@ hides the rest of the comment, a backtick would end its code span, ``|`` would c
 a newline in a CI log could start a line GitHub reads as a workflow command (``::error::``).
 So every such string goes through one of these, per CommonMark and GFM:
 
-- ``visible``: line breaks and other control characters shown escaped (the value as a JSON
-  string, quoted), for plain text and for everything below;
+- ``visible``: line breaks, other control characters and the characters a reader cannot see
+  (zero-width spaces and joiners, bidi embeddings, overrides and isolates, the BOM, a soft
+  hyphen, spaces other than the plain one: Unicode's format characters and their kin) shown
+  escaped (the value as a JSON string, quoted), for plain text and for everything below, so
+  ``WARN`` and ``WARN`` with a zero-width space never look alike;
+- ``reveal``: the same characters escaped inside a line kept as it is (a line of a diff);
 - ``text``: inline prose, backslash-escaped where a character could be markup (backslash,
   backtick, emphasis, brackets, ``<``, ``&``, ``|``, ``~``, ``!``, ``#``, ``+``) and, at its
-  start, where it could begin a block (``-``, ``1.``...); the reader sees the character itself;
+  start, where it could begin a block (``-``, ``1.``...); the reader sees the character itself.
+  A word GitHub would make live whatever its escapes (an ``@mention``, ``@org/team``, a URL,
+  ``www.``, an e-mail address, an ``#123`` reference) goes in a code span, where it is text;
 - ``code`` / ``cell_code``: a code span whose backtick fence is longer than any backtick run
   inside (``cell_code`` also escapes ``|``, which GFM splits cells on even inside code);
 - ``fenced``: a fenced block whose fence is longer than any backtick run inside;
@@ -24,7 +30,22 @@ import re
 
 # Control characters (C0, DEL, C1) and the Unicode line/paragraph separators: anything that
 # could break a line or hide in one.
-_UNSEEN = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_BREAKS = "\x00-\x1f\x7f-\x9f\u2028\u2029"
+# What a reader cannot see or that reorders what they see: every format character (Unicode
+# category Cf: soft hyphen, zero-width space/joiners, bidi marks, embeddings, overrides and
+# isolates, word joiner, invisible operators, BOM, interlinear annotation, tags...; a test holds
+# this list to unicodedata), the other invisible letters and marks (combining grapheme joiner,
+# Hangul fillers, variation selectors) and every space but the plain one.
+_INVISIBLE = ("\u00a0\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160"
+              "\u1680\u17b4\u17b5\u180b-\u180f\u2000-\u200f\u202a-\u202f\u205f-\u2064\u2066-\u206f"
+              "\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U000110bd\U000110cd"
+              "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+              "\U000e0020-\U000e007f\U000e0100-\U000e01ef")
+_UNSEEN = re.compile(f"[{_BREAKS}{_INVISIBLE}]")
+_HIDDEN = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029{_INVISIBLE}]")  # but tab and line feed
+# A word GitHub turns into a link or a notification in a comment even when its characters are
+# backslash-escaped: @user, @org/team, an e-mail address, a URL, www.x, #123, owner/repo#123.
+_LIVE = re.compile(r"[^\s|`<>]*(?:@|://|\bwww\.|#\d)[^\s|`<>]*", re.I)
 _MARKUP = re.compile(r"([\\`*_\[\]<>&|~!#+])")
 _BLOCK_START = re.compile(r"^([!-/:-@\[-`{-~]|\d+[.)])")  # a list marker, a heading, a quote...
 _BACKTICKS = re.compile(r"`+")
@@ -37,7 +58,18 @@ def visible(value: str, line: bool = False) -> str:
     if not _UNSEEN.search(value) and not (line and value.lstrip().startswith("::")):
         return value
     quoted = json.dumps(value, ensure_ascii=False)  # escapes C0, '"' and '\\'
-    return _UNSEEN.sub(lambda m: "\\u%04x" % ord(m.group()), quoted)
+    return _UNSEEN.sub(_escape, quoted)
+
+
+def _escape(match: "re.Match[str]") -> str:
+    """One character as JSON writes it escaped (a surrogate pair beyond the BMP)."""
+    return json.dumps(match.group())[1:-1]
+
+
+def reveal(line: str) -> str:
+    """``line`` with every character ``visible`` would escape, but tabs and line feeds, written
+    as its JSON escape (``WARN\\u200b``): for a line shown as it is, like a diff's."""
+    return _HIDDEN.sub(_escape, line)
 
 
 def clip(value: str, limit: int) -> str:
@@ -49,13 +81,24 @@ def clip(value: str, limit: int) -> str:
 
 def text(value: str) -> str:
     """Inline markdown that renders as ``value`` (made visible): nothing in it is markup, HTML,
-    an entity, a table cell's end or the start of a block."""
-    escaped = _MARKUP.sub(r"\\\1", visible(value))
+    an entity, a table cell's end or the start of a block, and nothing in it can notify someone
+    or link anywhere (such a word is a code span)."""
+    value = visible(value)
+    pieces, at = [], 0
+    for live in _LIVE.finditer(value):
+        pieces += [_escaped(value[at:live.start()]), code(live.group())]
+        at = live.end()
+    pieces.append(_escaped(value[at:]))
+    escaped = "".join(pieces)
     start = _BLOCK_START.match(escaped)
-    if start and not escaped.startswith("\\"):
+    if start and not escaped.startswith(("\\", "`")):  # a code span opens no block
         mark = start.group()
         escaped = mark[:-1] + "\\" + mark[-1] + escaped[len(mark):]
     return escaped
+
+
+def _escaped(value: str) -> str:
+    return _MARKUP.sub(r"\\\1", value)
 
 
 def _longest_run(value: str) -> int:

@@ -33,7 +33,8 @@ HINT = ("set it where the job runs, never in the spec: a Kubernetes Secret, an A
 _BEFORE = r"(?<![A-Za-z0-9])"
 SHAPES: Tuple[Tuple[str, str], ...] = (
     ("a Hugging Face token (hf_...)", _BEFORE + r"hf_[A-Za-z0-9]{30,}"),
-    ("a GitHub token (ghp_..., github_pat_...)", _BEFORE + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
+    ("a GitHub token (ghp_..., github_pat_...)",
+     _BEFORE + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
     ("an AWS access key id (AKIA...)", _BEFORE + r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
     ("a Slack token (xox...)", _BEFORE + r"xox[abprs]-[A-Za-z0-9-]{10,}"),
     ("an API key (sk-...)", _BEFORE + r"sk-(?=[A-Za-z_-]{0,40}[0-9])[A-Za-z0-9_-]{20,}"),

@@ -47,7 +47,8 @@ class LocalRun:
         code = self.workdir / "code"
         if code.exists():
             shutil.rmtree(code)
-        shutil.copytree(self.valid.resolve(self.valid.spec.code), code,
+        # symlinks=True: a link is copied as a link, never followed (validation refuses one anyway)
+        shutil.copytree(self.valid.resolve(self.valid.spec.code), code, symlinks=True,
                         ignore=shutil.ignore_patterns("__pycache__", ".git", "lightning_logs", "outputs"))
         return code
 

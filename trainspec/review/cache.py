@@ -2,7 +2,9 @@
 
 A record says: the spec whose bytes hash to S, read with these other files (its extends chain,
 the team catalog, the conda file: each by the sha256 of its bytes) and these facts on disk
-(the code folder is a folder, a local input exists...), from this place in the repository,
+(the code folder is a folder, a local input exists...) and the folders its job ships (by the
+bytes of their files and the targets of their links, none followed: a Kubernetes ConfigMap
+embeds them, and validation refuses a link there), from this place in the repository,
 with these command-line options and this trainspec (its own source files, by hash, and the
 versions of the libraries that shape its output), compiled without an error to these output
 files (by path and sha256). `check` recompiles only the specs whose record does not match
@@ -113,12 +115,22 @@ class Facts:
 
     hashes: Dict[str, Optional[str]] = field(default_factory=dict)
     kinds: Dict[str, str] = field(default_factory=dict)
+    folders: Dict[str, Optional[str]] = field(default_factory=dict)
     places: Dict[str, Tuple[Optional[str], Optional[str]]] = field(default_factory=dict)
 
     def bytes_of(self, path: str) -> Optional[str]:
         if path not in self.hashes:
             self.hashes[path] = sha256_file(Path(path))
         return self.hashes[path]
+
+    def folder(self, path: str) -> Optional[str]:
+        """A shipped folder (code, build context, local input), by the names and bytes of its
+        regular files and the names and targets of its links and special files, none followed:
+        a link added to a code folder, or an edited file a Kubernetes ConfigMap embeds, is a new
+        fact. None when it is not a folder."""
+        if path not in self.folders:
+            self.folders[path] = _folder_digest(Path(path))
+        return self.folders[path]
 
     def kind(self, path: str) -> str:
         """dir, file, other or none (what validation asks of a path: is it a folder, a file, there)."""
@@ -138,6 +150,41 @@ class Facts:
             root = next((str(p) for p in Path(spec_dir).parents if (p / ".git").exists()), None)
             self.places[spec_dir] = (str(team) if team else None, root)
         return self.places[spec_dir]
+
+
+def _folder_digest(folder: Path) -> Optional[str]:
+    from trainspec.core.files import list_folder, read_regular
+
+    if folder.is_symlink() or not folder.is_dir():
+        return None
+    listing = list_folder(folder)
+    digest = hashlib.sha256()
+    for name in listing.files:
+        try:
+            data = read_regular(folder / name, HASH_LIMIT)
+        except OSError:
+            return None
+        if len(data) > HASH_LIMIT:
+            return None
+        digest.update(b"f\0" + name.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(data).digest())
+    for name, what in listing.links + listing.others:
+        digest.update(b"l\0" + f"{name}\0{what}".encode("utf-8", "surrogateescape") + b"\0")
+    return digest.hexdigest()
+
+
+def shipped(outcome) -> List[str]:
+    """The folders a spec's job ships and validation lists (spec/validate.py _check_paths and
+    _check_environment: the code, a build context, a local input folder), absolute."""
+    from trainspec.core.fields import is_remote
+
+    valid = outcome.valid
+    spec = valid.spec
+    paths = [valid.resolve(spec.code)]
+    paths += [valid.resolve(item.path) for item in spec.inputs.values() if item.path is not None
+              and not is_remote(item.path) and not item.path.startswith("/")]
+    if spec.environment.build is not None:
+        paths.append(valid.resolve(spec.environment.build.path))
+    return [str(p) for p in paths if p.is_dir()]
 
 
 def probes(outcome) -> List[str]:
@@ -196,6 +243,8 @@ class Cache:
                 return None
             if any(self.facts.kind(path) != kind for path, kind in record["kinds"]):
                 return None
+            if any(self.facts.folder(path) != digest for path, digest in record["folders"]):
+                return None
             if not isinstance(record["display"], str) or not all(
                     isinstance(target, str) and isinstance(name, str) and isinstance(digest, str)
                     for target, files in record["outputs"].items() for name, digest in files.items()):
@@ -218,6 +267,7 @@ class Cache:
             "place": list(self.facts.place(str(Path(spec_path).parent))),
             "reads": reads,
             "kinds": [(path, self.facts.kind(path)) for path in probes(outcome)],
+            "folders": [(path, self.facts.folder(path)) for path in shipped(outcome)],
             "name": outcome.valid.name,
             "display": outcome.valid.source.display,
             "outputs": {a.target: {f.path: hashlib.sha256(f.data).hexdigest() for f in a.files}
@@ -278,18 +328,23 @@ class Extends(dict):
 
 
 def outputs_match(folder: Path, expected: Dict[str, str]) -> bool:
-    """The files in ``folder`` are exactly ``expected`` (relative path -> sha256), no more."""
-    found: Dict[str, Optional[str]] = {}
-    try:
-        for parent, _, names in os.walk(folder):
-            for name in names:
-                path = Path(parent) / name
-                found[path.relative_to(folder).as_posix()] = None
-    except OSError:
+    """The files in ``folder`` are exactly ``expected`` (relative path -> sha256), no more, each a
+    regular file: a link (the folder, or anything in it) is never followed, and never matches."""
+    from trainspec.core.files import list_folder, read_regular
+
+    if os.path.islink(folder) or os.path.islink(folder.parent) or not folder.is_dir():
         return False
-    if set(found) != set(expected):
+    listing = list_folder(folder, skip=())
+    if listing.links or listing.others or set(listing.files) != set(expected):
         return False
-    return all(sha256_file(folder / name) == digest for name, digest in expected.items())
+    for name, digest in expected.items():
+        try:
+            data = read_regular(folder / name, HASH_LIMIT)
+        except OSError:
+            return False
+        if len(data) > HASH_LIMIT or hashlib.sha256(data).hexdigest() != digest:
+            return False
+    return True
 
 
 def options_of(targets: Sequence[str], sets: Iterable[str], variables: Iterable[str]) -> Dict[str, Any]:

@@ -22,14 +22,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from trainspec import __version__
 from trainspec.build import Outcome
 from trainspec.compile import base
-from trainspec.compile.write import target_dir
+from trainspec.compile.write import links_in, out_problem, target_dir
+from trainspec.core import files
+from trainspec.core.diagnostics import printable
 from trainspec.core.secrets import redact_bytes
 from trainspec.review.outputs import Header, folder_header, repo_root, unified
 
 
 # --- check ------------------------------------------------------------------------------------
 
-KINDS = ("stale", "hand-edited", "missing", "orphaned", "foreign")
+KINDS = ("stale", "hand-edited", "missing", "orphaned", "foreign", "link")
 
 
 @dataclass
@@ -55,6 +57,12 @@ def check_outputs(outcomes: Sequence[Outcome], out: Path, fix: FixCommand,
     what it is and the command that fixes it. ``verified``: output folders already known to hold
     exactly what their spec compiles to (review/cache.py), by the spec they are written from."""
     findings: List[Finding] = []
+    problem = out_problem(out)
+    if problem is not None:  # OUT leads out of the repository: nothing under it is read
+        return [Finding("link", out, problem.strerror, shlex.join(["rm", "--", str(out)]))]
+    links = dict(links_in(out))
+    for link, target in links.items():
+        findings.append(_link(link, target))
     expected: Dict[Path, Any] = dict.fromkeys(verified or {})
     compiled: Dict[Path, Tuple[Outcome, base.Artifact]] = {}
     for outcome in outcomes:
@@ -62,6 +70,8 @@ def check_outputs(outcomes: Sequence[Outcome], out: Path, fix: FixCommand,
             compiled[target_dir(out, artifact)] = (outcome, artifact)
     expected.update(compiled)
     for folder, (outcome, artifact) in compiled.items():
+        if folder in links or folder.parent in links:
+            continue  # reported as a link, never read
         findings += _compare(folder, outcome, artifact, fix([outcome.file], False))
     prune = fix(None, True)
     for folder, header in orphans(outcomes, out, targets, verified):
@@ -72,6 +82,13 @@ def check_outputs(outcomes: Sequence[Outcome], out: Path, fix: FixCommand,
                                 "output directory: move it elsewhere or delete it",
                                 shlex.join(["rm", "-r", "--", str(path)])))
     return findings
+
+
+def _link(path: Path, target: str) -> Finding:
+    """A symbolic link where trainspec writes: reported as what it is, never followed or read."""
+    return Finding("link", path, f"is a symbolic link (to {printable(target)}) inside the output directory: "
+                   "trainspec never reads or writes through it; delete the link, then compile",
+                   shlex.join(["rm", "--", str(path)]))
 
 
 def _compare(folder: Path, outcome: Outcome, artifact: base.Artifact, fix: str) -> List[Finding]:
@@ -87,12 +104,19 @@ def _compare(folder: Path, outcome: Outcome, artifact: base.Artifact, fix: str) 
     else:
         stale = ""
     produced = {f.path for f in artifact.files}
+    listing = files.list_folder(folder, skip=())
+    odd = dict(listing.links)
+    for name, target in listing.links:
+        found.append(_link(folder / name, target))
     for item in artifact.files:
         path = folder / item.path
-        if not path.is_file():
+        if any(item.path == name or item.path.startswith(name + "/") for name in odd):
+            continue  # the link is the finding
+        try:
+            current = files.read_regular(path)  # never through a link, never a FIFO
+        except OSError:
             found.append(Finding("missing", path, "its spec produces it", fix))
             continue
-        current = path.read_bytes()
         if current == item.data:
             continue
         label = path.as_posix()
@@ -102,12 +126,11 @@ def _compare(folder: Path, outcome: Outcome, artifact: base.Artifact, fix: str) 
         else:
             found.append(Finding("hand-edited", path, "changed since trainspec wrote it (its spec did not "
                                  "change): move the edit into the spec, then compile", fix, diff))
-    if folder.is_dir():
-        for path in sorted(folder.rglob("*")):
-            if path.is_file() and path.relative_to(folder).as_posix() not in produced:
-                kind, why = (("stale", f"its spec no longer produces it ({stale})") if stale else
-                             ("hand-edited", "added by hand: its spec does not produce it"))
-                found.append(Finding(kind, path, why, fix))
+    for name in listing.files:
+        if name not in produced:
+            kind, why = (("stale", f"its spec no longer produces it ({stale})") if stale else
+                         ("hand-edited", "added by hand: its spec does not produce it"))
+            found.append(Finding(kind, folder / name, why, fix))
     return found
 
 
@@ -134,9 +157,15 @@ def orphans(outcomes: Sequence[Outcome], out: Path, targets: Sequence[str] = (),
 
 
 def _folders(out: Path) -> List[Path]:
-    if not out.is_dir():
+    """OUT/<name>/<target> folders, never through a link (links_in reports those)."""
+    if not out.is_dir() or out_problem(out) is not None:
         return []
-    return [f for f in sorted(out.glob("*/*")) if f.is_dir() and not any(p.startswith(".") for p in f.parts[-2:])]
+    return [f for f in sorted(out.glob("*/*")) if _real_folder(f) and _real_folder(f.parent)
+            and not any(p.startswith(".") for p in f.parts[-2:])]
+
+
+def _real_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
 
 
 def _foreign(out: Path, expected: Dict[Path, Any]) -> List[Path]:
@@ -147,8 +176,8 @@ def _foreign(out: Path, expected: Dict[Path, Any]) -> List[Path]:
     names = {folder.parent for folder in expected}
     found = []
     for entry in sorted(out.iterdir()):
-        if entry.name.startswith("."):
-            continue
+        if entry.name.startswith(".") or entry.is_symlink():
+            continue  # a link: reported as a link
         if entry.is_file() or (entry not in names and all(folder_header(f) is None for f in _children(entry))):
             found.append(entry)
             continue
@@ -159,14 +188,19 @@ def _foreign(out: Path, expected: Dict[Path, Any]) -> List[Path]:
 
 
 def _children(folder: Path) -> List[Path]:
-    return [c for c in sorted(folder.iterdir()) if not c.name.startswith(".")] if folder.is_dir() else []
+    """The entries of a real folder, links left out (links_in reports them)."""
+    if not _real_folder(folder):
+        return []
+    return [c for c in sorted(folder.iterdir()) if not c.name.startswith(".") and not c.is_symlink()]
 
 
 def prune(outcomes: Sequence[Outcome], out: Path, targets: Sequence[str] = ()) -> List[Tuple[Path, Header]]:
     """Remove orphaned output folders (never one without a trainspec header); returns them."""
+    if out_problem(out) is not None or links_in(out):
+        return []  # compile --prune refuses first, naming each link; never delete through one
     removed = orphans(outcomes, out, targets)
     for folder, _ in removed:
-        shutil.rmtree(folder)
+        shutil.rmtree(folder)  # refuses a link itself, and unlinks links inside without following them
         try:
             folder.parent.rmdir()  # the job's folder, when that was its last target
         except OSError:

@@ -21,8 +21,24 @@ COMMENT_LIMIT = 60_000
 PLAN_BUDGET = 24_000
 DIFF_BUDGET = 35_000
 assert PLAN_BUDGET + 1 + DIFF_BUDGET + 2 < COMMENT_LIMIT  # + the blank line, + print()'s newlines
+# `plan --git` opens with the cost summary (review/cost.py), never cut: it takes its room first,
+# the plan's jobs get what is left of PLAN_BUDGET (at least REST_MIN), and what the summary takes
+# beyond that comes off the diff's budget (shares), so the comment still stays under
+# COMMENT_LIMIT. A summary longer than SUMMARY_LIMIT (several hundred jobs with cost changes)
+# counts its last rows instead of naming them.
+REST_MIN = 2_000
+SUMMARY_LIMIT = 40_000
+DIFF_MIN = 10_000
+assert DIFF_BUDGET - (SUMMARY_LIMIT + 2 + REST_MIN - PLAN_BUDGET) >= DIFF_MIN
 VALUE_LIMIT = 300  # characters of one value in the comment, and in a diff's one-line summary
 LINE_LIMIT = 500  # characters of one diff line once a diff is cut
+
+
+def shares(summary: int) -> "tuple[int, int]":
+    """(plan's budget, diff's budget) of the comment whose plan opens with a cost summary of
+    ``summary`` characters (and a blank line): the summary is never cut, the rest makes room."""
+    over = max(0, min(summary, SUMMARY_LIMIT) + 2 + REST_MIN - PLAN_BUDGET)
+    return PLAN_BUDGET + over, DIFF_BUDGET - over
 
 
 def budget_for(max_chars: Optional[int], fmt: str, default: int) -> Optional[int]:

@@ -133,6 +133,7 @@ class JobDiff:
     reads: List[str] = field(default_factory=list)  # changed files the job reads (--git), e.g. its conda file
     code: List[str] = field(default_factory=list)  # changed files in the code folder the job uploads (--git)
     edited: List[str] = field(default_factory=list)  # committed outputs that differ from the compiled ones (--git)
+    edits: List[OutputDiff] = field(default_factory=list)  # each of those: compiled against committed, a hunk
     base_errors: List[str] = field(default_factory=list)  # the base side of this spec did not compile
     runtime: List[OutputDiff] = field(default_factory=list)  # its runtime files that did not change
 
@@ -149,16 +150,18 @@ class JobDiff:
             found.append(f"the code folder it uploads changed ({_count(self.code, 'file')}: "
                          + ", ".join(self.code[:5]) + (", ..." if len(self.code) > 5 else "") + ")")
         if self.edited:
-            found.append("committed outputs differ from what the spec compiles to (edited by hand? check "
-                         "fails until they are recompiled): " + ", ".join(self.edited))
+            found.append("what CI would submit is not what the spec says: committed outputs differ from what the "
+                         "spec compiles to (edited by hand? check fails until they are recompiled): "
+                         + ", ".join(self.edited))
         return found
 
     @property
     def headline(self) -> str:
         if self.status in ("new", "removed"):
             return "; ".join([f"{self.status} job: {self.about}", *self.reasons])
-        if self.changes:
-            return "; ".join([*(c.render() for c in self.changes), *self.reasons])
+        if self.changes:  # what changes the cost first: a long list of other changes cannot hide it
+            ordered = sorted(self.changes, key=lambda c: not costly(c.field))
+            return "; ".join([*(c.render() for c in ordered), *self.reasons])
         if self.base_errors:
             return "; ".join(self.reasons)
         if self.reasons:
@@ -173,7 +176,26 @@ class JobDiff:
                             for c in self.changes],
                 "files": [_file_json(f) for f in self.files], "reads_changed": self.reads,
                 "runtime_unchanged": [_file_json(f) for f in self.runtime], "code_changed": self.code,
-                "outputs_edited": self.edited, "base_errors": self.base_errors}
+                "outputs_edited": self.edited, "edits": [_file_json(f) for f in self.edits],
+                "base_errors": self.base_errors}
+
+
+# The fields and facts of a job that change what it costs (the cost summary's, review/cost.py),
+# besides each target's COST_SETTINGS: named first in a job's one-line summary.
+COSTLY = ("resources.nodes", "resources.gpus_per_node", "resources.sku", "resources.spot", "world", "GPUs per node",
+          "GPU", "targets")
+
+
+def costly(name: str) -> bool:
+    """Whether a changed field or fact (a Change's) changes what the job costs."""
+    from trainspec.targets import TARGETS
+    from trainspec.targets.vocabulary import settings
+
+    if name in COSTLY or name.startswith("size "):  # a catalog entry of its size (_catalog_changes)
+        return True
+    parts = name.split(".")
+    return len(parts) == 3 and parts[0] == "targets" and parts[1] in TARGETS \
+        and parts[2] in getattr(settings(parts[1]), "COST_SETTINGS", ())
 
 
 def _file_json(item: OutputDiff) -> Dict[str, Any]:
@@ -345,10 +367,12 @@ def runtime_change(was: Optional[base.OutFile], now: Optional[base.OutFile], sta
 
 
 def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = None,
-                 max_chars: Optional[int] = None) -> str:
+                 max_chars: Optional[int] = None,
+                 rerun: Sequence[str] = ("trainspec", "diff", "--format", "text")) -> str:
     """The job diffs as a document. Runtime files are summarised (RuntimeFile); markdown stays
     within ``max_chars`` (default DIFF_BUDGET; 0: no limit) by cutting long diffs, then by naming
-    the jobs that do not fit, with a note saying where the full diff is."""
+    the jobs that do not fit, with a note saying where the full diff is: ``rerun`` (the command
+    line that made this document) in text."""
     if fmt == "json":
         return json.dumps({"base": base_rev, "jobs": [d.as_json() for d in diffs]}, indent=2, sort_keys=True)
     md = fmt == "markdown"
@@ -357,7 +381,7 @@ def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = N
     if md:
         scope = f" since {base_rev}" if base_rev else ""
         title = f"# trainspec diff{md_.text(scope)}: {len(diffs)} job{'' if len(diffs) == 1 else 's'} changed"
-    command = shlex.join(["trainspec", "diff", *(["--git", base_rev] if base_rev else ["…"]), "--format", "text"])
+    command = shlex.join(rerun)
     sections = [_diff_section(d, md, budget is not None) for d in diffs]
     if not diffs:
         since = f" since {base_rev}" if base_rev else ""
@@ -372,7 +396,8 @@ def _diff_section(d: JobDiff, md: bool, cut: bool) -> Section:
     headline = md_.clip(d.headline, HEADLINE_LIMIT) if md or cut else d.headline
     head = (f"## {md_.text(d.name)} ({md_.text(d.spec)})\n**{md_.text(headline)}**" if md else
             f"== {md_.visible(d.name)} ({md_.visible(d.spec)})\n{md_.visible(headline)}")
-    parts = [_diff_part(item, md) for item in d.files if item.runtime is None]
+    parts = [_diff_part(item, md, EDIT_LEAD) for item in d.edits]  # what CI would submit: first
+    parts += [_diff_part(item, md) for item in d.files if item.runtime is None]
     runtime = [item for item in [*d.files, *d.runtime] if item.runtime is not None]
     if runtime:
         lines = [f"- {md_.code(item.path)}: {md_.text(item.diff)}" if md else f"{item.path}: {item.diff}"
@@ -384,10 +409,19 @@ def _diff_section(d: JobDiff, md: bool, cut: bool) -> Section:
     return Section([d.name], head, "\n\n", parts)
 
 
-def _diff_part(item: OutputDiff, md: bool) -> Part:
+# Before the hunk of a committed output that is not what its spec compiles to (a hand edit).
+EDIT_LEAD = ("Hand edit: {path} is not what the spec compiles to, and it is what CI would submit "
+             "(- compiled from the spec, + committed):")
+
+
+def _diff_part(item: OutputDiff, md: bool, lead: str = "") -> Part:
     """A file's unified diff: whole, or its first lines (each at most LINE_LIMIT characters)
-    and how many more there are."""
+    and how many more there are; after ``lead`` ({path}: the file's), never cut."""
     lines = [md_.clip(line, LINE_LIMIT) for line in item.diff.split("\n")]
+    if lead:
+        head, tail = lead.split("{path}")
+        lead = (f"**{md_.text(head)}{md_.code(item.path)}{md_.text(tail)}**\n" if md
+                else f"{head}{md_.visible(item.path)}{tail}\n")
 
     def note(shown: int) -> str:
         left = len(lines) - shown
@@ -398,9 +432,9 @@ def _diff_part(item: OutputDiff, md: bool) -> Part:
 
     def shown(count: int) -> str:
         if count == 0:
-            return note(0)
+            return lead + note(0)
         body = "\n".join(lines[:count])
-        return (md_.fenced(body, "diff") if md else body) + "\n" + note(count)
+        return lead + (md_.fenced(body, "diff") if md else body) + "\n" + note(count)
 
     def cut(room: int) -> str:
         low, high = 0, len(lines) - 1  # the most lines that fit (one fewer than all: it is a cut)
@@ -414,4 +448,4 @@ def _diff_part(item: OutputDiff, md: bool) -> Part:
             low -= 1
         return shown(low)
 
-    return Part(md_.fenced(item.diff, "diff") if md else item.diff, cut)
+    return Part(lead + (md_.fenced(item.diff, "diff") if md else item.diff), cut)

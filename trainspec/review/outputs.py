@@ -29,11 +29,11 @@ class Header:
 
 
 def read_header(path: Path) -> Optional[Header]:
-    from trainspec.spec.loader import ReadProblem, read_bounded
+    from trainspec.core.files import read_regular
 
     try:
-        head = read_bounded(path, 2048)  # a FIFO left in the output folder is never opened
-    except (OSError, ReadProblem):
+        head = read_regular(path, 2048)  # a link is never followed, a FIFO never opened
+    except OSError:
         return None
     match = HEADER.search(head)
     if match is None:
@@ -43,13 +43,14 @@ def read_header(path: Path) -> Optional[Header]:
 
 def folder_header(folder: Path) -> Optional[Header]:
     """The header of the first file in ``folder`` that has one (the shim is copied without)."""
-    if not folder.is_dir():
+    from trainspec.core.files import list_folder
+
+    if not folder.is_dir() or folder.is_symlink():
         return None
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            header = read_header(path)
-            if header is not None:
-                return header
+    for name in sorted(list_folder(folder, skip=()).files, key=lambda n: n.split("/")):
+        header = read_header(folder / name)
+        if header is not None:
+            return header
     return None
 
 
@@ -75,6 +76,11 @@ def without_provenance(data: bytes, outcome: Optional[Outcome] = None) -> bytes:
 
 
 def unified(old: bytes, new: bytes, old_name: str, new_name: str) -> str:
+    """A unified diff of two files' text, every character a reader could not see (a zero-width
+    space, a bidi override, a control character) written as its escape (core/markdown.py
+    reveal): ``WARN`` and ``WARN`` with a zero-width space differ on the page too."""
+    from trainspec.core.markdown import reveal
+
     lines = difflib.unified_diff(old.decode("utf-8", "replace").splitlines(keepends=True),
                                  new.decode("utf-8", "replace").splitlines(keepends=True), old_name, new_name)
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines).rstrip("\n")
+    return "".join(reveal(line.rstrip("\n")) + "\n" for line in lines).rstrip("\n")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from trainspec.build import Outcome
 from trainspec.core import markdown as md_
@@ -15,20 +15,28 @@ from trainspec.core.secrets import redact_value
 from trainspec.compile import base
 from trainspec.spec.validate import ValidSpec
 from trainspec import build as pipeline
-from trainspec.review.comment import PLAN_BUDGET, VALUE_LIMIT, Section, budget_for, fit, whole_part
+from trainspec.review.comment import (PLAN_BUDGET, REST_MIN, VALUE_LIMIT, Section, budget_for, fit, shares,
+                                      whole_part)
+
+# What plan says of a job whose committed outputs are not what its spec compiles to: CI submits
+# the committed files.
+EDITED = "what CI would submit is not what the spec says"
 
 
 # --- plan -------------------------------------------------------------------------------------
 
-def plan(outcome: Outcome, out: str = "<out>") -> Dict[str, Any]:
+def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = ()) -> Dict[str, Any]:
     """A reviewer's view of one spec: per target, who runs where with which environment
-    (``out``: the output directory as the user names it, for the submit commands)."""
+    (``out``: the output directory as the user names it, for the submit commands; ``edited``:
+    its committed outputs that are not what it compiles to, which CI would submit)."""
     valid = outcome.valid
     spec = valid.spec
     targets = []
     for artifact in outcome.artifacts:
         launcher = pipeline.launcher(valid, artifact.target)
+        module = pipeline.target(artifact.target)
         targets.append({
+            "command": valid.render(("command",), spec.command, module.refs_for(valid)).strip(),
             "target": artifact.target,
             "world_size": valid.world_size,
             "nodes": valid.nodes,
@@ -44,6 +52,9 @@ def plan(outcome: Outcome, out: str = "<out>") -> Dict[str, Any]:
         "spec": valid.source.display,
         "name": valid.name,
         "hash": valid.source.digest,
+        "description": spec.description,
+        "command": spec.command,
+        "outputs_edited": list(edited),
         "framework": spec.framework,
         "sku": valid.sku.name if valid.sku else spec.resources.sku,
         "gpu": (f"{valid.sku.gpus} x {valid.sku.gpu}" if valid.sku and valid.sku.gpu else
@@ -98,16 +109,30 @@ def _started(valid: ValidSpec, launcher: str) -> int:
 
 
 def plan_document(plans: Sequence[Dict[str, Any]], removed: Sequence[Dict[str, str]], fmt: str,
-                  base_rev: Optional[str] = None, max_chars: Optional[int] = None) -> str:
+                  base_rev: Optional[str] = None, max_chars: Optional[int] = None,
+                  rerun: Sequence[str] = ("trainspec", "plan", "--format", "text", "."),
+                  summary: Optional[Any] = None) -> str:
     """One document for every planned job (and the jobs a change removes): what a pull request
-    comment or a tool reads. Markdown stays within ``max_chars`` (default PLAN_BUDGET; 0: no
-    limit): the jobs that do not fit are summarised, and a note says where the full plan is."""
+    comment or a tool reads. ``summary`` (a cost.Summary, with --git) opens it and is never cut.
+    Markdown stays within ``max_chars`` (default PLAN_BUDGET, grown by what the summary needs,
+    comment.shares; 0: no limit): the jobs that do not fit are summarised, and a note says where
+    the full plan is: ``rerun`` (the command line that made this document) in text."""
     if fmt == "json":
-        return json.dumps({"base": base_rev, "jobs": list(plans), "removed": list(removed)}, indent=2, sort_keys=True)
+        document = {"base": base_rev, "jobs": list(plans), "removed": list(removed)}
+        if summary is not None:
+            document["cost"] = summary.as_json()
+        return json.dumps(document, indent=2, sort_keys=True)
     md = fmt == "markdown"
     scope = f" changed since {base_rev}" if base_rev else ""
     count = f"{len(plans)} job{'' if len(plans) == 1 else 's'}{scope}"
     title = f"# trainspec plan: {md_.text(count)}" if md else f"trainspec plan: {count}"
+    command = shlex.join(rerun)
+    budget = budget_for(max_chars, fmt, PLAN_BUDGET)
+    if summary is not None:
+        opening = summary.render(fmt, command)
+        title += "\n\n" + opening
+        if budget is not None:  # the summary is never cut: the rest makes room
+            budget = shares(len(opening))[0] if max_chars is None else max(budget, len(title) + REST_MIN)
     sections = [_plan_section(p, fmt) for p in plans]
     if removed:
         lines = [f"- {md_.text(r['name'])} ({md_.text(r['spec'])}): no longer compiled; its outputs go with --prune"
@@ -118,8 +143,7 @@ def plan_document(plans: Sequence[Dict[str, Any]], removed: Sequence[Dict[str, s
                                  [whole_part("\n".join(lines), f"{len(removed)} removed job(s), in the full plan", md)]))
     if not plans and not removed:
         sections.append(Section([], "no job changes" if base_rev else "no jobs"))
-    command = shlex.join(["trainspec", "plan", *(["--git", base_rev] if base_rev else ["…"]), "--format", "text"])
-    return fit(title, sections, budget_for(max_chars, fmt, PLAN_BUDGET), md, "the full plan", command)
+    return fit(title, sections, budget, md, "the full plan", command)
 
 
 def _plan_section(data: Dict[str, Any], fmt: str) -> "Section":
@@ -143,7 +167,13 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
 
     lines = [f"## {text(data['name'])} ({text(data['spec'])})" if md
              else f"{vis(data['name'])}  ({vis(data['spec'])}, sha256:{data['hash']})"]
-    facts = [("framework", data["framework"]), ("sku", data["sku"] or "-"), ("GPUs", data["gpu"] or "none"),
+    if data.get("outputs_edited"):
+        files = ", ".join(code(f) if md else vis(f) for f in data["outputs_edited"])
+        about = f"{EDITED}: {files} differ from what the spec compiles to, and CI submits the committed files"
+        lines += ["", f"**{about}** (see the diff; check fails until they are recompiled)" if md
+                  else f"  !! {about} (see diff; check fails until they are recompiled)"]
+    facts = [("description", data.get("description") or "-"), ("framework", data["framework"]),
+             ("sku", data["sku"] or "-"), ("GPUs", data["gpu"] or "none"),
              ("GPUs per node", data["gpus_per_node"]), ("backend", data["backend"]),
              ("spot", "yes" if data["spot"] else "no"), ("environment", data["image"] or "-")]
     if md:
@@ -159,6 +189,8 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
                 f"process(es), launcher {t['launcher']}")
         lines += ["", f"### {text(head)}" if md else head, ""]
         lines += [f"- submit: {code(t['submit'])}" if md else f"  submit: {vis(t['submit'])}"]
+        # what runs: the spec's command, its templates rendered as this target's job has them
+        lines.append(f"- command: {code(value(t['command']))}" if md else f"  command: {value(t['command'])}")
         for key, setting in t["settings"].items():
             lines.append(f"- {text(key)}: {code(value(setting))}" if md else f"  {vis(key)}: {value(setting)}")
         for which in ("first", "last"):

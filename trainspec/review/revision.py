@@ -12,11 +12,11 @@ import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from trainspec.build import Outcome, build, find_specs
 from trainspec.core.diagnostics import Diagnostic
-from trainspec.review.diff import JobDiff, diff_outcomes
+from trainspec.review.diff import JobDiff, OutputDiff, diff_outcomes
 
 
 # --- two sides: the working tree and a revision -----------------------------------------------
@@ -165,7 +165,8 @@ def compare(old: Side, new: Side, out: str, changed_files: Sequence[str] = (), r
         if head is not None and root is not None:
             result.reads = [r for r in _relative(referenced(head), root) if r in changed]
             result.code = [f for f in _code_changes(head, root, changed) if f not in result.reads]
-            result.edited = _edited_outputs(head, root, out, changed)
+            result.edits = _edited_outputs(head, root, out, changed)
+            result.edited = [e.path for e in result.edits]
         if result.files or result.base_errors or (result.status != "removed" and result.reasons):
             if result.status == "unchanged":
                 result.status = "changed"
@@ -192,24 +193,70 @@ def _code_changes(outcome: Outcome, root: Path, changed: set) -> List[str]:
     return sorted(name for name in changed if name.startswith(prefix))
 
 
-def _edited_outputs(outcome: Outcome, root: Path, out: str, changed: set) -> List[str]:
+def _edited_outputs(outcome: Outcome, root: Path, out: str, changed: set) -> List[OutputDiff]:
     """Committed outputs of this job that the change touched and that are not the bytes its spec
-    compiles to (a hand edit): `check` fails on them, and a reviewer must see them."""
-    from trainspec.spec.loader import ReadProblem, read_bounded
+    compiles to (a hand edit): `check` fails on them, CI would submit them, and a reviewer sees
+    each as a hunk (compiled against committed). A link is never followed: it is not what the
+    spec compiles to, and it is named, not read."""
+    from trainspec.core.secrets import redact_bytes
+    from trainspec.review.outputs import unified
 
     found = []
     for artifact in outcome.artifacts:
         for item in artifact.files:
-            name = f"{out}/{outcome.valid.name}/{artifact.target}/{item.path}"
+            output = f"{artifact.target}/{item.path}"
+            name = f"{out}/{outcome.valid.name}/{output}"
             if name not in changed:
                 continue
-            try:
-                current = read_bounded(root / name, len(item.data))
-            except (OSError, ReadProblem):
-                continue  # deleted (check reports it missing), or not a file: the job itself did not change
-            if current != item.data:
-                found.append(name)
+            current = _committed(root, name, len(item.data) + EDIT_ROOM)
+            if current is None or current == item.data:
+                continue  # deleted (check reports it missing), or what the spec compiles to
+            if isinstance(current, str):
+                text = f"{name}: {current}: not what the spec compiles to (not read)"
+            elif len(current) > len(item.data) + EDIT_ROOM:
+                text = f"{name}: {len(current) - len(item.data):,}+ bytes longer than what the spec compiles to"
+            else:
+                text = unified(redact_bytes(item.data), redact_bytes(current),
+                               f"compiled from {outcome.valid.source.display}",
+                               f"committed {name} (what CI would submit)")
+            found.append(OutputDiff(name, output, text))
     return found
+
+
+EDIT_ROOM = 1 << 20  # bytes a committed output may have beyond the compiled one and still be shown as a hunk
+
+
+def _committed(root: Path, name: str, limit: int) -> Union[bytes, str, None]:
+    """The committed file ``name`` (repository-relative), at most ``limit`` + 1 bytes, read
+    without following a link on the way (O_NOFOLLOW, and its folder must be where it says);
+    what it is instead when it is not a regular file ("a symbolic link"); None when it is gone."""
+    import stat
+
+    path = root / name
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if Path(os.path.realpath(path.parent)) != Path(os.path.realpath(root)) / Path(name).parent:
+        return "inside a linked folder"
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "not a regular file"
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read(limit + 1)
+    finally:
+        os.close(fd)
 
 
 def _relative(paths: Sequence[Path], root: Path) -> List[str]:

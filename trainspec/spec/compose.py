@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from trainspec.core.diagnostics import SpecError, SpecPath, error
+from trainspec.core.files import in_repository, inside
 from trainspec.core.fields import is_remote
-from trainspec.spec.loader import Document, ReadProblem, load_bytes, path_text_problem, read_bounded, real_path
+from trainspec.spec.loader import (Document, ReadProblem, load_bytes, path_text_problem, read_bounded,
+                                   real_path, repository_root)
 
 MAX_CHAIN = 16
 _PATH_FIELDS: Tuple[SpecPath, ...] = (("code",), ("environment", "conda_file"), ("environment", "build", "path"))
@@ -61,9 +63,12 @@ def _chain(file: str) -> List[Document]:
     seen: List[Path] = []
     current: Optional[str] = file
     via: Optional[Tuple[Document, str]] = None
+    project: Optional[Path] = None  # the leaf spec's repository: every base stays inside it
     while current is not None:
         try:
             resolved = real_path(current)
+            if via is None:
+                _spec_stays_inside(current, resolved)
             raw = read_bounded(current)
         except ReadProblem as exc:
             if via is None:  # the spec itself, as the command line named it
@@ -94,9 +99,43 @@ def _chain(file: str) -> List[Document]:
         problem = path_text_problem(parent_ref)
         if problem:
             raise SpecError([doc.locate(error(("extends",), f"the path {problem}", "e.g. extends: ../base.yaml"))])
+        if len(docs) == 1:  # the spec itself: its repository holds the whole chain
+            project = repository_root(resolved.parent)
+        outside = _outside(parent_ref, Path(resolved).parent, project) if project is not None else None
+        if outside:
+            raise SpecError([doc.locate(error(("extends",), outside, "extends names a base spec inside the "
+                                              "repository, relative to the file it is written in"))])
         current = os.path.join(os.path.dirname(current), parent_ref)
         via = (doc, parent_ref)
     return list(reversed(docs))
+
+
+def _spec_stays_inside(file: str, resolved: Path) -> None:
+    """A spec file in a repository that is a link leading out of it (`specs/x.yaml ->
+    /home/runner/secret.yaml`) is never read: ReadProblem. A spec named outside any repository is
+    the user's own file."""
+    lexical = Path(os.path.abspath(file))
+    root = repository_root(lexical.parent)
+    if root is not None and not in_repository(resolved, root):
+        where = f"inside {root / '.git'}" if inside(resolved, root) else f"outside the repository {root}"
+        raise ReadProblem(f"is a symbolic link to {resolved}, {where}: never read",
+                          "a spec is a regular file inside the repository")
+
+
+def _outside(text: str, folder: Path, project: Path) -> Optional[str]:
+    """Why the base spec ``text`` (relative to ``folder``) is not read: an absolute path, or one
+    that leads (through a link or `..`) out of ``project``; None when it stays inside."""
+    where = f"the repository {project}"
+    if os.path.isabs(text):
+        return f"'{text}' is an absolute path: a base spec is read only inside {where}"
+    try:
+        real = real_path(folder / text)
+    except ReadProblem:
+        return None  # a loop: reading it says so
+    if in_repository(real, project):
+        return None
+    where = f"inside {project / '.git'}" if inside(real, project) else f"outside {where}"
+    return f"'{text}' leads to {real}, {where}: trainspec never reads a spec from there"
 
 
 def _merge(base: Any, child: Any, path: SpecPath, doc: Document, origins: Dict[SpecPath, Document]) -> Any:

@@ -127,6 +127,28 @@ def real_path(path) -> Path:
         raise _problem(exc) from None
 
 
+def repository_root(start: Path) -> Optional[Path]:
+    """The nearest folder at or above ``start`` that has a .git (resolved), or None: every path a
+    spec in it names must stay inside it (`--git`'s extracted revision has a .git marker too)."""
+    for folder in (start, *start.parents):
+        if os.path.lexists(folder / ".git"):
+            if _through_a_link_inside_a_repository(folder):
+                continue  # a link inside a repository to another one (`build -> /other/repo`) is not a root
+            try:
+                return real_path(folder)
+            except ReadProblem:
+                return None
+    return None
+
+
+def _through_a_link_inside_a_repository(folder: Path) -> bool:
+    """``folder`` is reached through a symbolic link that a repository above it holds."""
+    for part in (folder, *folder.parents):
+        if os.path.islink(part) and any(os.path.lexists(above / ".git") for above in part.parents):
+            return True
+    return False
+
+
 def _problem(exc: OSError) -> ReadProblem:
     if exc.errno == errno.ENOENT:
         return ReadProblem("no such file", missing=True)

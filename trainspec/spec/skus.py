@@ -207,6 +207,25 @@ _TEAM_FIELDS = {"gpus": int, "gpu": str, "gpu_memory_gb": int, "vcpus": int, "me
 _TEAM_REQUIRED = ("gpus", "infiniband")
 
 
+def _outside_repository(file: Path) -> Optional[str]:
+    """Why the catalog ``file`` is never read: a link that leads out of its repository or into
+    .git (a pull request's `trainspec-skus.yaml -> ../.git/config`); None otherwise."""
+    import os
+
+    from trainspec.core.files import in_repository, inside
+    from trainspec.spec.loader import ReadProblem, real_path, repository_root
+
+    root = repository_root(Path(os.path.abspath(file)).parent)
+    try:
+        real = real_path(file)
+    except ReadProblem:
+        return None  # reading it says what it is
+    if root is None or in_repository(real, root):
+        return None
+    where = f"inside {root / '.git'}" if inside(real, root) else f"outside the repository {root}"
+    return f"is a symbolic link to {real}, {where}: never read"
+
+
 def load_team(file: Path):
     """(Catalog, diagnostics located in the file). Every entry names a size Azure spells the
     Azure way and says at least its GPU count and whether it has InfiniBand."""
@@ -216,8 +235,13 @@ def load_team(file: Path):
     import os
 
     shown = os.path.relpath(file)  # as the user would name it, from where they are
+    named = str(file) if shown.startswith("..") else shown
+    outside = _outside_repository(file)
+    if outside:
+        return Catalog(team_file=file), [error((), outside, "a team catalog is a regular file inside the "
+                                               "repository").at(named, 1, 1)]
     try:
-        doc = load_file(str(file) if shown.startswith("..") else shown)
+        doc = load_file(named)
     except SpecError as exc:
         return Catalog(team_file=file), exc.diagnostics
     problems = []

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from pydantic_core import ValidationError
 
-from trainspec.core import secrets
+from trainspec.core import files, secrets
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warning
 from trainspec.runtime import shim as contract
 from trainspec.spec import skus, structure, templating
-from trainspec.spec.loader import Document, ReadProblem, path_text_problem, real_path
+from trainspec.spec.loader import Document, ReadProblem, path_text_problem, real_path, repository_root
 from trainspec.core.fields import ENV_NAME_PATTERN, IO_NAME_PATTERN, is_remote, split_command
 
 TENSORFLOW = "tensorflow"  # its launcher and backend: the platform starts one worker per node, TF_CONFIG
@@ -104,7 +104,8 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
         return None, [error((), "a spec is a YAML mapping (key: value lines)",
                             "start from one of the files in specs/")]
     # whatever else is wrong: a credential is never compiled, and its message never holds it
-    found = [error(path, message, secrets.HINT, on_key=on_key) for path, message, on_key in secrets.secrets_in(doc.data)]
+    found = [error(path, message, secrets.HINT, on_key=on_key)
+             for path, message, on_key in secrets.secrets_in(doc.data)]
     try:
         spec = structure.parse(doc.data)
     except ValidationError as exc:
@@ -300,6 +301,13 @@ def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None
         elif _kind(doc.path.parent / context / dockerfile) != "file":
             out.append(error(("environment", "build", "dockerfile_path"),
                              f"no {e.build.dockerfile_path} in {e.build.path}"))
+        else:
+            # the build context is uploaded whole: inside the project, without a link
+            base, project = doc.path.parent, repository_root(doc.path.parent)
+            if _inside_project(("environment", "build", "path"), context, base, project, out):
+                if _inside_project(("environment", "build", "dockerfile_path"), os.path.join(context, dockerfile),
+                                   base, project, out):
+                    _check_no_links(("environment", "build", "path"), context, base / context, out)
     if e.azureml and (e.conda_file or e.pip):
         which = "conda_file" if e.conda_file else "pip"
         out.append(error(("environment", which), "only applies to an image; a registered environment is complete"))
@@ -323,7 +331,11 @@ def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None
 
 
 def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
+    """Every path the spec names stays inside the repository the spec is in (a pull request's
+    boundary: nothing trainspec or the platform reads comes from elsewhere on the runner), and a
+    folder the job ships holds no link, in a repository or not."""
     base = doc.path.parent
+    project = repository_root(base)
     if _usable_path(("code",), spec.code, out) is not None:
         code = base / spec.code
         kind = _kind(code)
@@ -331,8 +343,9 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
             what = {"missing": "does not exist", "loop": "is a symbolic link loop"}.get(kind, "is not a directory")
             out.append(error(("code",), f"'{spec.code}' {what} (resolved against the spec's directory: {code})",
                              "code is a directory relative to the spec file"))
-        else:
-            _check_code_scope(spec.code, code, base, out)
+        elif _check_code_scope(spec.code, code, base, out) and \
+                _inside_project(("code",), spec.code, base, project, out):
+            _check_no_links(("code",), spec.code, code, out)
     conda = spec.environment.conda_file
     if conda is not None and _usable_path(("environment", "conda_file"), conda, out) is not None:
         kind = _kind(base / conda)
@@ -343,16 +356,71 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
             out.append(error(("environment", "conda_file"), f"'{conda}' is {'a folder' if kind == 'folder' else kind}, "
                              "not a regular file",
                              "a conda environment file (environment.yml)"))
+        else:
+            _inside_project(("environment", "conda_file"), conda, base, project, out)
     for name, item in spec.inputs.items():
         if item.path is None or is_remote(item.path):
             continue
         if _usable_path(("inputs", name, "path"), item.path, out) is None:
             continue
-        # an absolute path may name the cluster's storage (HPC Pack, Ray): targets that upload
-        # local data check it themselves
-        if not item.path.startswith("/") and _kind(base / item.path) in ("missing", "loop"):
+        # an absolute path names the cluster's storage (HPC Pack, Ray): trainspec never reads it;
+        # a relative one is local data the platform uploads, so it stays inside the project
+        if item.path.startswith("/"):
+            continue
+        if _kind(base / item.path) in ("missing", "loop"):
             out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist (relative to the spec)",
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
+        elif _inside_project(("inputs", name, "path"), item.path, base, project, out) and \
+                _kind(base / item.path) == "folder":  # local data the platform uploads: no link in it
+            _check_no_links(("inputs", name, "path"), item.path, base / item.path, out)
+
+
+def _inside_project(path: SpecPath, text: str, base: Path, project: Optional[Path], out: List[Diagnostic]) -> bool:
+    """True when ``text`` (relative to ``base``), every link in it followed, is inside the
+    repository ``project`` (None: the spec is in no repository, nothing to hold it to); else an
+    error at ``path`` that says where it leads."""
+    if project is None:
+        return True
+    where = f"the repository {project}"
+    hint = "a path relative to the spec file, inside the repository; copy what it names into the repository"
+    if os.path.isabs(text):
+        out.append(error(path, f"'{shown(text)}' is an absolute path: trainspec reads and ships only files inside "
+                         f"{where}", hint))
+        return False
+    try:
+        real = real_path(base / text)
+    except ReadProblem:
+        return True  # a loop: the kind checks say so
+    if files.in_repository(real, project):
+        return True
+    lexical = Path(os.path.normpath(base / text))
+    through = " through a symbolic link" if files.in_repository(lexical, project) else ""
+    outside = f"inside {project / '.git'}" if files.inside(real, project) else f"outside {where}"
+    out.append(error(path, f"'{shown(text)}' leads{through} to {real}, {outside}: trainspec never reads "
+                     "what a spec names there", hint))
+    return False
+
+
+_MAX_LINKS_SHOWN = 20
+
+
+def _check_no_links(path: SpecPath, text: str, folder: Path, out: List[Diagnostic]) -> None:
+    """A folder the job uploads (the code, a build context, local data) holds regular files and
+    folders only: a link is never followed (it could lead to /proc/self/environ or .git/config,
+    and the platform's upload would follow it), an error names each one."""
+    import posixpath
+
+    listing = files.list_folder(folder)
+    link = ("never follows a link in a folder the job ships, and the platform's upload would",
+            "replace the link with a copy of the file it points to, or delete it")
+    special = ("ships regular files only: reading this one could block or read a device", "delete it")
+    odd = [(name, f"is a symbolic link (to {shown(target)})", link) for name, target in listing.links]
+    odd += [(name, f"is {what}, not a regular file", special) for name, what in listing.others]
+    for name, what, (why, hint) in sorted(odd)[:_MAX_LINKS_SHOWN]:
+        shown_name = posixpath.normpath(posixpath.join(text, name))
+        out.append(error(path, f"{shown(shown_name)} {what}: trainspec {why}", hint))
+    if len(odd) > _MAX_LINKS_SHOWN:
+        out.append(error(path, f"and {len(odd) - _MAX_LINKS_SHOWN} more links or special files in '{shown(text)}'"))
 
 
 def _usable_path(path: SpecPath, text: str, out: List[Diagnostic]) -> Optional[str]:
@@ -382,32 +450,24 @@ def _kind(path: Path) -> str:
     return "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
 
 
-def _check_code_scope(text: str, code: Path, spec_dir: Path, out: List[Diagnostic]) -> None:
+def _check_code_scope(text: str, code: Path, spec_dir: Path, out: List[Diagnostic]) -> bool:
     """The code folder is uploaded or staged whole: never the file-system root, never a folder
     above the repository the spec is in (its root is the nearest folder with .git above the spec).
     Outside a repository there is no project boundary to hold it to: only the root is refused."""
     try:
         real = real_path(code)
     except ReadProblem:
-        return  # _kind said folder; a race at worst
+        return False  # _kind said folder; a race at worst
     if real == Path(real.anchor):
         out.append(error(("code",), f"'{text}' is the file-system root ({real}): the job would upload the "
                          "whole machine", "code is the folder of your training code, relative to the spec file"))
-        return
-    root = _repository_root(spec_dir)
+        return False
+    root = repository_root(spec_dir)
     if root is not None and real != root and real in root.parents:
         out.append(error(("code",), f"'{text}' is {real}, above the repository root {root}: the job would "
                          "upload more than the repository", "point code at a folder inside the repository"))
-
-
-def _repository_root(start: Path) -> Optional[Path]:
-    for folder in (start, *start.parents):
-        if os.path.lexists(folder / ".git"):
-            try:
-                return real_path(folder)
-            except ReadProblem:
-                return None
-    return None
+        return False
+    return True
 
 
 def _check_data(spec: Spec, out: List[Diagnostic]) -> None:

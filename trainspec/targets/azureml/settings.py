@@ -29,6 +29,11 @@ PLATFORM_VARIABLES = {"OMPI_COMM_WORLD_RANK": "$RANK", "OMPI_COMM_WORLD_SIZE": "
 
 SETTINGS_DESCRIPTION = 'Azure ML v2 command job settings.'
 SETTINGS_EXAMPLE = {'compute': 'gpu-cluster'}
+
+# The settings that change what a job costs (its priority or tier, its time limit, a machine it
+# adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
+COST_SETTINGS = ("job_tier", "priority", "timeout")
+
 # for a bad spec (spec/explain.py): a hint per field below targets.azureml, and what a pattern means
 HINTS = {("timeout",): "e.g. 2d, 12h, 1h30m or 3600", ("python",): interpreter.PYTHON_HINT}
 

@@ -23,6 +23,11 @@ PLATFORM_VARIABLES = {"CCP_TASKID": "$NODE_RANK (one task per node)", "CCP_*": N
 
 SETTINGS_DESCRIPTION = 'HPC Pack job settings.'
 SETTINGS_EXAMPLE = {'shared_dir': '/app', 'node_group': 'LinuxNodes'}
+
+# The settings that change what a job costs (its priority or tier, its time limit, a machine it
+# adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
+COST_SETTINGS = ("priority", "runtime")
+
 # for a bad spec (spec/explain.py): a hint per field below targets.hpcpack, and what a pattern means
 HINTS = {("runtime",): "e.g. 2d, 12h, 1h30m or 3600",
          ("shared_dir",): "an absolute path without spaces or shell characters, e.g. /app",

@@ -26,6 +26,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from trainspec.core import files
 from trainspec.core.diagnostics import Diagnostic, error, shown
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, capabilities, emit
@@ -184,16 +185,20 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
 
 
 def code_files(valid: ValidSpec) -> List[Tuple[str, bytes]]:
-    """The code folder's files (posix paths, sorted), without hidden files and caches."""
+    """The code folder's regular files (posix paths, sorted), without hidden files and caches. A
+    link is never followed (validation refuses one in the code folder) and a file is opened
+    without following one, so nothing outside the folder reaches the ConfigMap."""
     root = valid.resolve(valid.spec.code)
     if not root.is_dir():
         return []
     out = []
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if any(part.startswith(".") or part == "__pycache__" for part in rel.parts) or not path.is_file():
+    for name in sorted(files.list_folder(root).files, key=lambda n: n.split("/")):
+        if any(part.startswith(".") or part == "__pycache__" for part in name.split("/")):
             continue
-        out.append((rel.as_posix(), path.read_bytes()))
+        try:
+            out.append((name, files.read_regular(root / name)))
+        except OSError:
+            continue  # swapped for a link or a FIFO since validation: never read
     return out
 
 

@@ -38,6 +38,11 @@ RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER
 
 SETTINGS_DESCRIPTION = "Kubernetes (Kubeflow TrainJob or PyTorchJob) settings."
 SETTINGS_EXAMPLE = {"namespace": "ml", "queue": "team-a"}
+
+# The settings that change what a job costs (its priority or tier, its time limit, a machine it
+# adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
+COST_SETTINGS = ("timeout",)
+
 HINTS = {("api",): "trainjob (Kubeflow Trainer v2, the default) or pytorchjob (training-operator v1)",
          ("timeout",): "e.g. 2d, 12h, 1h30m or 3600",
          ("python",): interpreter.PYTHON_HINT,

@@ -22,6 +22,11 @@ PLATFORM_VARIABLES = {"RAY_*": None}
 
 SETTINGS_DESCRIPTION = 'Ray cluster on Azure settings.'
 SETTINGS_EXAMPLE = {'location': 'eastus', 'resource_group': 'rg-training'}
+
+# The settings that change what a job costs (its priority or tier, its time limit, a machine it
+# adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
+COST_SETTINGS = ("head_sku",)
+
 # for a bad spec (spec/explain.py): a hint per field below targets.ray, and what a pattern means
 HINTS = {("python",): interpreter.PYTHON_HINT}
 

@@ -28,6 +28,11 @@ PLATFORM_VARIABLES = {"SLURM_PROCID": "$RANK", "SLURM_LOCALID": "$LOCAL_RANK", "
 
 SETTINGS_DESCRIPTION = "Slurm batch job settings."
 SETTINGS_EXAMPLE = {"partition": "gpu", "time": "12h"}
+
+# The settings that change what a job costs (its priority or tier, its time limit, a machine it
+# adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
+COST_SETTINGS = ("qos", "time")
+
 # for a bad spec (spec/explain.py): a hint per field below targets.slurm, and what a pattern means
 HINTS = {("time",): "e.g. 2d, 12h, 1h30m or 3600",
          ("logs",): "a folder that exists when the job starts, e.g. logs or /shared/logs",

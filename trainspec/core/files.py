@@ -1,0 +1,114 @@
+"""Folders and files a pull request controls, read without ever following a link.
+
+A code folder, a build context and the output folder are the repository's content: whoever
+writes the repository chooses what is in them, symbolic links included (`code/env.txt ->
+/proc/self/environ`, `build/x -> /elsewhere`). Everything that lists, reads, hashes, copies or
+deletes them goes through here: a folder is walked with ``os.scandir`` (``lstat``, never
+``stat``), a link is reported as a link with where it points and never entered, a file is
+opened with ``O_NOFOLLOW`` and checked to be a regular file before a byte is read.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+
+@dataclass
+class Listing:
+    """A folder's content, by posix path relative to the folder, sorted."""
+
+    files: List[str] = field(default_factory=list)  # regular files
+    links: List[Tuple[str, str]] = field(default_factory=list)  # (path, what the link says)
+    others: List[Tuple[str, str]] = field(default_factory=list)  # (path, what it is): FIFO, socket, device
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular, non-folder ``st_mode`` is, in words."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def link_target(path) -> str:
+    """What the link at ``path`` says (its text, never followed)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+def list_folder(folder: Path, skip: Sequence[str] = (".git",)) -> Listing:
+    """Every entry below ``folder`` (folder names in ``skip`` are not entered), never following a
+    link: links and special files are returned apart from the regular files."""
+    found = Listing()
+    pending = [""]
+    while pending:
+        relative = pending.pop()
+        try:
+            with os.scandir(os.path.join(folder, relative) if relative else folder) as entries:
+                items = sorted(entries, key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in items:
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            if stat.S_ISLNK(mode):
+                found.links.append((name, link_target(entry.path)))
+            elif stat.S_ISDIR(mode):
+                if entry.name not in skip:
+                    pending.append(name)
+            elif stat.S_ISREG(mode):
+                found.files.append(name)
+            else:
+                found.others.append((name, kind_of(mode)))
+    found.files.sort()
+    found.links.sort()
+    found.others.sort()
+    return found
+
+
+def read_regular(path, limit: Optional[int] = None) -> bytes:
+    """The bytes of the regular file at ``path`` (at most ``limit`` + 1 with a limit), opened
+    without following a link in its last part and without blocking; OSError for anything else
+    (ELOOP for a link, EINVAL for a FIFO, socket or device)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    if not hasattr(os, "O_NOFOLLOW") and os.path.islink(path):
+        raise OSError(errno.ELOOP, "is a symbolic link", str(path))
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"is {kind_of(mode) if not stat.S_ISDIR(mode) else 'a folder'}", str(path))
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read() if limit is None else fh.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
+def is_link(path) -> bool:
+    return os.path.islink(path)
+
+
+def inside(real: Path, root: Path) -> bool:
+    """``real`` is ``root`` or below it (both already resolved)."""
+    return real == root or root in real.parents
+
+
+def in_repository(real: Path, root: Path) -> bool:
+    """``real`` (resolved) is inside the repository ``root`` and not in its ``.git`` folder (the
+    credentials actions/checkout leaves in .git/config, the hooks git runs)."""
+    return inside(real, root) and not inside(real, root / ".git")
