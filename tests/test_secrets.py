@@ -297,3 +297,27 @@ def test_redaction_leaves_what_holds_no_credential_alone():
     assert secrets.redact_value("env.HF_TOKEN", PLAIN_SECRET) == "<redacted>"
     assert secrets.redact_value(None, {"first": {"WANDB_API_KEY": PLAIN_SECRET, "RANK": "0"}}) == \
         {"first": {"WANDB_API_KEY": "<redacted>", "RANK": "0"}}
+
+
+def test_diff_never_prints_a_secret_a_hand_edited_committed_output_holds(tmp_path):
+    """A pull request that edits a committed output by hand, putting a token in it: the review
+    shows the edit as a hunk (what CI would submit), with the token and the credential-named
+    value redacted."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    write_spec(root, {"env": {"NCCL_DEBUG": "WARN"}})
+    git("init", "-q", "-b", "main", cwd=root)
+    ts("compile", "spec.yaml", "-o", "build", cwd=root, check=True)
+    git("add", "-A", cwd=root)
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "a job", cwd=root)
+    job = root / "build" / "leak" / "azureml" / "job.yml"
+    job.write_text(job.read_text().replace("environment_variables:\n", "environment_variables:\n  HF_TOKEN: "
+                                           + SHAPED["hugging-face"][1] + f"\n  DB_PASSWORD: {PLAIN_SECRET}\n"))
+    shown = ""
+    for fmt in ("text", "json", "markdown"):
+        proc = ts("diff", "--git", "main", "--format", fmt, cwd=root)
+        assert proc.returncode == 0, proc.stderr
+        for secret in (SHAPED["hugging-face"][2], PLAIN_SECRET):
+            never_printed(secret, proc.stdout, proc.stderr)
+        shown += proc.stdout
+    assert "job.yml" in shown and "+  HF_TOKEN: <redacted>" in shown and "+  DB_PASSWORD: <redacted>" in shown, shown
