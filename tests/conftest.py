@@ -273,3 +273,20 @@ def no_hang(seconds: float = 10, raising=AssertionError):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@contextmanager
+def cpu_bound(seconds: float):
+    """Fail when the block spends more than ``seconds`` of this process's CPU time (user + system:
+    ITIMER_PROF), however busy the machine is: a guard far above the work expected, for "fails
+    fast" and "grows linearly" without a timed assertion."""
+    def ring(signum, frame):
+        raise AssertionError(f"more than {seconds} s of CPU time")
+
+    previous = signal.signal(signal.SIGPROF, ring)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import no_hang, REPO, ts
-from trainspec.core.diagnostics import SpecError
+from conftest import cpu_bound, no_hang, REPO, ts
+from trainspec.core.diagnostics import SpecError, error
 from trainspec.spec.compose import compose
 
 ROOT = f"""version: 1
@@ -147,3 +147,55 @@ def test_a_build_context_in_a_base_is_relative_to_the_base(tmp_path):
     assert proc.returncode == 0, proc.stderr
     job = (tmp_path / "out" / "leaf" / "azureml" / "job.yml").read_text()
     assert "path: ../../../base/docker" in job, job
+
+
+# ---------------------------------------------------------------- linear time (issue 27)
+
+
+def test_a_spec_holding_a_long_list_composes_in_linear_time(tmp_path):
+    """Bug: a 40 KB spec with a 19,500-item list took 33 s of CPU in every command: each item of a
+    replaced list scanned every path recorded so far (quadratic). Now about a second of parsing;
+    the guard is CPU time far above it, and every item still knows its file and line."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("version: 1\nname: big\ntags: [" + ",".join(["1"] * 19_500) + "]\n")
+    assert spec.stat().st_size < 40_000
+    with cpu_bound(15):
+        doc = compose(str(spec))
+    assert len(doc.data["tags"]) == 19_500
+    last = doc.locate(error(("tags", 19_499), "x"))
+    assert (last.file, last.line, last.col) == (str(spec), 3, 8 + 2 * 19_499), last
+
+
+def test_a_base_of_many_keys_overridden_key_by_key_composes_in_linear_time(tmp_path):
+    """Each key a spec replaces forgets only the paths under the base's value there (its size),
+    not a scan of every path of every file: 9,000 keys replaced in a chain of two."""
+    keys = [f"k{i}" for i in range(9_000)]
+    (tmp_path / "base.yaml").write_text("version: 1\nname: base\nenv:\n" + "".join(f"  {k}: [a]\n" for k in keys))
+    (tmp_path / "spec.yaml").write_text("extends: base.yaml\nname: leaf\nenv:\n" + "".join(f"  {k}: c\n" for k in keys))
+    with cpu_bound(15):
+        doc = compose(str(tmp_path / "spec.yaml"))
+    assert doc.data["env"]["k8999"] == "c"
+    # the leaf wrote it: its line there, and nothing of the base's list is left claiming a place
+    found = doc.locate(error(("env", "k8999"), "x"))
+    assert (Path(found.file).name, found.line) == ("spec.yaml", 9_003), found
+    assert ("env", "k8999", 0) not in doc.origins
+
+
+@pytest.mark.parametrize("value", ["[" * 100_000, "{a: " * 20_000, "- " * 10_000 + "x"])
+def test_a_deeply_nested_override_is_a_located_error_before_it_costs_seconds(tmp_path, value):
+    """Bug: `--set a=[[[...` ended in "internal error: RecursionError" (exit 70) after seconds of
+    ruamel's scanning; now the override is named, at the bracket too deep or the recursion."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("version: 1\nname: x\n")
+    with cpu_bound(5), pytest.raises(SpecError) as caught:
+        compose(str(spec), sets=[f"vars.a={value}"])
+    (d,) = caught.value.diagnostics
+    assert d.message == "the value is nested too deeply (limit 40 levels)", d
+    assert d.file.startswith("--set vars.a=") and d.file.endswith("...") and len(d.file) < 120, d
+
+
+def test_a_deeply_nested_override_exits_1_not_70(tmp_path):
+    (tmp_path / "spec.yaml").write_text("version: 1\nname: x\n")
+    proc = ts("validate", "spec.yaml", "--set", "a=" + "[" * 5_000, cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    assert "error: the value is nested too deeply (limit 40 levels)" in proc.stderr

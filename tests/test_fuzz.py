@@ -9,7 +9,8 @@ The mutations: byte flips, deletions, duplicated lines (duplicate keys), alias b
 duplicated key), integers of thousands of digits (decimal, hex, zero-padded), NUL bytes, odd
 unicode (bidi overrides, line separators, BOMs, invalid UTF-8), deep nesting, template
 injections, long lines and long keys, keys with a newline and `::error`, tabs, spliced lines
-from another spec, and the path fields (`code`, `extends`, `environment.conda_file`,
+from another spec, wrongly typed import fields (the Azure ML jobs `trainspec import` reads, with
+fields of any depth given another type, a refused key, a placeholder), and the path fields (`code`, `extends`, `environment.conda_file`,
 `environment.build.path`, `inputs.*.path`) and the spec argument itself pointed at a FIFO, a
 device, `/dev/stdin`, a symlink loop, `/`, a NUL, a 300-byte name, a 5,000-byte path.
 
@@ -20,6 +21,7 @@ The seed is fixed (SEED): every run tries the same mutants, so CI does not flake
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import os
 import random
@@ -335,6 +337,82 @@ def test_links_in_code_folders_and_outputs_never_leak_or_reach_outside(tmp_path,
                 assert not any(s in data for s in secrets), (place, path)
 
 
+# ---------------------------------------------------------------- wrongly typed import fields (issue 27)
+
+IMPORT_JOBS = sorted((REPO / "tests" / "jobs").glob("*.yml"))
+PUBLIC_JOBS = REPO.parent / "shared" / "reference" / "azureml-jobs-public"
+IMPORT_COUNT = int(os.environ.get("TRAINSPEC_FUZZ_IMPORT_COUNT", "240"))
+# what a field's value becomes: each type import might not expect, placeholders, pipeline bindings
+WRONG_VALUES = ["x", "", 5, -1, 0, 2.5, True, None, [], [1, "a"], {}, {"a": 5}, {"a": {"b": [1]}}, "<compute name>",
+                "{your environment}", "${{parent.inputs.x}}", "9" * 120, "azureml:", "file:nowhere.yml",
+                {"target": "azureml:gpu", "instance_count": 2}, {"job_service_type": "ssh"}, {"type": 5}]
+
+
+def _job_paths(value, path=()):
+    """Every path in a job's data, containers included (the root aside)."""
+    if path:
+        yield path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _job_paths(item, path + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _job_paths(item, path + (index,))
+
+
+def test_import_of_jobs_with_wrongly_typed_fields_never_crashes(tmp_path, monkeypatch):
+    """The hand-written and the published Azure ML jobs, each with one to three fields (any depth)
+    given a value of another type, a key azure-ai-ml refuses, a placeholder, the preview compute
+    or a path with a NUL, an overlong name or a symlink loop: `import` answers 0, 1 or 2 with located errors, never 70 or a traceback (a quarter
+    with -o: the spec written, then validated)."""
+    from ruamel.yaml import YAML
+
+    from trainspec.spec.loader import load_file
+
+    monkeypatch.delenv("TRAINSPEC_DEBUG", raising=False)
+    shutil.copytree(REPO / "tests" / "jobs", tmp_path / "jobs")
+    sources = [tmp_path / "jobs" / p.name for p in IMPORT_JOBS]
+    if PUBLIC_JOBS.is_dir():  # beside the clone, never copied into it
+        for folder in sorted(PUBLIC_JOBS.iterdir()):
+            shutil.copytree(folder, tmp_path / folder.name)
+            sources += sorted((tmp_path / folder.name / "job").glob("*.yml"))
+    jobs = [(source, load_file(str(source)).data) for source in sources]
+    (tmp_path / "loop-a").symlink_to("loop-b")
+    (tmp_path / "loop-b").symlink_to("loop-a")
+    values = WRONG_VALUES + ["a\0b", "x" * 300, str(tmp_path / "loop-a"), str(tmp_path / "loop-a" / "x")]
+    monkeypatch.chdir(tmp_path)
+    rng = random.Random(SEED)
+    yaml = YAML()
+    yaml.default_flow_style = rng.random() < 0.5
+    problems, changed = [], 0
+    for n in range(IMPORT_COUNT):
+        source, data = rng.choice(jobs)
+        job = copy.deepcopy(data)
+        for _ in range(rng.randint(1, 3)):
+            path = rng.choice(list(_job_paths(job)))
+            node = job
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = copy.deepcopy(rng.choice(values))
+            changed += 1
+        file = source.with_name(f"m{n:03d}-{source.name}")
+        with open(file, "w") as out:
+            yaml.dump(job, out)
+        argv = ["import", str(file.relative_to(tmp_path))]
+        if rng.random() < 0.25:  # written, then validated as a spec
+            argv += ["-o", f"spec-{n:03d}.yaml"]
+        try:
+            code, stdout, stderr = run_in_process(argv)
+        except Hang as exc:
+            problems.append(f"{file.name}: {exc}")
+            continue
+        problem = check("import", file, code, stdout, stderr)
+        if problem:
+            problems.append(problem + "\n" + file.read_text()[:1500])
+    assert problems == [], f"{len(problems)} of {IMPORT_COUNT} jobs:\n\n" + "\n\n".join(problems[:10])
+    assert changed >= IMPORT_COUNT
+
+
 # ---------------------------------------------------------------- credential-shaped values (issue 27)
 
 _ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
@@ -362,10 +440,10 @@ def credential(rng: random.Random) -> Tuple[str, str]:
 
 
 def credential_mutant(rng: random.Random, text: str, secret: str) -> Tuple[str, str, List[str]]:
-    from conftest import yq
-
     """(where, the spec's text with ``secret`` in it, extra arguments): by shape in env, command,
     description, vars, a literal input, a target's settings or --set; by name in env or --set."""
+    from conftest import yq
+
     where = rng.choice(["env", "named", "command", "description", "vars", "input", "settings", "set", "set-named"])
     named = rng.choice(["HF_TOKEN", "WANDB_API_KEY", "client_secret", "DB_PASSWORD", "TOKEN", "X_PASSWD_2"])
     value = yq(secret if where not in ("named", "set-named") else secret.replace("\n", ""))

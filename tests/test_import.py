@@ -128,7 +128,8 @@ def test_what_a_spec_cannot_carry_is_reported_by_field_with_its_line(workdir):
            "a spec cannot carry it" in lines
     assert "jobs/refused.yml:7:43: warning: resources.locations: has no place in a spec: not carried" in lines
     assert "jobs/refused.yml:9:34: error: inputs.data.path: a binding to another job's output is not carried" in lines
-    assert any(l.startswith("jobs/refused.yml:10:19: warning: is_deterministic: has no place in a spec") for l in lines)
+    # a key azure-ai-ml itself refuses (issue 27): an error at the key, no longer a warning that drops it
+    assert any(l.startswith("jobs/refused.yml:10:1: error: is_deterministic: azure-ai-ml refuses this key") for l in lines)
     assert "Traceback" not in proc.stderr
 
 

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import no_hang, REPO, SPECS
+from conftest import cpu_bound, no_hang, REPO, SPECS
 from trainspec.core.diagnostics import SpecError
 from trainspec.spec import loader
 
@@ -169,3 +169,16 @@ def test_only_regular_files_are_read_and_nothing_blocks(tmp_path, kind):
         loader.load_file(path)
     d = caught.value.diagnostics[0]
     assert expected in d.message and (d.file, d.line, d.col) == (path, 1, 1), d
+
+
+@pytest.mark.parametrize("opening", ["{", "[", "[{a: "])
+def test_deep_flow_nesting_is_refused_at_the_first_bracket_too_deep_before_it_costs_seconds(opening):
+    """Bug: 10,000 `{` took 7 s of CPU (ruamel's cost grows with the square of the flow depth)
+    before the nesting limit was checked on the parsed document, and the error said 1:1. Now the
+    scanner stops at the bracket that opens level 41, located; 100,000 of them cost nothing more."""
+    text = "x: " + opening * 100_000 + "\n"
+    with cpu_bound(5):
+        d = _error(text)
+    assert d.message == "document is nested too deeply (limit 40 levels)", d
+    brackets = [i for i, c in enumerate(text) if c in "[{"]
+    assert (d.line, d.col) == (1, brackets[40] + 1), d  # the 41st

@@ -1,5 +1,7 @@
 """`trainspec import`: Turn an existing Azure ML command job (job.yml) into a spec that compiles
-back to an equivalent job. Whatever the spec cannot carry is reported by field, with its line; a
+back to an equivalent job. A field of the wrong type, a key azure-ai-ml refuses, a placeholder
+or a preview-schema compute is an error at its line (exit 1, nothing written); whatever the spec
+cannot carry is reported by field, with its line; a
 hand-written MPI-env wrapper in the command is dropped (the shim does its work). The spec is
 printed, or written with -o (never over an existing file), then validated.
 """
@@ -7,6 +9,7 @@ printed, or written with -o (never over an existing file), then validated.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -22,9 +25,22 @@ def command(args: argparse.Namespace) -> int:
     importer = importlib.import_module(f"trainspec.targets.{IMPORTER}.importer")
     import_job, spec_text = importer.import_job, importer.spec_text
 
-    spec_file = args.out or str(Path(args.job).with_name(Path(args.job).stem + ".trainspec.yaml"))
-    if args.out and Path(args.out).exists():
-        raise UsageError(f"{args.out} exists: trainspec import never overwrites a file")
+    from trainspec.core.diagnostics import printable
+    from trainspec.spec.loader import ReadProblem, path_text_problem, real_path
+
+    job = Path(args.job)  # `/` and `.` have no name: the job cannot be read, and import says so
+    spec_file = args.out or str(job.parent / f"{job.stem or 'job'}.trainspec.yaml")
+    if args.out:
+        shown = printable(args.out)
+        problem = path_text_problem(args.out)  # a NUL, an overlong name or path
+        if problem is not None:
+            raise UsageError(f"cannot write {shown}: the path {problem}")
+        try:  # a symlink loop above it, where Path.resolve() raises RuntimeError
+            real_path(Path(args.out).parent)
+        except ReadProblem as exc:
+            raise UsageError(f"cannot write {shown}: {exc.message}") from None
+        if os.path.lexists(args.out):
+            raise UsageError(f"{shown} exists: trainspec import never overwrites a file")
     imported = import_job(args.job, spec_file)
     for note in imported.notes:
         print(note.render(), file=sys.stderr)

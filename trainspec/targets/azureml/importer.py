@@ -32,8 +32,11 @@ identity, services                    targets.azureml.identity, services (port,
 limits.timeout, queue_settings        targets.azureml.timeout, job_tier, priority
 ====================================  ==================================================
 
-Whatever has no place in a spec is reported by field, with its line in the job file, never
-dropped silently. The spec is written by ruamel.yaml (every string escaped by it).
+Before any of it is read, the job is checked against what azure-ai-ml reads (``JOB`` below): a
+wrongly typed value, a key azure-ai-ml refuses, a placeholder where a name goes or a preview-schema
+compute is an error at its line, and left out of what is read next. Whatever has no place in a
+spec is reported by field, with its line in the job file, never dropped silently. The spec is
+written by ruamel.yaml (every string escaped by it).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from typing import Any, Dict, List, Optional
 from trainspec.core.diagnostics import Diagnostic, SpecError, SpecPath, error, warning
 from trainspec.runtime import shim as contract
 from trainspec.core.fields import ENV_NAME_PATTERN, is_remote
+from trainspec.spec.loader import MAX_INT_DIGITS
 from trainspec.spec.validate import RESERVED_ENV
 
 TARGET = "azureml"  # the target an imported job is validated for: the platform it came from
@@ -63,6 +67,216 @@ _PORTABLE_ENV = re.compile(ENV_NAME_PATTERN)
 _CARRIED = {"$schema", "type", "name", "display_name", "description", "experiment_name", "tags", "code",
             "command", "environment", "compute", "resources", "distribution", "environment_variables", "inputs",
             "outputs", "identity", "services", "limits", "queue_settings"}
+
+
+# ---------------------------------------------------------------- the job file's shape
+#
+# What import reads, checked before it is read: azure-ai-ml 1.35's CommandJobSchema (the key/type
+# tree in ../shared/reference/azureml-schema), as far as import goes. A value of the wrong type is
+# an error at its line ("expected ..., got ..."), a key azure-ai-ml refuses (marshmallow's
+# unknown=RAISE) an error at the key, a placeholder where a name goes an error at the name; each
+# is then left out of what the rest of import reads, so that every problem is said in one run and
+# no read meets a type it did not expect. A key azure-ai-ml takes but a spec cannot carry is
+# described here too, and said by the importer below ("has no place in a spec").
+
+TEXT = "text"        # a string
+NAME = "name"        # a string that names something (a compute, an image, a path): no placeholder
+COUNT = "count"      # an integer (not a boolean, not 2.5); digits in quotes, as azure-ai-ml reads them
+SCALAR = "scalar"    # text, a number or a boolean (a literal input, a variable's value)
+ANY = "any"          # not read by import
+
+
+@dataclass(frozen=True)
+class Keys:
+    """A mapping of known keys (each with its shape; ``required`` ones it must have), or of free
+    names (``names``: each value's shape), as azure-ai-ml takes it."""
+
+    fields: Dict[str, Any] = field(default_factory=dict)
+    names: Any = None
+    required: tuple = ()
+
+
+@dataclass(frozen=True)
+class Either:
+    shapes: tuple
+    expected: str
+
+
+@dataclass(frozen=True)
+class ListOf:
+    item: Any
+
+
+_EXPECTED = {TEXT: "text", NAME: "a name", COUNT: "a whole number", SCALAR: "text, a number or a boolean"}
+_EXAMPLES = {
+    "type": "type: command", "name": "name: my-job", "display_name": "display_name: My job",
+    "description": "description: what it trains", "experiment_name": "experiment_name: nlp",
+    "tags": "tags: {team: nlp}", "code": "code: ./src", "command": "command: python train.py",
+    "environment": "environment: azureml:acpt-pytorch@latest", "compute": "compute: azureml:gpu-cluster",
+    "resources": "resources: {instance_count: 2, instance_type: Standard_NC24ads_A100_v4}",
+    "instance_count": "instance_count: 2", "instance_type": "instance_type: Standard_NC24ads_A100_v4",
+    "shm_size": 'shm_size: "16g"', "docker_args": 'docker_args: "--ipc=host"',
+    "distribution": "distribution: {type: pytorch, process_count_per_instance: 8}",
+    "process_count_per_instance": "process_count_per_instance: 8", "worker_count": "worker_count: 2",
+    "parameter_server_count": "parameter_server_count: 1",
+    "environment_variables": "environment_variables: {NCCL_DEBUG: WARN}",
+    "inputs": "inputs: {data: {type: uri_folder, path: azureml:corpus@latest}}",
+    "outputs": "outputs: {model: {type: uri_folder}}", "identity": "identity: {type: managed}",
+    "services": "services: {tb: {type: tensor_board, log_dir: outputs/tb}}", "limits": "limits: {timeout: 3600}",
+    "timeout": "timeout: 3600", "queue_settings": "queue_settings: {job_tier: spot}", "image": "image: python:3.11",
+    "conda_file": "conda_file: conda.yml", "build": "build: {path: ./docker}", "path": "path: ./data",
+    "port": "port: 6006", "properties": "properties: {key: value}",
+}
+_SERVICE = Keys({"type": TEXT, "port": COUNT, "nodes": TEXT, "log_dir": TEXT, "ssh_public_keys": TEXT,
+                 "properties": Keys(names=SCALAR)})
+_BUILD = Keys({"path": NAME, "local_path": NAME, "dockerfile_path": NAME})  # local_path: the older spelling
+ENVIRONMENT = Keys({"$schema": TEXT, "name": NAME, "version": Either((TEXT, COUNT), "text"), "description": TEXT,
+                    "tags": Keys(names=ANY), "build": _BUILD, "image": NAME, "conda_file": ANY, "os_type": TEXT,
+                    "inference_config": ANY, "datastore": TEXT, "auto_delete_setting": ANY, "id": ANY})
+_DISTRIBUTION_KEYS = {"pytorch": ("process_count_per_instance",), "mpi": ("process_count_per_instance",),
+                      "tensorflow": ("worker_count", "parameter_server_count")}  # the fourth has no launcher
+JOB = Keys({
+    "$schema": TEXT, "type": TEXT, "name": NAME, "display_name": TEXT, "description": TEXT, "experiment_name": NAME,
+    "tags": Keys(names=TEXT), "command": TEXT,
+    "code": Either((NAME, Keys({"local_path": NAME}, required=("local_path",))), "a folder"),
+    "environment": Either((NAME, ENVIRONMENT), "a name or a mapping"), "compute": NAME,
+    "resources": Keys({"instance_count": COUNT, "instance_type": NAME, "shm_size": TEXT,
+                       "docker_args": Either((TEXT,), "text (trainspec carries docker_args as one string)"),
+                       "locations": ListOf(TEXT), "properties": Keys(names=ANY), "max_instance_count": COUNT}),
+    "distribution": Keys({"type": TEXT, "process_count_per_instance": COUNT, "worker_count": COUNT,
+                          "parameter_server_count": COUNT, "port": COUNT, "address": TEXT, "include_dashboard": ANY,
+                          "dashboard_port": COUNT, "head_node_additional_args": TEXT,
+                          "worker_node_additional_args": TEXT}, required=("type",)),
+    "environment_variables": Keys(names=SCALAR),
+    "inputs": Keys(names=Either((SCALAR, Keys({"type": TEXT, "path": NAME, "mode": TEXT, "value": SCALAR,
+                                                "datastore": NAME, "path_on_compute": TEXT})),
+                                "a literal or a mapping")),
+    "outputs": Keys(names=Keys({"path": NAME, "type": TEXT, "mode": TEXT, "name": NAME,
+                                "version": Either((TEXT, COUNT), "text")})),
+    "identity": Keys({"type": TEXT, "client_id": NAME, "object_id": NAME, "msi_resource_id": NAME}),
+    "services": Keys(names=_SERVICE),
+    "limits": Keys({"timeout": COUNT}),
+    "queue_settings": Keys({"job_tier": TEXT, "priority": TEXT}),
+    "properties": Keys(names=ANY), "parent_job_name": TEXT,
+})
+# keys people write that azure-ai-ml refuses, and what it reads instead
+_RENAMED = {"job_service_type": "type (ssh, tensor_board, vs_code or jupyter_lab): job_service_type is the REST "
+                                "API's name, which azure-ai-ml refuses in a job file",
+            "node_count": "resources.instance_count", "instance_count": "resources.instance_count",
+            "process_count": "distribution.process_count_per_instance"}
+_PLACEHOLDER = re.compile(r"<[^<>\n]*>|\{[^{}\n]*\}")
+_BAD = object()  # a value left out of what import reads
+
+
+def _kind(value: Any) -> str:
+    from trainspec.core.diagnostics import shown
+
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"an integer ({value})"
+    if isinstance(value, float):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return f"text '{shown(value)}'"
+    return "a list" if isinstance(value, list) else "a mapping"
+
+
+def _placeholder(value: Any) -> Optional[str]:
+    """The placeholder a name holds (`<compute name>`, `{your environment}`, which YAML reads as a
+    one-key mapping), or None."""
+    if isinstance(value, str):
+        found = _PLACEHOLDER.search(_OTHER_REF.sub("", value))
+        return found.group(0) if found else None
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value.values())) is None:
+        return "{" + str(next(iter(value))) + "}"
+    return None
+
+
+def checked(value: Any, shape: Any, path: SpecPath, problems: List[Diagnostic]) -> Any:
+    """``value`` as ``shape`` says, with what is wrong left out (``_BAD`` when all of it is), and
+    each problem an error at its path in ``problems``."""
+    example = _EXAMPLES.get(next((p for p in reversed(path) if isinstance(p, str) and p in _EXAMPLES), ""), "")
+    hint = f"e.g. {example}" if example else None
+
+    def wrong(expected: str, advice: Optional[str] = None) -> Any:
+        # a null has no place of its own (ruamel puts it where the next line starts): said at its key
+        problems.append(error(path, f"expected {expected}, got {_kind(value)}", advice or hint,
+                              on_key=value is None))
+        return _BAD
+
+    if shape == ANY:
+        return value
+    if isinstance(shape, Either):
+        placeholder = _placeholder(value) if NAME in shape.shapes else None
+        if placeholder is not None and (isinstance(value, str) or all(
+                not isinstance(s, Keys) or placeholder[1:-1] not in s.fields for s in shape.shapes)):
+            return checked(value, NAME, path, problems)
+        for option in shape.shapes:  # the first whose kind the value has says what is wrong inside it
+            if isinstance(option, Keys) == isinstance(value, dict) and (
+                    isinstance(option, Keys) or _scalar_fits(value, option)):
+                return checked(value, option, path, problems)
+        return wrong(shape.expected)
+    if isinstance(shape, Keys):
+        if not isinstance(value, dict):
+            return wrong("a mapping")
+        out: Dict[str, Any] = {}
+        for key, item in value.items():
+            if shape.names is not None:
+                inner = checked(item, shape.names, path + (key,), problems)
+            elif key in shape.fields:
+                inner = checked(item, shape.fields[key], path + (key,), problems)
+            else:
+                problems.append(error(path + (key,), "azure-ai-ml refuses this key (unknown field)",
+                                      _refused_hint(key, shape), on_key=True))
+                continue
+            if inner is not _BAD:
+                out[key] = inner
+        missing = [key for key in shape.required if key not in value]
+        if missing:
+            problems.append(error(path, f"expected a mapping with {' and '.join(missing)}", hint))
+        return _BAD if any(key not in out for key in shape.required) else out
+    if isinstance(shape, ListOf):
+        if not isinstance(value, list):
+            return wrong("a list")
+        items = [checked(item, shape.item, path + (i,), problems) for i, item in enumerate(value)]
+        return [item for item in items if item is not _BAD]
+    if not _scalar_fits(value, shape):
+        if shape == NAME and _placeholder(value) is not None:
+            problems.append(error(path, f"{_placeholder(value)} is a placeholder, not a name",
+                                  "write the real name the job runs with" + (f", {hint}" if hint else "")))
+            return _BAD
+        return wrong(_EXPECTED[shape], "quote it: azure-ai-ml reads it as text" if shape in (TEXT, NAME)
+                     and isinstance(value, (int, float)) else None)
+    if shape == COUNT and isinstance(value, str):
+        return int(value)
+    return value
+
+
+def _scalar_fits(value: Any, shape: Any) -> bool:
+    if shape in (TEXT, NAME):
+        return isinstance(value, str) and (shape == TEXT or _placeholder(value) is None)
+    if shape == COUNT:
+        # digits in quotes, as many as the loader reads as a number (int() refuses 4,300)
+        digits = value.strip() if isinstance(value, str) else ""
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            digits.isascii() and digits.isdigit() and len(digits) <= MAX_INT_DIGITS)
+    if shape == SCALAR:
+        return isinstance(value, (str, int, float))  # bool is an int
+    return isinstance(shape, (Keys, ListOf))
+
+
+def _refused_hint(key: str, shape: Keys) -> str:
+    import difflib
+
+    if key in _RENAMED:
+        return f"write {_RENAMED[key]}"
+    close = difflib.get_close_matches(key, list(shape.fields), n=1)
+    if close:
+        return f"did you mean '{close[0]}'?"
+    return "it takes " + ", ".join(k for k in shape.fields if not k.startswith("$"))
 
 
 @dataclass
@@ -85,11 +299,20 @@ def import_job(job_file: str, spec_file: str) -> Imported:
     except SpecError as exc:
         return Imported(notes=exc.diagnostics)
     result = Imported()
+    refused: List[SpecPath] = []  # what the shape check refused: nothing more is said inside it
 
     def note(path: SpecPath, message: str, hint: Optional[str] = None, *, fatal: bool = False) -> None:
-        result.notes.append(doc.locate((error if fatal else warning)(path, message, hint)))
+        if not any(tuple(path[:len(bad)]) == bad for bad in refused):
+            result.notes.append(doc.locate((error if fatal else warning)(path, message, hint)))
 
     job = doc.data if isinstance(doc.data, dict) else None
+    if job is not None:
+        problems = _shape_problems(job)
+        job = checked(job, JOB, (), problems)
+        job = _distribution_checked(job, problems)
+        for problem in problems:
+            result.notes.append(doc.locate(problem))
+            refused.append(tuple(problem.path))
     if job is None or job.get("type", "command") != "command":
         note(("type",) if job else (), "not an Azure ML command job: trainspec imports `type: command` jobs",
              fatal=True)
@@ -98,8 +321,17 @@ def import_job(job_file: str, spec_file: str) -> Imported:
     spec_dir = Path(spec_file).resolve().parent
     spec = result.spec
 
-    def relative(path: str) -> str:
-        return Path(os.path.relpath((job_dir / path).resolve(), spec_dir)).as_posix()
+    def relative(path: str, at: SpecPath) -> str:
+        """``path`` (relative to the job) relative to the spec; a NUL, an overlong name or a symlink
+        loop is an error at ``at`` (Path.resolve() raises RuntimeError on a loop before 3.13)."""
+        from trainspec.core.diagnostics import shown
+        from trainspec.spec.loader import ReadProblem, real_path
+
+        try:
+            return Path(os.path.relpath(real_path(job_dir / path), spec_dir)).as_posix()
+        except ReadProblem as exc:
+            note(at, f"'{shown(path)}': {exc.message}", exc.hint, fatal=True)
+            return path
 
     for key in job:
         if key not in _CARRIED:
@@ -113,16 +345,16 @@ def import_job(job_file: str, spec_file: str) -> Imported:
         assumed.append((not changes_job, len(assumed), doc.locate(warning(path, message, hint))))
     if job.get("description"):
         spec["description"] = str(job["description"])
-    if "code" not in job:
+    if "code" not in doc.data:
         note((), "has no code: a spec needs the folder the command runs in", "add code: ./src", fatal=True)
-    else:
+    elif "code" in job:  # else refused by its shape, and said
         code = job["code"]
         code = code.get("local_path") if isinstance(code, dict) else code
         if not isinstance(code, str) or is_remote(code):
             note(("code",), f"'{code}' is not a local folder: a spec's code is uploaded from this machine",
                  fatal=True)
         else:
-            spec["code"] = relative(code)
+            spec["code"] = relative(code, ("code",))
     spec["command"] = _command(job.get("command"), note)
     azureml: Dict[str, Any] = {}
     distribution = job.get("distribution") or {}
@@ -149,7 +381,11 @@ def import_job(job_file: str, spec_file: str) -> Imported:
         spec["distribution"] = {"launcher": "per-process"}
     elif kind != "tensorflow":
         note(("distribution", "type"), f"distribution {kind} has no trainspec launcher", fatal=True)
-    spec["environment"] = _environment(job.get("environment"), relative, note, job_dir)
+    def report(diagnostic: Diagnostic) -> None:  # located in a file of its own (an environment file)
+        result.notes.append(diagnostic)
+
+    spec["environment"] = _environment(job.get("environment"), relative, note, job_dir, report,
+                                       os.path.dirname(job_file))
     env = job.get("environment_variables") or {}
     if env:
         spec["env"] = {}
@@ -177,6 +413,45 @@ def import_job(job_file: str, spec_file: str) -> Imported:
     result.notes.sort(key=lambda d: (d.line or 0, d.col or 0))
     result.notes += [d for *_, d in sorted(assumed, key=lambda a: a[:2])]  # the one that changes the job first
     return result
+
+
+def _shape_problems(job: Dict[str, Any]) -> List[Diagnostic]:
+    """What is refused before the shape check: a preview schema's ``compute: {target: ...,
+    instance_count: 2}`` (never read as a one-node job on no compute). Left out of the job."""
+    compute = job.get("compute")
+    if not (isinstance(compute, dict) and "target" in compute):
+        return []
+    del job["compute"]
+    target = compute.get("target")
+    count = compute.get("instance_count")
+    said = (f"compute: azureml:{target[len('azureml:'):] if target.startswith('azureml:') else target}"
+            if isinstance(target, str) and _placeholder(target) is None else "compute: azureml:<cluster>")
+    if isinstance(count, int) and not isinstance(count, bool):
+        said += f" and resources: {{instance_count: {count}}}"
+    return [error(("compute",), "a compute mapping (target, instance_count) is the preview schema: azure-ai-ml "
+                  "reads compute as a name and the node count from resources.instance_count",
+                  f"write {said}", on_key=True)]
+
+
+def _distribution_checked(job: Dict[str, Any], problems: List[Diagnostic]) -> Dict[str, Any]:
+    """A distribution says its type, and takes only that type's keys (azure-ai-ml refuses
+    `worker_count` in a pytorch distribution)."""
+    distribution = job.get("distribution")
+    if not isinstance(distribution, dict):
+        return job
+    kind = distribution["type"]  # required: a distribution without it is left out already
+    allowed = _DISTRIBUTION_KEYS.get(kind.lower())
+    if allowed is None:
+        return job  # said by the importer: no trainspec launcher
+    kept = {"type": kind}
+    for key, value in distribution.items():
+        if key in allowed:
+            kept[key] = value
+        elif key != "type":
+            problems.append(error(("distribution", key), f"azure-ai-ml refuses {key} in a {kind.lower()} "
+                                  "distribution", f"a {kind.lower()} distribution takes " + ", ".join(allowed),
+                                  on_key=True))
+    return {**job, "distribution": kept}
 
 
 def _spec_name(text: str) -> str:
@@ -307,7 +582,8 @@ def _launcher_counts(command: str):
     def number(text: Optional[str], default: Optional[int] = None) -> Optional[int]:
         if text is None:
             return default
-        return int(text) if text.isdigit() and int(text) > 0 else None
+        # ASCII digits only: '²' is a digit to str.isdigit() and a ValueError to int()
+        return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
 
     if found and found[0] == "accelerate":
         total, machines = number(given("--num_processes")), number(given("--num_machines"), 1)
@@ -353,33 +629,37 @@ def _has_operator(command: str) -> bool:
     return base._has_shell_operator(command)
 
 
-def _environment(environment, relative, note, job_dir: Path) -> Dict[str, Any]:
+def _environment(environment, relative, note, job_dir: Path, report, shown_dir: str) -> Dict[str, Any]:
     if isinstance(environment, str) and environment.startswith("file:"):
         # an environment in a file of its own (`environment: file:./env.yml`); its paths are
-        # relative to that file
-        from ruamel.yaml import YAML
-
-        from trainspec.spec.loader import ReadProblem, read_bounded, real_path
+        # relative to that file, and its problems are said at its own lines
+        from trainspec.spec.loader import ReadProblem, load_bytes, read_bounded, real_path
 
         written = environment[len("file:"):]
         try:
             where = real_path(job_dir / written)
-            loaded = YAML(typ="safe").load(read_bounded(where).decode("utf-8"))
+            env_doc = load_bytes(read_bounded(where), os.path.normpath(os.path.join(shown_dir, written)), where)
         except ReadProblem as exc:
             note(("environment",), f"cannot read the environment file {written}: {exc.message}", fatal=True)
             return {}
-        except (OSError, ValueError) as exc:
-            note(("environment",), f"cannot read the environment file {written}: {exc}", fatal=True)
+        except SpecError as exc:
+            for diagnostic in exc.diagnostics:
+                report(diagnostic)
+            note(("environment",), f"cannot read the environment file {written}: see above", fatal=True)
             return {}
-        if not isinstance(loaded, dict):
+        if not isinstance(env_doc.data, dict) or not env_doc.data:
             note(("environment",), f"{where.name} is not an environment definition", fatal=True)
             return {}
+        problems: List[Diagnostic] = []
+        loaded = checked(env_doc.data, ENVIRONMENT, (), problems)
+        for problem in problems:
+            report(env_doc.locate(problem))
         base = where.parent
 
-        def from_there(path: str) -> str:
-            return relative(os.path.relpath(base / path, job_dir))
+        def from_there(path: str, at: SpecPath) -> str:
+            return relative(os.path.relpath(base / path, job_dir), at)
 
-        return _environment(loaded, from_there, note, base)
+        return _environment(loaded, from_there, note, base, report, shown_dir)
     if isinstance(environment, str):
         return {"azureml": environment}
     if not isinstance(environment, dict):
@@ -389,14 +669,14 @@ def _environment(environment, relative, note, job_dir: Path) -> Dict[str, Any]:
     if environment.get("build"):
         build = environment["build"]
         where = str(build.get("path") or build.get("local_path") or "")  # local_path: the older spelling
-        out["build"] = {"path": where if is_remote(where) else relative(where)}
+        out["build"] = {"path": where if is_remote(where) else relative(where, ("environment", "build", "path"))}
         if build.get("dockerfile_path"):
             out["build"]["dockerfile_path"] = build["dockerfile_path"]
     if environment.get("image"):
         out["image"] = str(environment["image"])
     conda = environment.get("conda_file")
     if isinstance(conda, str):
-        out["conda_file"] = relative(conda)
+        out["conda_file"] = relative(conda, ("environment", "conda_file"))
     elif conda is not None:
         note(("environment", "conda_file"), "an inline conda file is not carried: write it to a file",
              fatal=True)
@@ -420,7 +700,7 @@ def _inputs(inputs, relative, note) -> Dict[str, Any]:
         if _OTHER_REF.search(path):
             note(("inputs", name, "path"), "a binding to another job's output is not carried", fatal=True)
             continue
-        entry: Dict[str, Any] = {"path": path if is_remote(path) else relative(path)}
+        entry: Dict[str, Any] = {"path": path if is_remote(path) else relative(path, ("inputs", name, "path"))}
         for key in ("type", "mode"):
             if item.get(key):
                 entry[key] = str(item[key])
