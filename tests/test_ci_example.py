@@ -104,6 +104,15 @@ def test_review_job_comments_once_and_gates_on_check():
     assert install["env"]["TRAINSPEC_REQUIREMENT"] == "${{ vars.TRAINSPEC_REQUIREMENT }}"
 
 
+def test_no_checkout_leaves_the_token_in_git_config():
+    """actions/checkout keeps the job's token as an `extraheader` in .git/config unless told not
+    to; the pull request's tree is then one link away from it (docs/security.md)."""
+    checkouts = [s for job in workflow()["jobs"].values() for s in job["steps"]
+                 if s.get("uses", "").startswith("actions/checkout@")]
+    assert len(checkouts) == 2
+    assert all(s["with"]["persist-credentials"] is False for s in checkouts)
+
+
 def test_validate_step_annotates_the_changed_line(repo):
     edit(repo / "specs" / "single-node.yaml", "  nodes: 1\n", "  nodes: 0\n")
     proc = run_step("review", "Validate", repo)

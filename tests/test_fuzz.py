@@ -413,6 +413,100 @@ def test_import_of_jobs_with_wrongly_typed_fields_never_crashes(tmp_path, monkey
     assert changed >= IMPORT_COUNT
 
 
+# ---------------------------------------------------------------- credential-shaped values (issue 27)
+
+_ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def credential(rng: random.Random) -> Tuple[str, str]:
+    """(a made-up credential of a random kind, the part of it that must never be printed)."""
+    def word(n: int, alphabet: str = _ALNUM) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(n)) + rng.choice("0123456789")
+
+    import base64
+
+    key = base64.b64encode(bytes(rng.randrange(256) for _ in range(64))).decode()
+    tail = word(rng.randint(34, 48))
+    aws = word(15, _ALNUM[:26] + _ALNUM[52:])  # 16 capitals and digits
+    kind = rng.randrange(12)
+    return [
+        ("hf_" + tail, tail), ("gh" + rng.choice("pousr") + "_" + tail, tail), ("github_pat_" + tail, tail),
+        ("AKIA" + aws, aws), ("xoxb-" + word(12, "0123456789") + "-" + tail, tail),
+        ("sk-" + tail, tail), ("eyJ" + word(20) + ".eyJ" + tail + "." + word(30), tail), (key, key[:40]),
+        (f"DefaultEndpointsProtocol=https;AccountName=a;AccountKey={key};EndpointSuffix=core.windows.net", key[:40]),
+        (f"https://acct.blob.core.windows.net/c?sv=2022-11-02&sig={tail}", tail),
+        (f"https://user:{tail}@example.com/data", tail), (f"-----BEGIN RSA PRIVATE KEY-----\n{tail}\n", tail),
+    ][kind]
+
+
+def credential_mutant(rng: random.Random, text: str, secret: str) -> Tuple[str, str, List[str]]:
+    """(where, the spec's text with ``secret`` in it, extra arguments): by shape in env, command,
+    description, vars, a literal input, a target's settings or --set; by name in env or --set."""
+    from conftest import yq
+
+    where = rng.choice(["env", "named", "command", "description", "vars", "input", "settings", "set", "set-named"])
+    named = rng.choice(["HF_TOKEN", "WANDB_API_KEY", "client_secret", "DB_PASSWORD", "TOKEN", "X_PASSWD_2"])
+    value = yq(secret if where not in ("named", "set-named") else secret.replace("\n", ""))
+
+    def replaced(field: str, line: str) -> str:
+        return re.sub(rf"(?m)^{field}:.*\n(?:[ \t]+.*\n)*", "", text) + line + "\n"
+
+    if where == "env":
+        return where, replaced("env", f"env: {{MODEL_{rng.randrange(100)}: {value}, NCCL_DEBUG: WARN}}"), []
+    if where == "named":
+        return where, replaced("env", f"env: {{{named}: {value}}}"), []
+    if where == "command":
+        return where, replaced("command", f"command: {yq('python train.py --token ' + secret)}"), []
+    if where == "description":
+        return where, replaced("description", f"description: {yq('reads ' + secret + ' at start')}"), []
+    if where == "vars":
+        return where, replaced("vars", f"vars: {{tok: {value}}}"), []
+    if where == "input":
+        return where, replaced("inputs", f"inputs: {{tok: {{value: {value}}}}}"), []
+    if where == "settings":
+        return where, replaced("targets", f"targets: {{kubernetes: {{namespace: ml, node_selector: {{pool: {value}}}}}}}"), []
+    name = named if where == "set-named" else "MODEL_SOURCE"
+    return where, text, ["--set", f"env.{name}={secret}"]
+
+
+def test_credential_shaped_values_are_never_printed_and_never_compiled(tmp_path, monkeypatch):
+    """A made-up credential of each kind put into a mutant of every source spec, in every place a
+    spec holds a string, run through validate (every format, --strict or not), compile and plan:
+    the answer is exit 1, and nothing printed or written holds the credential."""
+    monkeypatch.delenv("TRAINSPEC_DEBUG", raising=False)
+    arena(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rng = random.Random(SEED + 27)
+    texts = {source: source.read_text(encoding="utf-8", errors="replace") for source in SOURCES}
+    out = tmp_path / "credential-out"
+    problems, places = [], set()
+    for n in range(max(COUNT // 4, 24)):
+        source = rng.choice(SOURCES)
+        secret, never = credential(rng)
+        where, text, extra = credential_mutant(rng, texts[source], secret)
+        places.add(where)
+        file = tmp_path / source.parent.relative_to(REPO) / f"c{n:03d}-{where}-{source.stem}.yaml"
+        file.write_text(text, encoding="utf-8")
+        command = rng.choice(["validate", "compile", "plan"])
+        fmt = {"validate": ["text", "json", "github"], "plan": ["text", "json", "markdown"]}.get(command, ["text"])
+        argv = [command, str(file), *extra, *(["-o", str(out)] if command != "validate" else []),
+                *(["--format", rng.choice(fmt)] if command != "compile" else []),
+                *(["--strict"] if command == "validate" and rng.random() < 0.5 else [])]
+        try:
+            code, stdout, stderr = run_in_process(argv)
+        except Hang as exc:
+            problems.append(f"{where} {file.name}: {exc}")
+            continue
+        import json
+
+        printed = stdout + stderr
+        if code != 1 or never in printed or json.dumps(never)[1:-1] in printed:
+            problems.append(f"{where} {file.name} {argv[0]}: exit {code}, printed: {printed[-1500:]}")
+    assert problems == [], f"{len(problems)} mutants:\n\n" + "\n\n".join(problems[:10])
+    assert len(places) >= 8, places  # the places are all exercised
+    assert not out.exists() or not [p for p in out.rglob("*") if p.is_file()]
+
+
 # ---------------------------------------------------------------- hostile file names
 
 # what a pull request can put in a spec's file name: line breaks (refused), and what comments and

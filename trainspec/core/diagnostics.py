@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Optional, Tuple, Union
 
+from trainspec.core.secrets import redact, redact_shapes
+
 PathPart = Union[str, int]
 SpecPath = Tuple[PathPart, ...]
 
@@ -27,6 +29,15 @@ class Diagnostic:
     line: Optional[int] = None  # 1-based
     col: Optional[int] = None  # 1-based
     on_key: bool = False  # point at the key (unknown key) rather than its value
+
+    def __post_init__(self) -> None:
+        # a message may quote what the spec says, and an override's label (`--set env.X=...`) is
+        # the user's text: whatever looks like a credential never leaves as a diagnostic (secrets.py)
+        object.__setattr__(self, "message", redact_shapes(self.message))
+        if self.hint:
+            object.__setattr__(self, "hint", redact_shapes(self.hint))
+        if self.file and self.file.startswith("--"):
+            object.__setattr__(self, "file", redact(self.file))
 
     @property
     def is_error(self) -> bool:

@@ -27,6 +27,7 @@ from trainspec.compile.write import links_in, out_problem, target_dir
 from trainspec.core import files
 from trainspec.core.diagnostics import printable
 from trainspec.core.markdown import visible
+from trainspec.core.secrets import redact_bytes
 from trainspec.review.outputs import Header, folder_header, repo_root, unified
 
 
@@ -143,7 +144,7 @@ def _compare(folder: Path, outcome: Outcome, artifact: base.Artifact, fix: str) 
         if current == item.data:
             continue
         label = path.as_posix()
-        diff = unified(current, item.data, label, f"{label} (compiled)")
+        diff = unified(redact_bytes(current), redact_bytes(item.data), label, f"{label} (compiled)")
         if stale:
             found.append(Finding("stale", path, stale, fix, diff))
         else:

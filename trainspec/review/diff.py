@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from trainspec.build import Outcome
 from trainspec.core import markdown as md_
+from trainspec.core.secrets import redact_bytes, redact_value
 from trainspec.compile import base
 from trainspec import build as pipeline
 from trainspec.review.comment import DIFF_BUDGET, LINE_LIMIT, VALUE_LIMIT, Part, Section, budget_for, fit, whole_part
@@ -207,7 +208,8 @@ def _count(items: Sequence[Any], word: str) -> str:
 
 def semantic_changes(old: Outcome, new: Outcome) -> List[Change]:
     before, after = spec_fields(old), spec_fields(new)
-    changes = [Change(k, before.get(k), after.get(k), _written_in(new if k in after else old, k))
+    changes = [Change(k, redact_value(k, before.get(k)), redact_value(k, after.get(k)),
+                      _written_in(new if k in after else old, k))
                for k in _union(before, after) if before.get(k) != after.get(k)]
     changes += _catalog_changes(old, new)
     changed = {c.field for c in changes}
@@ -299,7 +301,8 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
             shown_before, shown_after = _reviewed(was, now)
             if shown_before is None or shown_after is None \
                     or without_provenance(shown_before, old) != without_provenance(shown_after, new):
-                text = unified(shown_before or b"", shown_after or b"", "/dev/null" if before is None else f"a/{path}",
+                text = unified(redact_bytes(shown_before or b""), redact_bytes(shown_after or b""),
+                               "/dev/null" if before is None else f"a/{path}",
                                "/dev/null" if after is None else f"b/{path}")
                 result.files.append(OutputDiff(path, output, text))
         # else the same job: only the spec's path or bytes (a comment, formatting) differ

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from trainspec.build import Outcome
 from trainspec.core import markdown as md_
+from trainspec.core.secrets import redact_value
 from trainspec.compile import base
 from trainspec.spec.validate import ValidSpec
 from trainspec import build as pipeline
@@ -47,7 +48,7 @@ def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = ()) -> Di
             "ranks": {"first": _rank_env(valid, artifact.target, 0),
                       "last": _rank_env(valid, artifact.target, _started(valid, launcher) - 1)},
         })
-    return {
+    return redact_value(None, {  # defence in depth: validation refuses credentials (core/secrets.py)
         "spec": valid.source.display,
         "name": valid.name,
         "hash": valid.source.digest,
@@ -67,7 +68,7 @@ def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = ()) -> Di
         "outputs": {name: _output_text(item) for name, item in spec.outputs.items()},
         "targets": targets,
         "warnings": [d.render() for d in outcome.diagnostics if not d.is_error],
-    }
+    })
 
 
 def _output_text(item) -> str:

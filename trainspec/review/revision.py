@@ -198,6 +198,7 @@ def _edited_outputs(outcome: Outcome, root: Path, out: str, changed: set) -> Lis
     compiles to (a hand edit): `check` fails on them, CI would submit them, and a reviewer sees
     each as a hunk (compiled against committed). A link is never followed: it is not what the
     spec compiles to, and it is named, not read."""
+    from trainspec.core.secrets import redact_bytes
     from trainspec.review.outputs import unified
 
     found = []
@@ -215,7 +216,8 @@ def _edited_outputs(outcome: Outcome, root: Path, out: str, changed: set) -> Lis
             elif len(current) > len(item.data) + EDIT_ROOM:
                 text = f"{name}: {len(current) - len(item.data):,}+ bytes longer than what the spec compiles to"
             else:
-                text = unified(item.data, current, f"compiled from {outcome.valid.source.display}",
+                text = unified(redact_bytes(item.data), redact_bytes(current),
+                               f"compiled from {outcome.valid.source.display}",
                                f"committed {name} (what CI would submit)")
             found.append(OutputDiff(name, output, text))
     return found

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from pydantic_core import ValidationError
 
-from trainspec.core import files
+from trainspec.core import files, secrets
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warning
 from trainspec.runtime import shim as contract
 from trainspec.spec import skus, structure, templating
@@ -105,12 +105,16 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     if not isinstance(doc.data, dict):
         return None, [*named, error((), "a spec is a YAML mapping (key: value lines)",
                                     "start from one of the files in specs/")]
+    # whatever else is wrong: a credential is never compiled, and its message never holds it
+    found = [error(path, message, secrets.HINT, on_key=on_key)
+             for path, message, on_key in secrets.secrets_in(doc.data)]
     try:
         spec = structure.parse(doc.data)
     except ValidationError as exc:
         from trainspec.spec import explain  # the pydantic models, for hints: only when something is wrong
 
-        return None, [*named, *(explain.diagnostic(e) for e in explain.merge_union_branches(exc.errors()))]
+        return None, [*named, *_with_secrets([explain.diagnostic(e) for e in explain.merge_union_branches(exc.errors())],
+                                             found)]
 
     catalog, diagnostics = skus.catalog_for(doc.path.parent)
     diagnostics = [*named, *diagnostics]
@@ -128,9 +132,19 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     # templates are checked whatever else is wrong (every independent problem in one pass); the
     # Lightning check compares with the counts, so only when they stand
     _check_templates(valid, diagnostics, counts_stand=not any(d.is_error for d in diagnostics))
+    diagnostics = _with_secrets(diagnostics, found)
     if any(d.is_error for d in diagnostics):
         return None, diagnostics
     return valid, diagnostics
+
+
+def _with_secrets(diagnostics: List[Diagnostic], found: List[Diagnostic]) -> List[Diagnostic]:
+    """The credentials' errors instead of any other diagnostic at or below their paths (a
+    message about a value may quote it, and the value is the problem)."""
+    if not found:
+        return diagnostics
+    paths = [d.path for d in found]
+    return [*found, *(d for d in diagnostics if not any(d.path[:len(p)] == p for p in paths))]
 
 
 def digest(spec: Spec) -> str:
