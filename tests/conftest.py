@@ -260,33 +260,28 @@ def assert_probed(results, *, master, world=4, per_node=2):
 
 
 @contextmanager
-def no_hang(seconds: float = 10, raising=AssertionError):
-    """Fail instead of hanging: a blocked open() or a runaway loop is interrupted by the alarm
-    (``raising``: the exception it raises, e.g. one main()'s own error net does not catch)."""
-    def ring(signum, frame):
-        raise raising(f"no answer within {seconds} s (a hang)")
+def _alarm(timer: int, signum: int, seconds: float, exception):
+    """Raise ``exception`` in this thread when ``timer`` (an itimer) rings after ``seconds``."""
+    def ring(number, frame):
+        raise exception
 
-    previous = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(signum, ring)
+    signal.setitimer(timer, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(timer, 0)
+        signal.signal(signum, previous)
 
 
-@contextmanager
+def no_hang(seconds: float = 10, raising=AssertionError):
+    """Fail instead of hanging: a blocked open() or a runaway loop is interrupted by the alarm
+    (``raising``: the exception it raises, e.g. one main()'s own error net does not catch)."""
+    return _alarm(signal.ITIMER_REAL, signal.SIGALRM, seconds, raising(f"no answer within {seconds} s (a hang)"))
+
+
 def cpu_bound(seconds: float):
     """Fail when the block spends more than ``seconds`` of this process's CPU time (user + system:
     ITIMER_PROF), however busy the machine is: a guard far above the work expected, for "fails
     fast" and "grows linearly" without a timed assertion."""
-    def ring(signum, frame):
-        raise AssertionError(f"more than {seconds} s of CPU time")
-
-    previous = signal.signal(signal.SIGPROF, ring)
-    signal.setitimer(signal.ITIMER_PROF, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_PROF, 0)
-        signal.signal(signal.SIGPROF, previous)
+    return _alarm(signal.ITIMER_PROF, signal.SIGPROF, seconds, AssertionError(f"more than {seconds} s of CPU time"))
