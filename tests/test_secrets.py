@@ -321,3 +321,24 @@ def test_diff_never_prints_a_secret_a_hand_edited_committed_output_holds(tmp_pat
             never_printed(secret, proc.stdout, proc.stderr)
         shown += proc.stdout
     assert "job.yml" in shown and "+  HF_TOKEN: <redacted>" in shown and "+  DB_PASSWORD: <redacted>" in shown, shown
+
+
+def test_the_marks_that_skip_a_shape_never_change_what_is_found():
+    """credential_kind and redact look only for the shapes whose mark (``hf_``, ``eyJ``, ``://``...)
+    is in the text: each kind's examples, alone, inside noise and in upper and lower case, are
+    found and redacted exactly as by every shape at once."""
+    import random
+
+    every = secrets._compiled()
+    rng = random.Random(27)
+    noise = "abc XYZ 0123 _-/:=+.;?&@\n"
+    texts = []
+    for _, value, _ in SHAPED.values():
+        for _ in range(5):
+            left = "".join(rng.choice(noise) for _ in range(rng.randrange(30)))
+            right = "".join(rng.choice(noise) for _ in range(rng.randrange(30)))
+            texts += [left + value + right, (left + value + right).lower(), (left + value + right).upper()]
+    for text in texts:
+        full = every.search(text)
+        assert secrets.credential_kind(text) == (secrets.SHAPES[int(full.lastgroup[1:])][0] if full else None), text
+        assert secrets.redact_shapes(text) == every.sub(secrets.REDACTED, text), text

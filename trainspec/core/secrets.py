@@ -61,17 +61,43 @@ _FILE_PATH = re.compile(r"(?:/|~/|\./|\.\./)\S*")
 _NAMED_FIELDS = ("env", "vars", "inputs")  # where a value has a name of its own
 
 
+# what every match of SHAPES[i] contains (the connection-string keys in lower case): a shape whose
+# marks are all absent from a text cannot match it, and `in` finds a mark far faster than the
+# regular expression tries eleven alternatives at every character
+_MARKS: Tuple[Tuple[str, ...], ...] = (
+    ("hf_",), ("gh", "github_pat_"), ("AKIA", "ASIA"), ("xox",), ("sk-",), ("eyJ",), ("==",),
+    ("accountkey", "sharedaccess"), ("sig=",), ("://",), ("-----BEGIN",),
+)
+_LOWER_MARKS = frozenset({7})  # looked for in the text in lower case
+assert len(_MARKS) == len(SHAPES)
+
+
 @lru_cache(maxsize=None)
-def _compiled() -> Pattern[str]:
-    """Every shape in one pattern (group k<i>: SHAPES[i]), compiled on first use, not at import."""
-    return re.compile("|".join(f"(?P<k{i}>{pattern})" for i, (_, pattern) in enumerate(SHAPES)))
+def _compiled(which: Tuple[int, ...] = tuple(range(len(SHAPES)))) -> Pattern[str]:
+    """The shapes ``which`` in one pattern (group k<i>: SHAPES[i]), compiled on first use."""
+    return re.compile("|".join(f"(?P<k{i}>{SHAPES[i][1]})" for i in which) or "(?!)")
+
+
+def _shapes_for(text: str) -> Pattern[str]:
+    """The pattern of the shapes that can match ``text``: those with a mark in it."""
+    lower = None
+    which = []
+    for i, marks in enumerate(_MARKS):
+        if i in _LOWER_MARKS:
+            lower = text.lower() if lower is None else lower
+            haystack = lower
+        else:
+            haystack = text
+        if any(mark in haystack for mark in marks):
+            which.append(i)
+    return _compiled(tuple(which))
 
 
 def credential_kind(text: str) -> Optional[str]:
     """What kind of credential ``text`` holds (the first one found), or None."""
     if not isinstance(text, str) or len(text) < 10:
         return None
-    m = _compiled().search(text)
+    m = _shapes_for(text).search(text)
     return SHAPES[int(m.lastgroup[1:])][0] if m else None
 
 
@@ -170,7 +196,7 @@ def redact_shapes(text: str) -> str:
     """``text`` with every credential-shaped substring replaced by ``<redacted>``."""
     if not isinstance(text, str) or len(text) < 10:
         return text
-    return _compiled().sub(REDACTED, text)
+    return _shapes_for(text).sub(REDACTED, text)
 
 
 def redact(text: str) -> str:
@@ -188,6 +214,9 @@ def redact(text: str) -> str:
             return m.group(0)
         return m.group(0)[:m.start("value") - m.start()] + REDACTED
 
+    lower = text.lower()
+    if not any(word in lower for word in ("token", "key", "secret", "pass")):
+        return text  # no credential-named variable can be assigned in it
     for pattern in _assignments():
         text = pattern.sub(hide, text)
     return text
