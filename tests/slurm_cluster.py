@@ -124,7 +124,7 @@ SlurmdTimeout={self.slurmd_timeout}
 MessageTimeout=5
 KillWait=5
 InactiveLimit=0
-MinJobAge=600
+MinJobAge=16
 EnforcePartLimits=ALL
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
@@ -175,6 +175,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return subprocess.run(["nsenter", f"--net=/run/netns/{self.net.netns(0)}", *argv], cwd=cwd, env=self.env(),
                               capture_output=True, text=True, timeout=timeout)
 
+    # MinJobAge=16 (slurm.conf above): `sbatch --wait` polls the job after 2 s, then every 8 s
+    # (it quadruples its wait only while the wait is under MinJobAge / 2); with MinJobAge=600 it
+    # waited 2, 8, then 32 s at a time, so a 12 s job returned after 42 s. A finished job's record stays at least 16 s (and
+    # until the controller's next purge), long enough for the `scontrol show job` a test reads.
     def sbatch(self, script: Path, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
         return self.run(["sbatch", "--wait", str(script)], cwd=cwd, timeout=timeout)
 
