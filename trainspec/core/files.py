@@ -99,10 +99,6 @@ def read_regular(path, limit: Optional[int] = None) -> bytes:
         os.close(fd)
 
 
-def is_link(path) -> bool:
-    return os.path.islink(path)
-
-
 def inside(real: Path, root: Path) -> bool:
     """``real`` is ``root`` or below it (both already resolved)."""
     return real == root or root in real.parents

@@ -228,9 +228,11 @@ EDIT_ROOM = 1 << 20  # bytes a committed output may have beyond the compiled one
 
 def _committed(root: Path, name: str, limit: int) -> Union[bytes, str, None]:
     """The committed file ``name`` (repository-relative), at most ``limit`` + 1 bytes, read
-    without following a link on the way (O_NOFOLLOW, and its folder must be where it says);
-    what it is instead when it is not a regular file ("a symbolic link"); None when it is gone."""
+    without following a link on the way (core/files.read_regular, and its folder must be where it
+    says); what it is instead when it is not a regular file ("a symbolic link"); None when it is gone."""
     import stat
+
+    from trainspec.core.files import read_regular
 
     path = root / name
     try:
@@ -245,18 +247,10 @@ def _committed(root: Path, name: str, limit: int) -> Union[bytes, str, None]:
         return "not a regular file"
     if Path(os.path.realpath(path.parent)) != Path(os.path.realpath(root)) / Path(name).parent:
         return "inside a linked folder"
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        return read_regular(path, limit)
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "not a regular file"
-        with open(fd, "rb", closefd=False) as fh:
-            return fh.read(limit + 1)
-    finally:
-        os.close(fd)
 
 
 def _relative(paths: Sequence[Path], root: Path) -> List[str]:
