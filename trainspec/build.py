@@ -17,7 +17,7 @@ from trainspec.compile.base import Artifact, Target
 from trainspec.compile.write import landing
 from trainspec.core.diagnostics import Diagnostic, SpecError
 from trainspec.spec.compose import compose
-from trainspec.spec.validate import ValidSpec, validate
+from trainspec.spec.validate import ValidSpec, secret_reference_errors, validate
 from trainspec.targets import DEFAULT_TARGET, TARGETS
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -50,8 +50,8 @@ class SearchError(ValueError):
 
 def find_specs(paths: Iterable[str], known: Optional[Dict[str, Optional[str]]] = None) -> List[str]:
     """Spec files named directly, plus every *.yaml / *.yml below a named directory (sorted),
-    except the bases: a file that another found spec `extends` is composed into it, not
-    compiled by itself. The walk skips hidden folders, never follows a symlinked folder below
+    except the bases (a file that another found spec `extends` is composed into it, not
+    compiled by itself) and the team catalogs (trainspec-skus.yaml, docs/skus.md). The walk skips hidden folders, never follows a symlinked folder below
     the one named (no loops, no escape to `/`) and stops with SearchError after MAX_SEARCH
     entries; a named folder that is, or links to, the file-system root is refused. ``known``: the
     `extends` value of files by the sha256 of their bytes, used and filled (check's cache: what a
@@ -89,6 +89,8 @@ def _walk(top: str) -> List[str]:
 
     if os.path.realpath(top) == os.path.realpath(os.sep):
         raise SearchError(f"{top}: will not search the whole file system for specs; name the specs' folder")
+    from trainspec.spec.skus import TEAM_FILE
+
     found: List[str] = []
     seen = 0
     for folder, dirnames, filenames in os.walk(top, followlinks=False):
@@ -99,7 +101,7 @@ def _walk(top: str) -> List[str]:
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         for file in filenames:
             child = Path(folder, file)
-            if not file.startswith(".") and child.suffix in SPEC_SUFFIXES and _is_file(child):
+            if not file.startswith(".") and child.suffix in SPEC_SUFFIXES and file != TEAM_FILE and _is_file(child):
                 found.append(child)
     return [str(f) for f in sorted(found)]
 
@@ -180,6 +182,21 @@ def launcher(valid: ValidSpec, name: str) -> str:
     return target(name).launcher(valid)
 
 
+def hardware(valid: ValidSpec, name: str):
+    """What chooses the machines of ``valid`` on target ``name`` (compile/base.py's Hardware)."""
+    return target(name).hardware(valid)
+
+
+def unenforced(valid: ValidSpec, names: Sequence[str]) -> Dict[str, str]:
+    """The targets among ``names`` where resources.sku does not choose the machines, each with
+    what does ("sku not enforced on <target>: the partition gpu decides the hardware"): where
+    plan and diff must not announce the sku's GPU. Empty when the job has no size."""
+    if valid.sku is None:
+        return {}
+    found = {name: hardware(valid, name) for name in names}
+    return {name: f"sku not enforced on {name}: {hw.by}" for name, hw in found.items() if not hw.enforced}
+
+
 def targets_for(valid: ValidSpec, requested: Optional[Sequence[str]]) -> List[str]:
     """-t wins; else the targets the spec lists; else Azure ML (the one that needs no settings)."""
     if requested:
@@ -210,6 +227,9 @@ def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lo
     found = list(diagnostics)
     if valid is not None:
         names = targets_for(valid, requested)
+        # validation held the secrets to the targets the spec lists; -t may ask for another
+        unlisted = [n for n in names if getattr(valid.spec.targets, n, None) is None]
+        found.extend(secret_reference_errors(valid.spec, unlisted))
         for name in names:
             found.extend(target(name).cannot_express(valid))
         if lower and not any(d.is_error for d in found):

@@ -36,10 +36,13 @@ def command(args: argparse.Namespace) -> int:
             continue
         rows.append({"name": sku.name, "gpus": sku.gpus, "gpu": sku.gpu, "gpu_memory_gb": sku.gpu_memory_gb,
                      "vcpus": sku.vcpus, "memory_gb": sku.memory_gb, "infiniband": sku.infiniband,
-                     "retired": sku.retired, "from": origin, "note": sku.note})
+                     "retired": sku.retired, "from": origin, "note": sku.note, "vendor": sku.vendor})
+    # the team's clusters and their sizes (computes:, partitions:, node_groups:): what links a
+    # spec's sku to the machines a target runs on
+    places = {kind: dict(getattr(catalog, kind)) for kind in catalog_module.PLACES}
     if args.format == "json":
         print(json.dumps({"built_in_source": catalog_module.catalog_source(), "team_file":
-                          str(catalog.team_file) if catalog.team_file else None, "skus": rows}, indent=2))
+                          str(catalog.team_file) if catalog.team_file else None, "skus": rows, **places}, indent=2))
         return 1 if problems else 0
     header = ("size", "GPUs", "GPU", "GPU GB", "vCPUs", "mem GB", "IB", "from")
     table = [header] + [(r["name"], str(r["gpus"]), r["gpu"] or "-", str(r["gpu_memory_gb"] or "-"), str(r["vcpus"]),
@@ -48,6 +51,9 @@ def command(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    for kind, mapped in places.items():
+        for name, size in sorted(mapped.items()):
+            print(f"{kind[:-1].replace('_', ' ')} {name}: {size}")
     team = f"; team file {catalog.team_file}" if catalog.team_file else f"; no {catalog_module.TEAM_FILE} here"
     print(f"{len(rows)} size(s){team}", file=sys.stderr)
     return 1 if problems else 0

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, warning
+from trainspec.core.fields import duration_text
 from trainspec.runtime import shim as contract  # the TRAINSPEC_* names and default ports, written once
-from trainspec.spec.validate import TENSORFLOW, ValidSpec, neutral_refs
+from trainspec.runtime import secret_refs  # TRAINSPEC_SECRETS: what the secrets helper reads
+from trainspec.spec.validate import LIGHTNING_VARIABLES, TENSORFLOW, ValidSpec, neutral_refs, secret_reference
 
 SHIM_FILE = "trainspec_shim.py"
 # The shim starts isolated: no site-packages, no PYTHON* variables, no user site. It needs only
@@ -76,6 +78,18 @@ class Artifact:
         return next(f for f in self.files if f.path == path)
 
 
+@dataclass(frozen=True)
+class Hardware:
+    """What chooses the machines a target's job runs on, as ``plan`` and ``diff`` say it:
+    ``enforced`` when that is resources.sku (the job runs on that size or not at all), and
+    ``by``, one line: what selects it ("instance_type Standard_ND96isr_H100_v5"), or, not enforced,
+    what decides instead ("the partition gpu decides the hardware")."""
+
+    enforced: bool
+    by: str
+    hint: str = ""  # how to link the sku to this target's machines, when it is not enforced
+
+
 class Target:
     """A target's compiler side: ``targets/<name>/lower.py`` defines a subclass and one instance,
     ``TARGET``, which build.py loads by name on first use (compiling for one target never pays for
@@ -101,9 +115,18 @@ class Target:
                                                distribution.master_port)
     ``plan_settings(valid)``                   its own settings a reviewer should see in ``plan``
                                                (default: none)
+    ``plan_image(valid)``                      what its job runs in, as ``plan`` and ``diff``
+                                               show it: the image it really runs (a target's
+                                               own form or override), or the software its
+                                               nodes have (default: environment.image as
+                                               written, or the nodes' own software)
     ``local_settings(settings, workdir)``      ``run --local``: the settings rewritten for this
                                                machine, a mapping in, a mapping out (default: as
                                                they are)
+    ``hardware(valid) -> Hardware``            what chooses the machines: resources.sku (plan
+                                               and diff then name its GPU for this target), or
+                                               something else (they say the sku is not
+                                               enforced there; default: nothing links it)
     ``local_refusal``                          ``run --local`` for a target without
                                                ``targets/<name>/local.py`` (whose
                                                ``play_local(job_dir, run)`` plays the job): one line
@@ -133,8 +156,14 @@ class Target:
     def plan_settings(self, valid: ValidSpec) -> Dict[str, str]:
         return {}
 
+    def plan_image(self, valid: ValidSpec) -> str:
+        return valid.spec.environment.image or "no image: the nodes' own software"
+
     def local_settings(self, settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
         return settings
+
+    def hardware(self, valid: ValidSpec) -> Hardware:
+        return Hardware(False, "nothing in its job selects a VM size")
 
     @property
     def local_refusal(self) -> str:
@@ -154,13 +183,17 @@ def literal_text(value) -> str:
     return str(value)
 
 
-def node_path_refs(valid: ValidSpec, default_output):
+def node_path_refs(valid: ValidSpec, default_output, volumes: Optional[Mapping[str, Any]] = None):
     """References for a target whose jobs see the data as paths on the nodes (HPC Pack, Slurm):
-    ``{{ inputs.x }}`` is its path (or literal), ``{{ outputs.x }}`` its path or
-    ``default_output(name)`` (shell the target writes), each quoted for bash."""
+    ``{{ inputs.x }}`` / ``{{ outputs.x }}`` is the ``path`` of its volume on the target
+    (``volumes``: targets.<target>.volumes), else its own path (or literal); an output with
+    neither is ``default_output(name)`` (shell the target writes). Each quoted for bash."""
     spec = valid.spec
+    volumes = volumes or {}
 
     def refs(kind: str, name: str) -> str:
+        if name in volumes:
+            return shlex.quote(volumes[name].path)
         if kind == "inputs":
             item = spec.inputs[name]
             return shlex.quote(item.path if item.path is not None else literal_text(item.value))
@@ -168,6 +201,34 @@ def node_path_refs(valid: ValidSpec, default_output):
         return shlex.quote(item.path) if item.path is not None else default_output(name)
 
     return refs
+
+
+def plan_data(valid: ValidSpec, refs) -> Dict[str, str]:
+    """What ``plan`` shows of where a target's job finds each input with data and each output
+    (``inputs.x``: the location), rendered by the same references (``refs``: its refs_for) as
+    its command, so plan cannot say a place the job does not use."""
+    spec = valid.spec
+    places = {f"inputs.{name}": refs("inputs", name) for name, item in spec.inputs.items() if item.path is not None}
+    places.update({f"outputs.{name}": refs("outputs", name) for name in spec.outputs})
+    return places
+
+
+def lost_output_errors(target: str, valid: ValidSpec, volumes: Mapping[str, Any], lost: str,
+                       hint: str) -> List[Diagnostic]:
+    """An error at ``outputs.<name>`` (its key) for each output with neither a volume on the
+    target (``volumes``) nor a path of its own, on a target where what the job writes to a default
+    place would be lost: ``lost`` says where it would go and why it is lost, ``hint`` (a template
+    with ``{name}``) how to keep it. Azure ML keeps such an output as the job's own."""
+    return [error(("outputs", name), f"it has no location on {target}: {lost}", hint.format(name=name),
+                  on_key=True)
+            for name, item in valid.spec.outputs.items() if item.path is None and name not in volumes]
+
+
+def infiniband(valid: ValidSpec) -> bool:
+    """A job whose nodes talk over InfiniBand: more than one node, of a size that has it
+    (skus.json ``infiniband``). What such a job needs is each target's to write: the devices in
+    its container, memlock, the platform's NCCL settings (docs/targets/*.md, "InfiniBand")."""
+    return valid.sku is not None and valid.sku.infiniband and valid.nodes > 1
 
 
 def launcher(valid: ValidSpec, defaults: Mapping[str, str]) -> str:
@@ -185,6 +246,53 @@ def unsupported(target: str, path: SpecPath, what: str, hint: Optional[str] = No
     safely). Never dropped silently."""
     message = f"{target} cannot express {what}"
     return error(path, message, hint) if fatal else warning(path, message, hint)
+
+
+# --- the time limit: the spec's `timeout:`, or a target's own setting -------------------------
+
+@dataclass(frozen=True)
+class TimeLimit:
+    """The time limit a target enforces: ``seconds``, and the spec path that set it (``timeout``,
+    or the target's own setting, ``targets.<name>.<field>``, which overrides it there)."""
+
+    seconds: int
+    path: SpecPath
+
+    @property
+    def source(self) -> str:
+        return ".".join(str(p) for p in self.path)
+
+    def plan_text(self, enforced_as: str) -> str:
+        """What ``plan`` shows: the limit, how the platform holds it, and who said it."""
+        said = "the spec's timeout" if self.path == ("timeout",) else self.source
+        return f"{duration_text(self.seconds)} ({enforced_as}), from {said}"
+
+
+def time_limit(valid: ValidSpec, target: str, own_field: str) -> Optional[TimeLimit]:
+    """The limit ``target`` enforces: its own ``targets.<target>.<own_field>`` when set, else the
+    spec's top-level ``timeout``; None: neither says one."""
+    settings = getattr(valid.spec.targets, target)
+    own = getattr(settings, own_field, None) if settings is not None else None
+    if own is not None:
+        return TimeLimit(own, ("targets", target, own_field))
+    if valid.spec.timeout is not None:
+        return TimeLimit(valid.spec.timeout, ("timeout",))
+    return None
+
+
+def time_limit_errors(target: str, limit: Optional[TimeLimit], most: int, holder: str) -> List[Diagnostic]:
+    """A limit the platform cannot hold (``most``: the largest number of seconds its ``holder``
+    takes), located where it was written: the spec's timeout or the target's own setting."""
+    if limit is None or limit.seconds <= most:
+        return []
+    return [error(limit.path, f"{duration_text(limit.seconds)} ({limit.seconds} seconds) is more than {target}'s "
+                  f"{holder} holds: at most {most} seconds ({duration_text(most)})",
+                  "a shorter duration, e.g. 2d, 24h or 90m")]
+
+
+def plan_no_time_limit(own: str) -> str:
+    """What ``plan`` shows for a target that enforces no limit (``own``: its own setting's path)."""
+    return f"none: runs until it ends (the spec's timeout, or {own}, sets one)"
 
 
 def expectations(valid: ValidSpec, launcher_name: str, master_port: Optional[int] = None) -> Dict[str, str]:
@@ -209,6 +317,46 @@ def job_env(valid: ValidSpec, refs, launcher_name: str, master_port: Optional[in
     return env
 
 
+def secret_env(valid: ValidSpec, target: str, **more: Any) -> Dict[str, str]:
+    """TRAINSPEC_SECRETS for a target whose shim sets the secrets (empty when the spec has none):
+    where each is kept, as the secrets helper reads it (``runtime/secret_refs.py`` secret_values), with ``more``
+    (a target's own, e.g. the identity Key Vault is read with) in each entry. Never a value."""
+    import json
+
+    kind = secret_reference(target)
+    references = [{"variable": name, **kind.runtime(getattr(reference, kind.key)),
+                   **{k: v for k, v in more.items() if v is not None}}
+                  for name, reference in valid.spec.secrets.items()]
+    if not references:
+        return {}
+    return {secret_refs.ENV_SECRETS: json.dumps(references, sort_keys=True, separators=(",", ":"))}
+
+
+# runtime/secret_refs.py, shipped beside the shim in the jobs of a spec with secrets a target's
+# shim does not get from the platform: it sets them, then execs the shim
+SECRETS_FILE = "trainspec_secret_refs.py"
+SECRETS_SOURCE = Path(__file__).resolve().parents[1] / "runtime" / "secret_refs.py"
+
+
+def secrets_files(valid: ValidSpec) -> Tuple[OutFile, ...]:
+    """The secrets helper, when the spec has secrets (else nothing: jobs without stay as they were)."""
+    return (runtime_file(SECRETS_FILE, SECRETS_SOURCE),) if valid.spec.secrets else ()
+
+
+def with_secrets(valid: ValidSpec, shim: str, python: str, helper: str) -> str:
+    """``shim`` (the words that start it) preceded, when the spec has secrets, by the helper that
+    sets them and execs it: ``<python> -I -S <helper> -- <shim>`` (``python`` and ``helper``
+    already shell words)."""
+    return f"{python} {' '.join(SHIM_FLAGS)} {helper} -- {shim}" if valid.spec.secrets else shim
+
+
+def secret_lines(valid: ValidSpec, target: str) -> List[str]:
+    """What ``plan`` shows of the secrets on ``target``: ``NAME <- <where it is kept>``, never a value."""
+    kind = secret_reference(target)
+    return [f"{name} <- {kind.shown(getattr(reference, kind.key))}" for name, reference in valid.spec.secrets.items()
+            if getattr(reference, kind.key) is not None]
+
+
 def spec_env(valid: ValidSpec, refs) -> Dict[str, str]:
     """The spec's env as every process gets it: templates rendered with the target's references
     (``refs_for``). `plan` shows the same values."""
@@ -220,7 +368,7 @@ def lightning_defaults(valid: ValidSpec) -> Dict[str, str]:
     script that passes neither num_nodes nor devices gets the spec's numbers instead of 1."""
     if valid.spec.framework != "lightning":
         return {}
-    return {"PL_TRAINER_NUM_NODES": str(valid.nodes), "PL_TRAINER_DEVICES": str(valid.procs_per_node)}
+    return dict(zip(LIGHTNING_VARIABLES, (str(valid.nodes), str(valid.procs_per_node))))
 
 
 def relative(target: Path, start: Path) -> str:
@@ -324,7 +472,7 @@ def command_variable_errors(target: str, valid: ValidSpec, launcher_name: str) -
                          "write them yourself, from $NODE_RANK, $MASTER_ADDR and $MASTER_PORT (set before the "
                          "shell expands them) and templates ({{ nodes }}), or expand the rest in a script"))
     for name in dict.fromkeys(names):
-        if name in valid.spec.env or name in PORTABLE:
+        if name in valid.spec.env or name in valid.spec.secrets or name in PORTABLE:
             continue
         if name in PER_WORKER:
             if launcher_name == "per-node":

@@ -102,11 +102,18 @@ class Feature(enum.Enum):
     LAUNCHER_MPI = ("distribution.launcher", "launcher: mpi, mpirun starts every process",
                     _at(("distribution", "launcher"), _explicit_launcher("mpi")))
     NO_SKU = ("resources.sku", "no VM size: resources.sku left out",
-              _at(("resources", "sku"), lambda valid: valid.spec.resources.sku is None))
+              _at(("resources", "sku"), lambda valid: valid.sku is None))
     SPOT = ("resources.spot", "spot (low-priority) capacity",
             _at(("resources", "spot"), lambda valid: valid.spec.resources.spot))
     SHM_SIZE = ("resources.shm_size", "a shared-memory size",
                 _at(("resources", "shm_size"), lambda valid: valid.spec.resources.shm_size))
+    CPUS_PER_NODE = ("resources.cpus_per_node", "CPUs asked for on each node",
+                     _at(("resources", "cpus_per_node"), lambda valid: valid.spec.resources.cpus_per_node is not None))
+    MEMORY_PER_NODE = ("resources.memory_per_node", "memory asked for on each node",
+                       _at(("resources", "memory_per_node"),
+                           lambda valid: valid.spec.resources.memory_per_node is not None))
+    INFINIBAND = ("resources.sku", "InfiniBand between the nodes: several nodes of a size that has it",
+                  _at(("resources", "sku"), base.infiniband))
     NO_ENVIRONMENT = ("environment", "no image, registered environment or build context",
                       _at(("environment",), lambda valid: not (valid.spec.environment.image
                                                                or valid.spec.environment.azureml
@@ -219,12 +226,18 @@ def problem(message: str, hint: Optional[str] = None, *, fatal: bool = True,
 Table = Mapping[Feature, Entry]
 
 
-def check(target: str, table: Table, valid, **fields: Any) -> List[Diagnostic]:
+def check(target: str, table: Table, valid, *, volumes: Iterable[str] = (), **fields: Any) -> List[Diagnostic]:
     """A diagnostic at every occurrence of every feature in ``table`` the spec uses, in the
-    table's order; ``fields`` are more names its messages may use."""
+    table's order; ``fields`` are more names its messages may use. ``volumes``: the inputs and
+    outputs the target has a location of its own for (``targets.<target>.volumes``): what their
+    ``path`` says (a data asset, a URL, a relative folder) is Azure ML's, not this target's, so
+    no feature of it is reported."""
+    placed = set(volumes)
     out: List[Diagnostic] = []
     for feature, entry in table.items():
-        found = feature.find(valid)
+        found = [(path, values) for path, values in feature.find(valid)
+                 if not (len(path) == 3 and path[0] in ("inputs", "outputs") and path[1] in placed
+                         and path[2] == "path")]
         if not found or (entry.when is not None and not entry.when.test(valid)):
             continue
         what, hint = entry.texts(feature)

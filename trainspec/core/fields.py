@@ -10,6 +10,10 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 IO_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,254}$"  # Azure ML input/output names
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SHM_PATTERN = r"^[1-9][0-9]*[bkmg]$"
+# resources.memory_per_node: a whole number and a unit, Kubernetes' binary (Mi, Gi, Ti: 2^20, 2^30,
+# 2^40 bytes) or decimal (M, G, T: 10^6, 10^9, 10^12 bytes) suffixes; no bare bytes, no k
+MEMORY_UNITS = {"Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
+MEMORY_PATTERN = r"^[1-9][0-9]{0,8}[MGT]i?$"
 # a character that needs no shell quoting (an interpreter name, a shared path): the quote characters
 # are written unescaped, so that editors' ECMAScript regex engines (unicode mode) compile it too
 SHELL_WORD = r"[^\s;&|<>()$`'" + '"' + r"\\*?]"
@@ -60,6 +64,25 @@ def parse_duration(value):
     if seconds < 1:
         raise ValueError("a duration must be at least 1 second")
     return seconds
+
+
+def memory_bytes(quantity: str) -> int:
+    """'900Gi' -> 966367641600, '512G' -> 512000000000: a memory_per_node (MEMORY_PATTERN) in bytes."""
+    match = re.fullmatch(r"([0-9]+)([A-Za-z]+)", quantity)
+    return int(match.group(1)) * MEMORY_UNITS[match.group(2)]
+
+
+def mebibytes(quantity: str) -> int:
+    """A memory_per_node in MiB, rounded up: what Slurm's --mem and HPC Pack's MinMemory count in
+    (a decimal quantity is seldom a whole number of MiB: 512G is 488281.25 MiB, asked as 488282)."""
+    return -(-memory_bytes(quantity) // (1 << 20))
+
+
+def duration_text(seconds: int) -> str:
+    """43200 -> 12h, 5400 -> 1h30m, 90061 -> 1d1h1m1s: seconds as a spec writes a duration
+    (parse_duration reads it back)."""
+    parts = [(seconds // 86400, "d"), (seconds // 3600 % 24, "h"), (seconds // 60 % 60, "m"), (seconds % 60, "s")]
+    return "".join(f"{number}{unit}" for number, unit in parts if number) or "0s"
 
 
 def scalar_to_str(value):

@@ -24,9 +24,9 @@ from typing import Any, Dict, Iterator, List, Optional, Pattern, Tuple
 
 REDACTED = "<redacted>"
 
-HINT = ("set it where the job runs, never in the spec: a Kubernetes Secret, an Azure ML workspace connection or "
-        "Key Vault secret, or the environment of the user a cluster runs jobs as; a value that was ever "
-        "committed is in the repository's history: revoke it")
+HINT = ("keep it where the job runs and reference it from `secrets:` (secrets.NAME: a Kubernetes Secret's key, a "
+        "file on the nodes, an Azure Key Vault secret; docs/spec.md, \"Secrets\"), never the value in the spec; a "
+        "value that was ever committed is in the repository's history: revoke it")
 
 # (what it is, the pattern): a token's own prefix and length, bounded on the left by a character
 # that cannot be part of it; every lookahead is bounded, so a search is linear in the text's length

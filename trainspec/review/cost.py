@@ -1,8 +1,8 @@
-"""What a change costs: the facts of a job that decide what it runs on and for how long (nodes,
-GPUs per node, SKU, spot, each target's priority and time limit, the targets themselves), before
-and after, for every job a review lists, and a job added or removed. `plan --git` opens with
-this summary in every format; in markdown it is never cut, whatever else the comment holds: the
-rest of the comment makes room for it (comment.shares).
+"""What a change costs: the facts of a job that decide what it runs on and for how long (the
+spec's time limit, nodes, GPUs per node, SKU, spot, each target's priority and own time limit,
+the targets themselves), before and after, for every job a review lists, and a job added or
+removed. `plan --git` opens with this summary in every format; in markdown it is never cut,
+whatever else the comment holds: the rest of the comment makes room for it (comment.shares).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from trainspec.review.diff import JobDiff, spec_fields
 
 
 # The facts of one job that decide its cost, in the order a row names them. A field of the spec
-# that decides it too (a top-level `timeout:`) is one more line here.
+# that decides it too is one more line here: the time limit first, as the spec wrote it.
 FACTS: Tuple[Tuple[str, Callable[[Outcome], Any]], ...] = (
+    ("timeout", lambda o: spec_fields(o).get("timeout")),
     ("nodes", lambda o: o.valid.nodes),
     ("GPUs per node", lambda o: o.valid.gpus_per_node),
     ("sku", lambda o: o.valid.sku.name if o.valid.sku else o.valid.spec.resources.sku),

@@ -26,25 +26,43 @@ from trainspec.review.outputs import repo_root, unified, without_provenance
 # that field changed too, the fact is not repeated.
 _FACTS: Tuple[Tuple[str, Optional[str]], ...] = (
     ("world", None), ("processes per node", "resources.procs_per_node"),
-    ("GPUs per node", "resources.gpus_per_node"), ("GPU", None), ("backend", "distribution.backend"),
+    ("GPUs per node", "resources.gpus_per_node"), ("GPU", None), ("sku not enforced on", None),
+    ("backend", "distribution.backend"),
     ("targets", "targets"),
 )
+
+# What each target runs in (Target.plan_image), a fact per target: "image (slurm)". environment.image
+# states it only where a target runs that image as written.
+IMAGE_FACT = "image"
+_IMAGE_FIELD = "environment.image"
 
 
 def facts(outcome: Outcome) -> Dict[str, Any]:
     """What the compiled job is, beyond what the spec wrote."""
     valid = outcome.valid
+    loose = _unenforced(outcome)
     found: Dict[str, Any] = {
         "world": valid.world_size,
         "processes per node": valid.procs_per_node,
         "GPUs per node": valid.gpus_per_node,
-        "GPU": valid.sku.gpu if valid.sku else None,
+        # a GPU model only where the sku chooses the machines: on a target where the partition
+        # or the cluster decides, a new sku changes nothing the job runs on
+        "GPU": valid.sku.gpu if valid.sku and len(loose) < len(outcome.artifacts) else None,
+        "sku not enforced on": ", ".join(loose) or None,
         "backend": valid.backend,
         "targets": ", ".join(a.target for a in outcome.artifacts),
     }
     for artifact in outcome.artifacts:
         found[f"launcher ({artifact.target})"] = pipeline.launcher(valid, artifact.target)
+    for artifact in outcome.artifacts:  # what each target runs in: not always environment.image as written
+        found[f"{IMAGE_FACT} ({artifact.target})"] = pipeline.target(artifact.target).plan_image(valid)
     return found
+
+
+def _unenforced(outcome: Outcome) -> Dict[str, str]:
+    """The targets of ``outcome`` where resources.sku does not choose the machines, each with what
+    does (build.unenforced)."""
+    return pipeline.unenforced(outcome.valid, [a.target for a in outcome.artifacts])
 
 
 def spec_fields(outcome: Outcome) -> Dict[str, Any]:
@@ -81,10 +99,14 @@ class Change:
     before: Any
     after: Any
     where: str = ""  # who wrote the new value, when not the spec itself: "in bases/gpu.yaml", "by --set"
+    note: str = ""  # what the change does not do: "sku not enforced on slurm: the partition gpu decides the hardware"
 
     def render(self) -> str:
+        if self.before == self.after:  # a fact a changed field leaves as it was (a target's own image)
+            return f"{self.field} unchanged: {show(self.after)}"
         text = f"{self.field} {show(self.before)} → {show(self.after)}"
-        return text + (f" ({self.where})" if self.where else "")
+        about = "; ".join(part for part in (self.where, self.note) if part)
+        return text + (f" ({about})" if about else "")
 
 
 @dataclass(frozen=True)
@@ -172,7 +194,8 @@ class JobDiff:
 
     def as_json(self) -> Dict[str, Any]:
         return {"name": self.name, "spec": self.spec, "status": self.status, "summary": self.headline,
-                "changes": [{"field": c.field, "before": c.before, "after": c.after, "in": c.where or None}
+                "changes": [{"field": c.field, "before": c.before, "after": c.after, "in": c.where or None,
+                             **({"note": c.note} if c.note else {})}
                             for c in self.changes],
                 "files": [_file_json(f) for f in self.files], "reads_changed": self.reads,
                 "runtime_unchanged": [_file_json(f) for f in self.runtime], "code_changed": self.code,
@@ -182,7 +205,7 @@ class JobDiff:
 
 # The fields and facts of a job that change what it costs (the cost summary's, review/cost.py),
 # besides each target's COST_SETTINGS: named first in a job's one-line summary.
-COSTLY = ("resources.nodes", "resources.gpus_per_node", "resources.sku", "resources.spot", "world", "GPUs per node",
+COSTLY = ("timeout", "resources.nodes", "resources.gpus_per_node", "resources.sku", "resources.spot", "world", "GPUs per node",
           "GPU", "targets")
 
 
@@ -216,10 +239,27 @@ def semantic_changes(old: Outcome, new: Outcome) -> List[Change]:
     old_facts, new_facts = facts(old), facts(new)
     stated_by = dict(_FACTS)
     for key in _union(old_facts, new_facts):
+        if key.startswith(IMAGE_FACT + " ("):
+            changes += _image_change(key, old_facts.get(key), new_facts.get(key), before, after)
+            continue
         spec_field = stated_by.get(key, "distribution.launcher" if key.startswith("launcher") else None)
         if old_facts.get(key) != new_facts.get(key) and not (spec_field and spec_field in changed):
             changes.append(Change(key, old_facts.get(key), new_facts.get(key)))
+    loose = _unenforced(new)
+    for change in changes:  # a new size or GPU is no new hardware where the sku chooses none
+        if change.field in ("resources.sku", "GPU") and loose:
+            change.note = "; ".join(loose.values())
     return changes
+
+
+def _image_change(key: str, old: Any, new: Any, before: Dict[str, Any], after: Dict[str, Any]) -> List[Change]:
+    """What a target runs in, when environment.image changed or it did: said unless it is the spec's
+    image as written on both sides (the field's own change says it); said unchanged when the field
+    changed and the target still runs what it ran (Slurm's container_image, HPC Pack's nodes)."""
+    was, now = before.get(_IMAGE_FIELD), after.get(_IMAGE_FIELD)
+    if old is None or new is None or (old == was and new == now) or (old, was) == (new, now):
+        return []
+    return [Change(key, old, new)]
 
 
 def _written_in(outcome: Outcome, dotted_field: str) -> str:
@@ -267,8 +307,10 @@ def about(outcome: Outcome) -> str:
     """A new or removed job in one line."""
     valid = outcome.valid
     sku = valid.sku.name if valid.sku else valid.spec.resources.sku
+    loose = _unenforced(outcome)
+    where = f" ({'; '.join(loose.values())})" if loose else ""
     return (f"world {valid.world_size} = {valid.nodes} node(s) x {valid.procs_per_node} process(es)"
-            + (f" on {sku}" if sku else "") + f", targets {facts(outcome)['targets']}")
+            + (f" on {sku}{where}" if sku else "") + f", targets {facts(outcome)['targets']}")
 
 
 def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> JobDiff:

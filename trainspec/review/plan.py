@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from trainspec.build import Outcome
 from trainspec.core import markdown as md_
@@ -44,7 +44,10 @@ def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = ()) -> Di
             "launcher": launcher,
             "files": [f.path for f in artifact.files],
             "submit": artifact.submit.format(dir=shlex.quote(f"{out}/{valid.name}/{artifact.target}")),
-            "settings": pipeline.target(artifact.target).plan_settings(valid),
+            "image": module.plan_image(valid),  # what this target runs, which may differ from environment.image
+            "settings": module.plan_settings(valid),
+            "secrets": base.secret_lines(valid, artifact.target),
+            "hardware": _hardware(valid, artifact.target),
             "ranks": {"first": _rank_env(valid, artifact.target, 0),
                       "last": _rank_env(valid, artifact.target, _started(valid, launcher) - 1)},
         })
@@ -57,8 +60,8 @@ def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = ()) -> Di
         "outputs_edited": list(edited),
         "framework": spec.framework,
         "sku": valid.sku.name if valid.sku else spec.resources.sku,
-        "gpu": (f"{valid.sku.gpus} x {valid.sku.gpu}" if valid.sku and valid.sku.gpu else
-                f"{valid.gpus_per_node} per node (model unknown: no sku)" if valid.gpus_per_node else None),
+        "sku_source": valid.sku_source,
+        "gpu": _gpu(valid, [a.target for a in outcome.artifacts]),
         "gpus_per_node": valid.gpus_per_node,
         "backend": valid.backend,
         "spot": spec.resources.spot,
@@ -69,6 +72,31 @@ def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = ()) -> Di
         "targets": targets,
         "warnings": [d.render() for d in outcome.diagnostics if not d.is_error],
     })
+
+
+def _hardware(valid: ValidSpec, target: str) -> Optional[Dict[str, Any]]:
+    """What chooses the machines on ``target`` (None: the job names no size): the sku, or, where it
+    is not enforced, what decides instead and how to link them."""
+    if valid.sku is None:
+        return None
+    found = pipeline.hardware(valid, target)
+    return {"enforced": found.enforced, "by": found.by, "hint": found.hint}
+
+
+def _gpu(valid: ValidSpec, targets: Sequence[str]) -> Optional[str]:
+    """The GPUs of a node, the model named only for the targets where the sku chooses the machines."""
+    sku = valid.sku
+    if sku is None or not sku.gpu:
+        return f"{valid.gpus_per_node} per node (model unknown: no sku)" if valid.gpus_per_node else None
+    if not sku.gpus:
+        return None
+    loose = pipeline.unenforced(valid, targets)
+    if not loose:
+        return f"{sku.gpus} x {sku.gpu}"
+    if len(loose) == len(targets):
+        return f"{valid.gpus_per_node} per node, model not enforced (sku not enforced on {', '.join(loose)})"
+    held = ", ".join(t for t in targets if t not in loose)
+    return f"{sku.gpus} x {sku.gpu} on {held}; sku not enforced on {', '.join(loose)}"
 
 
 def _output_text(item) -> str:
@@ -156,6 +184,14 @@ def _plan_section(data: Dict[str, Any], fmt: str) -> "Section":
                     [whole_part(rest, "the rest of this job's plan is in the full plan", md)])
 
 
+def _hardware_text(target: Dict[str, Any], sku: str) -> str:
+    """A target's hardware line: what selects the sku, or that it is not enforced there and why."""
+    found = target["hardware"]
+    if found["enforced"]:
+        return f"{sku}, selected by {found['by']}"
+    return f"sku not enforced on {target['target']}: {found['by']}" + (f" ({found['hint']})" if found["hint"] else "")
+
+
 def render_plan(data: Dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(data, indent=2, sort_keys=True)
@@ -173,7 +209,8 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
         lines += ["", f"**{about}** (see the diff; check fails until they are recompiled)" if md
                   else f"  !! {about} (see diff; check fails until they are recompiled)"]
     facts = [("description", data.get("description") or "-"), ("framework", data["framework"]),
-             ("sku", data["sku"] or "-"), ("GPUs", data["gpu"] or "none"),
+             ("sku", (data["sku"] or "-") + (f" (from {data['sku_source']})" if data.get("sku_source") else "")),
+             ("GPUs", data["gpu"] or "none"),
              ("GPUs per node", data["gpus_per_node"]), ("backend", data["backend"]),
              ("spot", "yes" if data["spot"] else "no"), ("environment", data["image"] or "-")]
     if md:
@@ -191,8 +228,14 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
         lines += [f"- submit: {code(t['submit'])}" if md else f"  submit: {vis(t['submit'])}"]
         # what runs: the spec's command, its templates rendered as this target's job has them
         lines.append(f"- command: {code(value(t['command']))}" if md else f"  command: {value(t['command'])}")
+        lines.append(f"- image: {code(value(t['image']))}" if md else f"  image: {value(t['image'])}")
+        if t.get("hardware"):
+            about = _hardware_text(t, data["sku"])
+            lines.append(f"- hardware: {text(value(about))}" if md else f"  hardware: {value(about)}")
         for key, setting in t["settings"].items():
             lines.append(f"- {text(key)}: {code(value(setting))}" if md else f"  {vis(key)}: {value(setting)}")
+        for line in t.get("secrets", ()):  # where each secret is kept on this platform, never its value
+            lines.append(f"- secret: {code(value(line))}" if md else f"  secret: {value(line)}")
         for which in ("first", "last"):
             env = t["ranks"][which]
             variables = " ".join(f"{vis(k)}={value(v)}" for k, v in sorted(env.items()))

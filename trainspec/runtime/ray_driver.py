@@ -25,7 +25,9 @@ file_mounts put them on the head, and ``ray exec cluster.yaml`` runs it there:
 5. The job ends as ``procs.Verdict`` says, the rule ``trainspec run --local`` follows too: the
    first process to exit non-zero decides the exit code, the others get ``--grace`` seconds to
    end by themselves, then every process group still running gets SIGTERM, and SIGKILL
-   ``--grace`` seconds later; ``--timeout`` stops everything with 124.  Whatever happens, the
+   ``--grace`` seconds later; the time limit (the request's ``timeout``, the spec's
+   ``timeout:``; ``--timeout`` overrides it) stops everything with 124, and one line says
+   which limit fired.  Whatever happens, the
    processes are stopped, the actors killed and the placement group removed before it exits.
 
 Self-contained: the standard library, trainspec_procs.py, trainspec_ray_request.py and ``ray``
@@ -100,6 +102,7 @@ class Options:
     timeout: float  # 0 = none
     grace: float
     placement_timeout: float
+    timeout_said: str = ""  # the limit and who set it, for the one line that says it fired
 
     def __getattr__(self, name: str):  # options.nodes: the request's
         if name == "request":  # not set yet (copy, unpickling): no recursion
@@ -154,9 +157,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("request", metavar="JOB.json", help="the job request the compiler wrote")
     parser.add_argument("--address", default="auto", help="Ray cluster address for ray.init (default auto)")
-    parser.add_argument("--timeout", type=_seconds, default=0.0,
-                        help="seconds for the whole run, waiting for the cluster included; 0 = none (default); "
-                             "exceeded: everything is stopped, exit 124")
+    parser.add_argument("--timeout", type=_seconds, default=None,
+                        help="seconds for the whole run, waiting for the cluster included; 0 = none; default: "
+                             "the request's timeout (the spec's `timeout:`), else none; exceeded: everything is "
+                             "stopped, exit 124")
     parser.add_argument("--grace", type=_seconds, default=10.0,
                         help="seconds the others get to end by themselves after the first failure, and between "
                              "SIGTERM and SIGKILL when processes are stopped (default 10)")
@@ -169,8 +173,21 @@ def _parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str]) -> Options:
     """The options; argparse exits 2 on a usage error, DriverError says what is wrong in the request."""
     args = _parser().parse_args(list(argv))
-    return Options(request=read_request(args.request), address=args.address, timeout=args.timeout,
-                   grace=args.grace, placement_timeout=args.placement_timeout)
+    request = read_request(args.request)
+    if args.timeout is None and request.timeout is not None:
+        timeout, said = float(request.timeout), "the spec's timeout: %s" % duration_text(request.timeout)
+    else:
+        timeout = args.timeout or 0.0
+        said = "--timeout %g s" % timeout
+    return Options(request=request, address=args.address, timeout=timeout, grace=args.grace,
+                   placement_timeout=args.placement_timeout, timeout_said=said)
+
+
+def duration_text(seconds: int) -> str:
+    """86400 -> 1d, 5400 -> 1h30m: a duration as a spec writes it (core/fields.duration_text's
+    twin: the shipped runtime imports nothing of trainspec)."""
+    parts = [(seconds // 86400, "d"), (seconds // 3600 % 24, "h"), (seconds // 60 % 60, "m"), (seconds % 60, "s")]
+    return "".join("%d%s" % (number, unit) for number, unit in parts if number) or "0s"
 
 
 # ---------------------------------------------------------------- who is who (pure)
@@ -575,8 +592,8 @@ class Driver:
         return 0
 
     def _report_timeout(self) -> int:
-        _say("error: the run did not finish within %g s (--timeout); every process was stopped"
-             % self.options.timeout)
+        _say("error: the job did not finish within its time limit (%s); every process was stopped"
+             % (self.options.timeout_said or "--timeout %g s" % self.options.timeout))
         return 124
 
     def _stop_all(self) -> float:

@@ -19,6 +19,7 @@ from typing import Callable, Dict, Optional
 
 LAUNCHERS = ("per-process", "per-node")
 PLACEMENTS = ("STRICT_SPREAD", "SPREAD", "PACK")
+MAX_TIMEOUT = 10 ** 12  # seconds (31,000 years): what a float deadline on time.monotonic() holds exactly
 
 
 class RequestError(ValueError):
@@ -61,6 +62,9 @@ class Request:
     command: str = _checked(lambda v: isinstance(v, str) and v.strip() != "", "a non-empty shell command")
     # None: a port found free on rank 0's node when the job starts
     master_port: Optional[int] = _checked(lambda v: v is None or _is_int(v, 1, 65535), "null or a TCP port (1-65535)")
+    # the spec's timeout in seconds, which the driver enforces (its --timeout overrides); None: no limit
+    timeout: Optional[int] = _checked(lambda v: v is None or _is_int(v, 1, MAX_TIMEOUT),
+                                      "null or a number of seconds (1-%d)" % MAX_TIMEOUT)
 
     def __post_init__(self) -> None:
         for item in fields(self):

@@ -144,10 +144,13 @@ _HINTS = {
     ("name",): "lower case letters, digits, - and _, starting with a letter or digit, at most 63 characters",
     ("code",): "a directory relative to the spec, e.g. ../examples/mnist",
     ("command",): "e.g. python train.py --num_nodes {{ nodes }} --devices {{ procs_per_node }}",
+    ("timeout",): "a duration, e.g. 2d, 24h, 1h30m or 3600 (seconds)",
     ("resources", "nodes"): "an integer >= 1, e.g. nodes: 2",
     ("resources", "gpus_per_node"): "an integer, at most the SKU's GPU count",
     ("resources", "procs_per_node"): "an integer >= 1",
     ("resources", "shm_size"): "an integer and a unit, e.g. 16g or 512m",
+    ("resources", "cpus_per_node"): "an integer >= 1, at most the SKU's vCPUs, e.g. cpus_per_node: 80",
+    ("resources", "memory_per_node"): "a number and a unit Mi, Gi, Ti (binary) or M, G, T (decimal), e.g. 900Gi",
     ("distribution", "master_port"): "a port number between 1024 and 65535",
 }
 
@@ -169,14 +172,29 @@ def _field_hint(path: SpecPath) -> Optional[str]:
 
 
 def _pattern_words(path: SpecPath) -> str:
+    if len(path) > 2 and path[0] == "secrets":  # secrets.<NAME>.<key>...: the reference's own words
+        return _secret_words(tuple(p for p in path[2:] if isinstance(p, str))) or "has the wrong format"
     if path[-1:] == ("name",):
         return "is not a valid job name"
     if path[-1:] == ("shm_size",):
         return "is not a size like 16g"
+    if tuple(path) == ("resources", "memory_per_node"):
+        return "is not a memory quantity like 900Gi or 512G"
     if tuple(path) == ("environment", "python"):  # a target's python is an interpreter: its own words below
         return "expected a Python version like 3.11"
     own, below = _target_table(path, "PATTERN_WORDS")
     return _lookup(own, tuple(p for p in below if isinstance(p, str))) or "has the wrong format"
+
+
+def _secret_words(path: Tuple[str, ...]) -> Optional[str]:
+    from trainspec.targets import TARGETS
+    from trainspec.targets.vocabulary import settings
+
+    for name in TARGETS:
+        reference = settings(name).SECRET_REFERENCE
+        if reference.key == path[0]:
+            return (reference.words or {}).get(path[1:])
+    return None
 
 
 def _lookup(table, path):

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from typing import Dict, Literal, Optional, Union
 
+from pydantic.fields import FieldInfo
 from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, create_model
 from typing_extensions import Annotated
 
 from trainspec.targets import DEFAULT_TARGET, TARGETS
 from trainspec.targets.vocabulary import settings
 from trainspec.runtime.shim import AZUREML_MASTER_PORT  # the contract with every job
-from trainspec.core.fields import NAME_PATTERN, SHM_PATTERN, exact_int, literal_input
-from trainspec.core.types import EnvValue, LiteralValue, Model
+from trainspec.core.fields import MEMORY_PATTERN, NAME_PATTERN, SHM_PATTERN, exact_int, literal_input
+from trainspec.core.types import Duration, EnvValue, LiteralValue, Model
 
 Framework = Literal["pytorch", "lightning", "deepspeed", "huggingface", "tensorflow"]
 Launcher = Literal["per-process", "per-node", "mpi"]
@@ -33,12 +34,33 @@ class Resources(Model):
         None, ge=1, le=256,
         description="Training processes per node. Default: gpus_per_node, or 1 without GPUs.", examples=[4])
     sku: Optional[str] = Field(
-        None, min_length=1, description="Azure VM size, checked against the SKU catalog.",
+        None, min_length=1, description="Azure VM size, checked against the SKU catalog, and against the size "
+        "your team catalog (trainspec-skus.yaml) gives the job's Azure ML compute, Slurm partition or HPC Pack "
+        "node group: a contradiction is an error. Left out, such a mapped place's size is the job's. Where "
+        "nothing links the size to a target's machines (a cluster the team catalog does not map), plan and "
+        "diff say the sku is not enforced there.",
         examples=["Standard_ND96isr_H100_v5"])
     spot: bool = Field(False, description="Run on spot / low-priority capacity.", examples=[True])
     shm_size: Optional[str] = Field(
         None, pattern=SHM_PATTERN,
         description="Shared memory of the container: an integer and a unit b, k, m or g.", examples=["16g"])
+    cpus_per_node: Optional[int] = Field(
+        None, ge=1, le=1024,
+        description="CPUs (vCPUs) the job needs on each node, at most the SKU's. Kubernetes: the training "
+        "container's cpu request and limit; Slurm: --cpus-per-task, this divided by the tasks per node (it must "
+        "divide evenly); HPC Pack: MinCoresPerNode (only nodes with at least this many cores); Ray: the CPUs "
+        "of each node's placement-group bundle; Azure ML: each node is a whole VM of the cluster's size, which "
+        "resources.sku is checked against. Default: what each platform gives (Slurm: the SKU's vCPUs).",
+        examples=[80])
+    memory_per_node: Optional[str] = Field(
+        None, pattern=MEMORY_PATTERN,
+        description="Memory the job needs on each node: a whole number and a unit, binary Mi, Gi, Ti (2^20, 2^30, "
+        "2^40 bytes) or decimal M, G, T (10^6, 10^9, 10^12 bytes), as Kubernetes writes quantities; at most the "
+        "SKU's memory (Azure's sizes list GiB). Kubernetes: the training container's memory request and limit, "
+        "as written; Slurm: --mem in MiB-based units (900Gi is 900G, 512G is 488282M: rounded up to a whole MiB); "
+        "HPC Pack: MinMemory in MB, rounded up the same way (only nodes with at least this much memory); Ray and "
+        "Azure ML: each node is a whole VM of the size resources.sku names, checked against it.",
+        examples=["900Gi"])
 
 
 class Distribution(Model):
@@ -61,7 +83,11 @@ class BuildContext(Model):
 
 
 class Environment(Model):
-    image: Optional[str] = Field(None, min_length=1, description="Docker image the job runs in.",
+    image: Optional[str] = Field(None, min_length=1, description="Docker image the job runs in, on every platform "
+                                 "that runs containers (written in the form each one reads: a target page says "
+                                 "which, and any setting of a target that overrides it; `plan` shows what each "
+                                 "target runs). An image built for the other GPU vendor than the size's (CUDA or "
+                                 "nvcr.io on AMD, ROCm on NVIDIA) is a warning.",
                                  examples=["mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04"])
     conda_file: Optional[str] = Field(None, min_length=1, description="Conda environment file, relative to the spec.",
                                       examples=["../examples/mnist/environment.yml"])
@@ -114,6 +140,26 @@ Targets = create_model(
               Field(None, description=settings(name).SETTINGS_DESCRIPTION, examples=[settings(name).SETTINGS_EXAMPLE]))
        for name in TARGETS})
 
+
+
+def _secret_reference_fields():
+    """secrets.<NAME>: one field per distinct key the targets read (their settings'
+    SECRET_REFERENCE: ``file`` serves several), each saying which targets read it."""
+    readers: Dict[str, list] = {}
+    for name in TARGETS:
+        readers.setdefault(settings(name).SECRET_REFERENCE.key, []).append(name)
+    fields = {}
+    for key, names in readers.items():
+        annotation, field = settings(names[0]).SECRET_REFERENCE.field()
+        fields[key] = (annotation, FieldInfo.merge_field_infos(
+            field, description=f"Read by {'; '.join(TARGETS[n] for n in names)}. {field.description}"))
+    return fields
+
+
+_SECRET_FIELDS = _secret_reference_fields()
+SecretReference = create_model("SecretReference", __base__=Model, **_SECRET_FIELDS)
+SecretReference.__doc__ = "Where each platform keeps one secret: a reference per target, never the value."
+
 VarValue = Union[StrictStr, StrictInt, StrictFloat, StrictBool]
 
 
@@ -148,6 +194,13 @@ class Spec(Model):
     command: str = Field(..., min_length=1, description="Shell command run in the code directory; a Jinja2 template.",
                          examples=["python train.py --num_nodes {{ nodes }} --devices {{ procs_per_node }}"])
     framework: Framework = Field("pytorch", description="Training framework.", examples=["lightning"])
+    timeout: Optional[Duration] = Field(
+        None, description="The job's time limit, said once for every target: 90m, 24h, 2d or seconds. Each target "
+        "enforces it in its platform's own words (a job time limit, a deadline, --time, a run time; where the "
+        "platform has none, trainspec's driver stops every process and exits 124): the spec guide, 'The time "
+        "limit'. A target's own time-limit setting overrides it on that target; plan shows each target's limit and "
+        "where it came from.",
+        examples=["24h"])
     resources: Resources = Field(default_factory=Resources, description="Nodes, GPUs and VM size.",
                                  examples=[{"nodes": 2, "sku": "Standard_ND96isr_H100_v5"}])
     distribution: Distribution = Field(default_factory=Distribution, description="How processes are started.",
@@ -156,6 +209,12 @@ class Spec(Model):
                                      examples=[{"image": "pytorch/pytorch:latest", "pip": ["lightning"]}])
     env: Dict[str, EnvValue] = Field(default_factory=dict, description="Environment variables for every process.",
                                      examples=[{"NCCL_DEBUG": "WARN"}])
+    secrets: Dict[str, SecretReference] = Field(
+        default_factory=dict,
+        description="Environment variables whose values each platform keeps: NAME -> where (a Kubernetes Secret, "
+        "a file on the nodes, an Azure Key Vault secret), never the value. Every target the spec compiles needs "
+        "its reference; the value is set before the command starts and is never printed.",
+        examples=[{"HF_TOKEN": {key: field.examples[0] for key, (_, field) in _SECRET_FIELDS.items()}}])
     inputs: Dict[str, Annotated[Input, BeforeValidator(literal_input)]] = Field(
         default_factory=dict, description="Data the job reads, or literal values: {{ inputs.x }}.",
         examples=[{"mnist": {"path": "azureml:mnist@latest"}, "epochs": 5}])

@@ -28,6 +28,7 @@ class Sku:
     family: str                   # size series, e.g. "NCv3"
     note: Optional[str] = None    # caveats: retirement, SR-IOV, what a letter in the name means
     retired: Optional[str] = None # date Azure stopped provisioning the size (ISO), if it did
+    vendor: Optional[str] = None  # who makes its GPUs: "nvidia" or "amd" (VENDORS); None: no GPU, or unknown
 
 
 @lru_cache(maxsize=1)
@@ -36,7 +37,7 @@ def _catalog() -> Tuple[str, Tuple[Sku, ...], Dict[str, Sku]]:
     skus = tuple(
         Sku(name=name, gpus=int(e["gpus"]), gpu=e["gpu"], gpu_memory_gb=int(e["gpu_memory_gb"]),
             vcpus=int(e["vcpus"]), memory_gb=float(e["memory_gb"]), infiniband=bool(e["infiniband"]),
-            family=e["family"], note=e.get("note"), retired=e.get("retired"))
+            family=e["family"], note=e.get("note"), retired=e.get("retired"), vendor=gpu_vendor(e["gpu"]))
         for name, e in sorted(data["skus"].items()))
     index: Dict[str, Sku] = {}
     for sku in skus:
@@ -134,6 +135,20 @@ def one_edit(name: str, known: Sequence[str]) -> List[str]:
     return [k for k in known if within_one(query, _normalize(k))]
 
 
+GPU_TYPE = "gpu"  # what a target setting names when it asks its scheduler for a GPU model (Slurm's GRES type)
+
+
+def gpu_model_in(text: str) -> Optional[str]:
+    """The GPU model a scheduler's name for a GPU names (``h100``, ``a100_80g``,
+    ``nvidia_h100_80gb_hbm3``: H100, A100, H100), from the models the catalog knows; None when
+    it names none of them (``hopper``)."""
+    models = {(sku.gpu or "").split()[0] for sku in all_skus() if sku.gpu} | set(_GPU_TOKENS)
+    for model in sorted(models, key=lambda m: (-len(m), m)):
+        if re.search(rf"(?<![a-z0-9]){re.escape(model.lower())}(?![0-9])", text.lower()):
+            return model
+    return None
+
+
 def gpu_matches(gpu: Optional[str], wanted: str) -> bool:
     """``--gpu H100`` names a GPU model: it lists H100 and its variants (H100 NVL); ``--gpu "H100 NVL"``
     only those."""
@@ -150,12 +165,59 @@ def inferred(name: str, gpus: int) -> Sku:
     return Sku(name=name.strip(), gpus=gpus, gpu=gpu or ("unknown" if gpus else None), gpu_memory_gb=0,
                vcpus=int(m.group("vcpus")) if m else 0, memory_gb=0.0,
                infiniband=bool(m and "r" in m.group("features")), family=m.group("family") if m else "unknown",
-               note="not in the catalog: described from the spec's gpus_per_node and the size's name")
+               note="not in the catalog: described from the spec's gpus_per_node and the size's name",
+               vendor=gpu_vendor(gpu))
+
+
+# --- GPU vendors ------------------------------------------------------------------------------------
+
+# Who makes a size's GPUs decides what runs on it: the device plugin's Kubernetes resource
+# (nvidia.com/gpu, amd.com/gpu) and the images that can use the GPUs (CUDA, or ROCm).
+VENDORS = {"nvidia": "NVIDIA", "amd": "AMD"}
+_IMAGE_STACK = {"nvidia": "CUDA", "amd": "ROCm"}
+_EXAMPLE_IMAGE = {"nvidia": "nvcr.io/nvidia/pytorch:24.08-py3", "amd": "rocm/pytorch:latest"}
+
+
+def gpu_vendor(gpu: Optional[str]) -> Optional[str]:
+    """The vendor of a GPU model: AMD's Instinct models are named MI..., Azure's other GPUs are
+    NVIDIA's; None without a GPU, or for a model not known."""
+    if not gpu or gpu == "unknown":
+        return None
+    return "amd" if gpu.upper().startswith("MI") else "nvidia"
+
+
+def image_vendor(image: str) -> Optional[str]:
+    """The GPU vendor an image is built for, when its name says so: CUDA (``cuda`` in it, or NVIDIA's
+    registry nvcr.io) or ROCm (``rocm`` in it); None when it says neither, or both."""
+    text = image.lower()
+    nvidia = "cuda" in text or text.startswith(("nvcr.io/", "nvcr.io#"))
+    amd = "rocm" in text
+    return None if nvidia == amd else ("nvidia" if nvidia else "amd")
+
+
+def vendor_mismatch(image: str, sku: Optional[Sku]) -> Optional[Tuple[str, str]]:
+    """(message, hint) when ``image`` is built for the other vendor than ``sku``'s GPUs, else None."""
+    from trainspec.core.diagnostics import shown
+
+    built_for = image_vendor(image)
+    if sku is None or sku.vendor is None or built_for is None or built_for == sku.vendor:
+        return None
+    return (f"'{shown(image)}' is a {_IMAGE_STACK[built_for]} image, built for {VENDORS[built_for]} GPUs, and {sku.name} "
+            f"has {VENDORS[sku.vendor]} {sku.gpu} GPUs: torch in it would find no GPU",
+            f"use a {_IMAGE_STACK[sku.vendor]} image, e.g. {_EXAMPLE_IMAGE[sku.vendor]}")
 
 
 # --- a team's own sizes ---------------------------------------------------------------------------
 
 TEAM_FILE = "trainspec-skus.yaml"
+
+
+# What a team's clusters run on: each mapping of trainspec-skus.yaml names a kind of place a job
+# runs (an Azure ML compute cluster, a Slurm partition, an HPC Pack node group) and maps a name to
+# the VM size it has; with an example line for a hint.
+PLACES = {"computes": "computes: {gpu-cluster: Standard_NC24ads_A100_v4}",
+          "partitions": "partitions: {gpu-h100: Standard_ND96isr_H100_v5}",
+          "node_groups": "node_groups: {H100Nodes: Standard_ND96isr_H100_v5}"}
 
 
 @dataclass(frozen=True)
@@ -164,11 +226,17 @@ class Catalog:
 
     team_file: Optional[Path] = None
     team: Tuple[Sku, ...] = ()
-    computes: Tuple[Tuple[str, str], ...] = ()  # a team's clusters and their VM size (`trainspec import`)
+    computes: Tuple[Tuple[str, str], ...] = ()  # Azure ML compute clusters and their VM size
+    partitions: Tuple[Tuple[str, str], ...] = ()  # Slurm partitions and their VM size
+    node_groups: Tuple[Tuple[str, str], ...] = ()  # HPC Pack node groups and their VM size
 
     def compute_size(self, compute: str) -> Optional[Sku]:
         """The size of the team's compute cluster ``compute`` (``computes:`` in the team file)."""
-        size = dict(self.computes).get(compute)
+        return self.place_size("computes", compute)
+
+    def place_size(self, places: str, name: str) -> Optional[Sku]:
+        """The size the team file maps ``name`` to under ``places`` (one of PLACES), or None."""
+        size = dict(getattr(self, places)).get(name)
         return self.lookup(size) if size is not None else None
 
     def lookup(self, name: str) -> Optional[Sku]:
@@ -203,7 +271,7 @@ def team_file_for(start: Path) -> Optional[Path]:
 
 
 _TEAM_FIELDS = {"gpus": int, "gpu": str, "gpu_memory_gb": int, "vcpus": int, "memory_gb": (int, float),
-                "infiniband": bool, "family": str, "note": str, "retired": str, "source": str}
+                "infiniband": bool, "family": str, "note": str, "retired": str, "source": str, "vendor": str}
 _TEAM_REQUIRED = ("gpus", "infiniband")
 
 
@@ -250,14 +318,14 @@ def load_team(file: Path):
         problems.append(doc.locate(error(path, message, hint)))
 
     data = doc.data if isinstance(doc.data, dict) else {}
-    entries = data.get("skus", {} if "computes" in data else None)
+    entries = data.get("skus", {} if any(places in data for places in PLACES) else None)
     if not isinstance(entries, dict):
         bad((), "a team catalog is a mapping `skus: {<Azure size>: {gpus: N, infiniband: true|false, ...}}`",
-            "and/or `computes: {<cluster>: <Azure size>}`")
+            "and/or " + ", ".join(f"`{example}`" for example in PLACES.values()))
         return Catalog(team_file=file), problems
     for key in data:
-        if key not in ("skus", "computes"):
-            bad((key,), f"unknown field '{key}'", "fields: skus, computes")
+        if key != "skus" and key not in PLACES:
+            bad((key,), f"unknown field '{key}'", "fields: skus, " + ", ".join(PLACES))
     team = []
     for name, entry in entries.items():
         where = ("skus", name)
@@ -285,6 +353,10 @@ def load_team(file: Path):
         if ok and entry["gpus"] < 0:
             bad((*where, "gpus"), "expected 0 or more")
             ok = False
+        if ok and "vendor" in entry and entry["vendor"] not in VENDORS:
+            bad((*where, "vendor"), f"'{entry['vendor']}' is not a GPU vendor trainspec knows",
+                "vendor: " + " or ".join(VENDORS) + " (left out: AMD for an MI... GPU, else NVIDIA)")
+            ok = False
         if not ok:
             continue
         described = inferred(str(name), entry["gpus"])
@@ -292,22 +364,30 @@ def load_team(file: Path):
                         gpu_memory_gb=entry.get("gpu_memory_gb", 0), vcpus=entry.get("vcpus", described.vcpus),
                         memory_gb=float(entry.get("memory_gb", 0)), infiniband=entry["infiniband"],
                         family=entry.get("family", described.family), note=entry.get("note"),
-                        retired=entry.get("retired")))
+                        retired=entry.get("retired"),
+                        vendor=(entry.get("vendor") or gpu_vendor(entry.get("gpu", described.gpu)))
+                        if entry["gpus"] else None))
     catalog = Catalog(team_file=file, team=tuple(team))
-    computes = data.get("computes", {})
-    if not isinstance(computes, dict):
-        bad(("computes",), "expected a mapping of your compute clusters to their VM size",
-            "computes: {gpu-cluster: Standard_NC24ads_A100_v4}")
-        computes = {}
+    places = {kind: _places(data, kind, catalog, bad) for kind in PLACES}
+    return Catalog(team_file=file, team=catalog.team, **places), problems
+
+
+def _places(data: Dict[str, Any], kind: str, catalog: Catalog, bad) -> Tuple[Tuple[str, str], ...]:
+    """The team file's ``kind`` mapping (one of PLACES) as (name, canonical size) pairs; each
+    name whose size is unknown, or not a name at all, reported at its line through ``bad``."""
+    mapping = data.get(kind, {})
+    if not isinstance(mapping, dict):
+        bad((kind,), "expected a mapping of names to the VM size each runs on", PLACES[kind])
+        return ()
     known = []
-    for compute, size in computes.items():
+    for name, size in mapping.items():
         if not isinstance(size, str) or catalog.lookup(size) is None:
             close = closest(str(size)) if isinstance(size, str) else []
-            bad(("computes", compute), f"'{size}' is not a VM size trainspec knows",
+            bad((kind, name), f"'{size}' is not a VM size trainspec knows",
                 f"did you mean {', '.join(close)}?" if close else f"add it under skus: in {TEAM_FILE}")
             continue
-        known.append((str(compute), catalog.lookup(size).name))
-    return Catalog(team_file=file, team=catalog.team, computes=tuple(known)), problems
+        known.append((str(name), catalog.lookup(size).name))
+    return tuple(known)
 
 
 _TEAM_CACHE: Dict[Path, Tuple[float, Any]] = {}

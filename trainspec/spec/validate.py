@@ -23,7 +23,8 @@ from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warni
 from trainspec.runtime import shim as contract
 from trainspec.spec import skus, structure, templating
 from trainspec.spec.loader import Document, ReadProblem, path_text_problem, real_path, repository_root
-from trainspec.core.fields import ENV_NAME_PATTERN, IO_NAME_PATTERN, is_remote, split_command, unwritable_char
+from trainspec.core.fields import (ENV_NAME_PATTERN, IO_NAME_PATTERN, is_remote, memory_bytes, split_command,
+                                   unwritable_char)
 
 TENSORFLOW = "tensorflow"  # its launcher and backend: the platform starts one worker per node, TF_CONFIG
 
@@ -33,7 +34,9 @@ if TYPE_CHECKING:
 # Set by the shim in every process: a spec that sets them would fight it.
 RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
                           "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"})
-RESERVED_INPUTS = frozenset({"trainspec_runtime"})
+RESERVED_INPUTS = frozenset({"trainspec_runtime", "trainspec_secret_refs"})
+# What trainspec sets in a Lightning job's processes (compile/base.lightning_defaults)
+LIGHTNING_VARIABLES = ("PL_TRAINER_NUM_NODES", "PL_TRAINER_DEVICES")
 # the fields of environment: that say where the software comes from (azureml: a registered environment)
 ENVIRONMENT_SOURCES = ("image", "azureml", "conda_file", "pip")
 _AZUREML_ASSET = re.compile(r"^azureml:(?!//)([^:@/]+)(?:(:[^:@/]+)|(@[^:@/]+))?$")
@@ -54,6 +57,20 @@ class Source:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """A target's setting that the team catalog (trainspec-skus.yaml) maps to a VM size: on that
+    target, the job runs on ``size`` (``targets.<target>.<setting>: <value>``)."""
+
+    target: str
+    setting: str  # e.g. "partition"
+    value: str  # e.g. "gpu-h100"
+    size: str  # the size's canonical name, e.g. "Standard_ND96isr_H100_v5"
+
+    def __str__(self) -> str:
+        return f"{self.setting} {self.value}"
+
+
+@dataclass(frozen=True)
 class ValidSpec:
     """A spec that passed validation, with every default resolved."""
 
@@ -64,6 +81,21 @@ class ValidSpec:
     backend: str
     sku: Optional[skus.Sku]
     catalog: Optional[Path] = None  # the team's trainspec-skus.yaml the size was looked up in, if any
+    # the targets' settings the team catalog maps to a size (each agrees with sku: validated)
+    placements: Tuple[Placement, ...] = ()
+
+    def placement(self, target: str) -> Optional[Placement]:
+        """The setting of ``target`` that the team catalog maps to this job's size, if any."""
+        return next((p for p in self.placements if p.target == target), None)
+
+    @property
+    def sku_source(self) -> Optional[str]:
+        """Where the size comes from when the spec names none: the team catalog's size of a
+        target's compute, partition or node group (None when resources.sku says it)."""
+        if self.spec.resources.sku is not None or self.sku is None or not self.placements:
+            return None
+        first = self.placements[0]
+        return f"targets.{first.target}.{first.setting} {first.value}, in {skus.TEAM_FILE}"
 
     @property
     def name(self) -> str:
@@ -119,16 +151,21 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     catalog, diagnostics = skus.catalog_for(doc.path.parent)
     diagnostics = [*named, *diagnostics]
     sku = _check_sku(spec, catalog, diagnostics)
+    sku, placements = _check_hardware(spec, catalog, sku, diagnostics)
     gpus, procs, backend = _resolve_counts(spec, sku, diagnostics)
+    _check_cpus_and_memory(spec, sku, diagnostics)
+    _check_infiniband_env(spec, sku, diagnostics)
     _check_names(spec, diagnostics)
+    _check_secrets(spec, diagnostics)
     _check_environment(spec, doc, diagnostics)
+    _check_image_vendor(spec, sku, diagnostics)
     _check_paths(spec, doc, diagnostics)
     _check_data(spec, diagnostics)
     _check_io_fields(spec, diagnostics)
     _check_target_settings(spec, diagnostics)
     source = Source(file=doc.file, path=doc.path, display=display, digest=digest(spec))
     valid = ValidSpec(spec=spec, source=source, gpus_per_node=gpus, procs_per_node=procs,
-                      backend=backend, sku=sku, catalog=catalog.team_file)
+                      backend=backend, sku=sku, catalog=catalog.team_file, placements=placements)
     # templates are checked whatever else is wrong (every independent problem in one pass); the
     # Lightning check compares with the counts, so only when they stand
     _check_templates(valid, diagnostics, counts_stand=not any(d.is_error for d in diagnostics))
@@ -203,6 +240,75 @@ def _check_sku(spec: Spec, catalog: "skus.Catalog", out: List[Diagnostic]) -> Op
     return sku
 
 
+def _check_hardware(spec: Spec, catalog: "skus.Catalog", sku: Optional[skus.Sku],
+                    out: List[Diagnostic]) -> Tuple[Optional[skus.Sku], Tuple[Placement, ...]]:
+    """resources.sku against what each configured target chooses its hardware by (the
+    ``hardware_settings`` of its settings.py): a compute, partition or node group that the team
+    catalog maps to another size, or a GPU type of another model, is an error at resources.sku
+    naming both. A spec with no sku runs on the size the catalog maps its places to: that size
+    is checked like a sku (GPU count, InfiniBand), and the places must agree on it.
+    Returns the size and the places the catalog maps."""
+    from trainspec.targets import TARGETS
+    from trainspec.targets.vocabulary import settings as vocabulary
+
+    placements: List[Placement] = []
+    gpu_types: List[Tuple[str, str, str]] = []
+    for name in TARGETS:
+        settings = getattr(spec.targets, name, None)
+        chooses = getattr(vocabulary(name), "hardware_settings", None)
+        if settings is None or chooses is None:
+            continue
+        for setting, kind, value in chooses(settings):
+            size = catalog.place_size(kind, value) if kind in skus.PLACES else None
+            if size is not None:
+                placements.append(Placement(name, setting, value, size.name))
+            elif kind == skus.GPU_TYPE:
+                gpu_types.append((name, setting, value))
+    team = skus.TEAM_FILE
+    if sku is None and spec.resources.sku is None and placements:
+        first = placements[0]
+        sku = catalog.lookup(first.size)
+        for other in placements[1:]:
+            if other.size != first.size:
+                out.append(error(("targets", other.target, other.setting),
+                                 f"{other} runs on {other.size} ({team}), but targets.{first.target}.{first.setting} "
+                                 f"{first.value} runs on {first.size}: one spec is one VM size",
+                                 "set resources.sku to the size the job needs, and pick places that have it"))
+    elif sku is not None:
+        for place in placements:
+            if place.size != sku.name:
+                out.append(error(("resources", "sku"),
+                                 f"sku {sku.name} contradicts targets.{place.target}.{place.setting} {place.value}, "
+                                 f"which {team} maps to {place.size}",
+                                 f"set resources.sku: {place.size}, or a {place.setting.replace('_', ' ')} of "
+                                 f"{sku.name} machines; or fix {team} if it maps {place.value} wrongly"))
+    for name, setting, value in gpu_types:
+        _check_gpu_type(("targets", name, setting), value, sku, out)
+    return sku, tuple(placements)
+
+
+def _check_gpu_type(path: SpecPath, value: str, sku: Optional[skus.Sku], out: List[Diagnostic]) -> None:
+    """A GPU type a target asks its scheduler for (Slurm's GRES type) against the size's GPU."""
+    if sku is None:
+        return
+    if not sku.gpus:
+        out.append(error(path, f"a GPU type, but {sku.name} has no GPU", "remove it, or use a GPU size"))
+        return
+    if sku.gpu in (None, "unknown"):  # a size newer than the catalog, its GPU not in its name
+        return
+    named = skus.gpu_model_in(value)
+    model = sku.gpu.split()[0]
+    if named is None:
+        out.append(warning(path, f"trainspec cannot tell which GPU '{value}' is; resources.sku's is {sku.gpu}",
+                           f"the cluster's GRES type names are in `scontrol show node` (Gres=gpu:<type>:N); "
+                           f"one that names the model ({model.lower()}) is checked against the sku"))
+    elif named.lower() != model.lower():
+        out.append(error(("resources", "sku"),
+                         f"sku {sku.name} ({sku.gpu}) contradicts {path[-1]} {value}, which asks for {named} GPUs "
+                         f"(targets.{path[1]}.{path[-1]})",
+                         f"set resources.sku to a {named} size, or {path[-1]} to the cluster's type for {model}"))
+
+
 def _resolve_counts(spec: Spec, sku: Optional[skus.Sku], out: List[Diagnostic]) -> Tuple[int, int, str]:
     r = spec.resources
     gpus = r.gpus_per_node
@@ -262,6 +368,42 @@ def _resolve_counts(spec: Spec, sku: Optional[skus.Sku], out: List[Diagnostic]) 
     return gpus, procs, backend
 
 
+def _check_cpus_and_memory(spec: Spec, sku: Optional[skus.Sku], out: List[Diagnostic]) -> None:
+    """cpus_per_node and memory_per_node fit the size: at most its vCPUs, at most its memory (the
+    catalog's memory_gb is Azure's GiB). A size described from its name only has no memory figure."""
+    r = spec.resources
+    if sku is None:
+        return
+    unknown = f"set it in {skus.TEAM_FILE} (`trainspec skus --help`) to have the request checked"
+    if r.cpus_per_node is not None and not sku.vcpus:
+        out.append(warning(("resources", "cpus_per_node"), f"how many vCPUs {sku.name} has is unknown: "
+                           f"{r.cpus_per_node} per node is not checked against it", f"vcpus: {unknown}"))
+    elif r.cpus_per_node is not None and r.cpus_per_node > sku.vcpus:
+        out.append(error(("resources", "cpus_per_node"), f"{r.cpus_per_node} CPUs per node, but {sku.name} has "
+                         f"{sku.vcpus} vCPUs", f"ask for at most {sku.vcpus}, or pick a larger size"))
+    if r.memory_per_node is not None and not sku.memory_gb:
+        out.append(warning(("resources", "memory_per_node"), f"how much memory {sku.name} has is unknown: "
+                           f"{r.memory_per_node} per node is not checked against it", f"memory_gb: {unknown}"))
+    elif r.memory_per_node is not None:
+        have = int(sku.memory_gb * (1 << 30))
+        if memory_bytes(r.memory_per_node) > have:
+            gib = memory_bytes(r.memory_per_node) / (1 << 30)
+            out.append(error(("resources", "memory_per_node"),
+                             f"{r.memory_per_node} ({gib:.4g} GiB) per node, but {sku.name} has {sku.memory_gb:g} GiB",
+                             f"ask for at most {sku.memory_gb:g}Gi, or pick a larger size"))
+
+
+def _check_infiniband_env(spec: Spec, sku: Optional[skus.Sku], out: List[Diagnostic]) -> None:
+    """NCCL_IB_DISABLE set (to anything but 0) in a multi-node job on an InfiniBand size: NCCL then
+    talks TCP over the Ethernet of a VM bought for its InfiniBand (lightning.md: never on an RDMA size)."""
+    value = spec.env.get("NCCL_IB_DISABLE")
+    if value is None or value.strip() in ("", "0") or sku is None or not sku.infiniband or spec.resources.nodes < 2:
+        return
+    out.append(warning(("env", "NCCL_IB_DISABLE"), f"NCCL_IB_DISABLE={value} makes NCCL talk TCP sockets between the "
+                       f"{spec.resources.nodes} nodes, and {sku.name} has InfiniBand",
+                       "remove it: every target but Ray gives a multi-node job on this size its InfiniBand"))
+
+
 def _check_names(spec: Spec, out: List[Diagnostic]) -> None:
     for key in spec.env:
         path = ("env", key)
@@ -284,6 +426,63 @@ def _check_names(spec: Spec, out: List[Diagnostic]) -> None:
     clash = sorted(set(spec.inputs) & set(spec.outputs))
     for key in clash:
         out.append(error(("outputs", key), f"'{key}' is both an input and an output", on_key=True))
+
+
+def _check_secrets(spec: Spec, out: List[Diagnostic]) -> None:
+    """secrets: each name an environment variable nobody else sets, each reference well formed,
+    and a reference for every target the spec lists (``secret_reference_errors``)."""
+    from trainspec.targets import TARGETS
+
+    lightning = set(LIGHTNING_VARIABLES)
+    for key, reference in spec.secrets.items():
+        path = ("secrets", key)
+        if not re.fullmatch(ENV_NAME_PATTERN, key) or key == "_":
+            out.append(error(path, f"'{key}' is not a valid environment variable name",
+                             "letters, digits and _, not starting with a digit", on_key=True))
+        elif key in RESERVED_ENV or key.startswith(contract.ENV_PREFIX) or key in lightning:
+            out.append(error(path, f"{key} is set by trainspec in every process (the shim's contract): a secret "
+                             "of that name would never reach the command",
+                             "name it as your code reads the secret, e.g. HF_TOKEN", on_key=True))
+        elif key in spec.env:
+            out.append(error(path, f"{key} is also in env: one variable, two values",
+                             f"remove env.{key}: the secret sets it", on_key=True))
+        if not structure.written(reference):
+            out.append(error(path, "a secret needs at least one reference: where a platform keeps it",
+                             f"e.g. {key}: {{file: /shared/secrets/{key.lower()}}}"))
+        for name in TARGETS:
+            kind = secret_reference(name)
+            if kind.errors is not None and getattr(reference, kind.key) is not None:
+                out.extend(kind.errors((*path, kind.key), getattr(reference, kind.key)))
+    listed = [name for name in TARGETS if getattr(spec.targets, name, None) is not None]
+    out.extend(secret_reference_errors(spec, listed))
+
+
+def secret_reference(target: str):
+    """The reference ``target`` reads a secret from (its settings' SECRET_REFERENCE)."""
+    from trainspec.targets.vocabulary import settings
+
+    return settings(target).SECRET_REFERENCE
+
+
+def secret_reference_errors(spec: Spec, targets: List[str]) -> List[Diagnostic]:
+    """An error at each secret that has no reference for one of ``targets`` (those the spec
+    lists, at validation; those -t asks for, at build), naming the target and the key to add."""
+    from trainspec.targets import TARGETS
+
+    out: List[Diagnostic] = []
+    for key, reference in spec.secrets.items():
+        for name in targets:
+            kind = secret_reference(name)
+            if getattr(reference, kind.key) is not None:
+                continue
+            readers = {k: [TARGETS[n] for n in TARGETS if secret_reference(n).key == k]
+                       for k in structure.written(reference)}
+            has = "; ".join(f"{k}: for {', '.join(r)}" for k, r in readers.items())
+            why = f" (it has {has})" if has else ""
+            out.append(error(("secrets", key), f"{key} has no reference for {TARGETS[name]}, which this spec "
+                             f"compiles to{why}", f"add secrets.{key}.{kind.key}: {kind.example}",
+                             on_key=True))
+    return out
 
 
 def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
@@ -331,6 +530,13 @@ def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None
                 out.append(error(("environment", "azureml"),
                                  f"'{value}' needs a version or a label: Azure ML rejects it only at submit",
                                  f"write {name}@latest or {name}:1"))
+
+
+def _check_image_vendor(spec: Spec, sku: Optional[skus.Sku], out: List[Diagnostic]) -> None:
+    """A CUDA image on an AMD size, or a ROCm image on an NVIDIA one: it runs, without a GPU."""
+    mismatch = spec.environment.image and skus.vendor_mismatch(spec.environment.image, sku)
+    if mismatch:
+        out.append(warning(("environment", "image"), *mismatch))
 
 
 def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:

@@ -29,7 +29,9 @@ environment_variables                 env (${{outputs.x}} -> {{ outputs.x }})
 inputs, outputs                       inputs (literals stay literals), outputs
 identity, services                    targets.azureml.identity, services (port,
                                       properties; logDir -> log_dir)
-limits.timeout, queue_settings        targets.azureml.timeout, job_tier, priority
+limits.timeout                        timeout (the spec's time limit, on every target;
+                                      written as a duration: 900 -> 15m)
+queue_settings                        targets.azureml.job_tier, priority
 ====================================  ==================================================
 
 Before any of it is read, the job is checked against what azure-ai-ml reads (``JOB`` below): a
@@ -51,7 +53,7 @@ from typing import Any, Dict, List, Optional
 
 from trainspec.core.diagnostics import Diagnostic, SpecError, SpecPath, error, warning
 from trainspec.runtime import shim as contract
-from trainspec.core.fields import ENV_NAME_PATTERN, is_remote
+from trainspec.core.fields import ENV_NAME_PATTERN, duration_text, is_remote
 from trainspec.spec.loader import MAX_INT_DIGITS
 from trainspec.spec.validate import RESERVED_ENV
 
@@ -406,6 +408,10 @@ def import_job(job_file: str, spec_file: str) -> Imported:
     if outputs:
         spec["outputs"] = outputs
     _azureml_settings(job, azureml, note, spec["name"])
+    timeout = (job.get("limits") or {}).get("timeout")
+    if timeout:  # the job's time limit is the spec's, said once for every target
+        spec = _with_timeout(spec, duration_text(int(timeout)))
+        result.spec = spec
     if azureml.get("job_tier") == "spot":  # said the spec's way: resources.spot
         del azureml["job_tier"]
         spec["resources"]["spot"] = True
@@ -413,6 +419,17 @@ def import_job(job_file: str, spec_file: str) -> Imported:
     result.notes.sort(key=lambda d: (d.line or 0, d.col or 0))
     result.notes += [d for *_, d in sorted(assumed, key=lambda a: a[:2])]  # the one that changes the job first
     return result
+
+
+def _with_timeout(spec: Dict[str, Any], timeout: str) -> Dict[str, Any]:
+    """``spec`` with its top-level ``timeout`` after the command, where a reader looks for what runs."""
+    out: Dict[str, Any] = {}
+    for key, value in spec.items():
+        out[key] = value
+        if key == "command":
+            out["timeout"] = timeout
+    out.setdefault("timeout", timeout)
+    return out
 
 
 def _shape_problems(job: Dict[str, Any]) -> List[Diagnostic]:
@@ -751,8 +768,6 @@ def _azureml_settings(job, azureml, note, spec_name: str) -> None:
         for name, service in job["services"].items():
             azureml["services"][name] = _service(name, service, note)
     limits = job.get("limits") or {}
-    if limits.get("timeout"):
-        azureml["timeout"] = int(limits["timeout"])
     for key in limits:
         if key != "timeout":
             note(("limits", key), "has no place in a spec: not carried")

@@ -30,6 +30,7 @@ from typing import Any, Dict, List
 from trainspec import __version__
 from trainspec.core.diagnostics import Diagnostic, error, warning
 from trainspec.core.fields import is_remote
+from trainspec.spec import skus
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, capabilities, emit
 from trainspec.targets.azureml.settings import NAME, _bare_compute
@@ -45,6 +46,9 @@ _IMAGE_REF = re.compile(r"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._]|__|-
                         r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
 SCHEMA_URL = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 SHIM_INPUT = "trainspec_runtime"
+# azure-ai-ml turns limits.timeout into a timedelta, sent as ISO 8601: at most 999999999 days, 23:59:59
+MAX_TIMEOUT = 86400 * 10 ** 9 - 1
+SECRETS_INPUT = "trainspec_secret_refs"  # the secrets helper (runtime/secret_refs.py), with secrets only
 DEFAULT_MASTER_PORT = base.contract.AZUREML_MASTER_PORT  # what Azure ML's pytorch distribution exports
 SUBMIT = "az ml job create --file {dir}/" + JOB_FILE
 
@@ -61,6 +65,7 @@ def refs_for(valid: ValidSpec):
 
 # What Azure ML cannot run, by feature (capabilities.py: the catalogue, the matrix in docs/capabilities.md);
 # its messages may name {compute}, the compute cluster's name
+_NO_SIZE = only("without resources.sku", lambda valid: valid.sku is None)
 CANNOT_RUN = {
     Feature.NO_ENVIRONMENT: problem("Azure ML needs an environment",
                                     "set environment.image (+ conda_file or pip) or environment.azureml: name@label"),
@@ -71,10 +76,25 @@ CANNOT_RUN = {
                           "create the cluster with tier low_priority; job_tier: spot applies to serverless jobs",
                           fatal=False, when=only("on a cluster: targets.azureml.compute",
                                                  lambda valid: _compute_name(valid) is not None)),
+    Feature.CPUS_PER_NODE: problem("Azure ML gives each node a whole VM of the cluster's size and takes no CPU "
+                                   "request: without resources.sku nothing checks that it has "
+                                   "{spec.resources.cpus_per_node} vCPUs",
+                                   "set resources.sku to the cluster's VM size: validation holds cpus_per_node to it",
+                                   fatal=False, when=_NO_SIZE),
+    Feature.MEMORY_PER_NODE: problem("Azure ML gives each node a whole VM of the cluster's size and takes no memory "
+                                     "request: without resources.sku nothing checks that it has "
+                                     "{spec.resources.memory_per_node}",
+                                     "set resources.sku to the cluster's VM size: validation holds memory_per_node "
+                                     "to it", fatal=False, when=_NO_SIZE),
     Feature.INPUT_NOT_HERE: problem("local path '{path}' does not exist: Azure ML uploads local inputs from this "
                                     "machine", "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an "
                                     "existing path"),
 }
+
+
+def time_limit(valid: ValidSpec):
+    """limits.timeout: targets.azureml.timeout, else the spec's timeout (None: none)."""
+    return base.time_limit(valid, NAME, "timeout")
 
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
@@ -82,6 +102,8 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     then what depends on the environment's contents, the launcher and the command."""
     spec = valid.spec
     out = capabilities.check(NAME, CANNOT_RUN, valid, compute=_compute_name(valid))
+    out += base.time_limit_errors(NAME, time_limit(valid), MAX_TIMEOUT, "limits.timeout (a Python timedelta in "
+                                  "azure-ai-ml, sent as ISO 8601)")
     env = spec.environment
     if env.image and env.pip:
         out += _docker_context_problems(valid)
@@ -150,8 +172,9 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
                                                ("client_id", settings.identity.client_id)) if v is not None}
     if settings is not None and settings.services:
         job["services"] = {name: _service(s) for name, s in settings.services.items()}
-    if settings is not None and settings.timeout is not None:
-        job["limits"] = {"timeout": settings.timeout}
+    limit = time_limit(valid)
+    if limit is not None:
+        job["limits"] = {"timeout": limit.seconds}
     queue = _queue_settings(valid, compute)
     if queue:
         job["queue_settings"] = queue
@@ -159,6 +182,7 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     header = emit.yaml_header(valid.source.display, valid.source.digest, NAME)
     files.insert(0, base.OutFile(JOB_FILE, emit.yaml_bytes(job, header)))
     files.append(base.shim_file())
+    files.extend(base.secrets_files(valid))
     return base.Artifact(target=NAME, name=spec.name, files=tuple(files), submit=SUBMIT)
 
 
@@ -175,7 +199,9 @@ def _command(valid: ValidSpec, launcher: str) -> str:
         command = base.torchrun_line(
             valid, command, rendezvous="--node_rank $NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT")
     python = shlex.join(_python_words(valid))
-    return base.under_shim(f"{python} {' '.join(base.SHIM_FLAGS)} {refs('inputs', SHIM_INPUT)}", command, valid)
+    shim = base.with_secrets(valid, f"{python} {' '.join(base.SHIM_FLAGS)} {refs('inputs', SHIM_INPUT)}", python,
+                             refs("inputs", SECRETS_INPUT))
+    return base.under_shim(shim, command, valid)
 
 
 def _distribution(valid: ValidSpec, launcher: str) -> Dict[str, Any]:
@@ -191,7 +217,12 @@ def _distribution(valid: ValidSpec, launcher: str) -> Dict[str, Any]:
 
 
 def _environment_variables(valid: ValidSpec, launcher: str) -> Dict[str, str]:
-    return base.job_env(valid, refs, launcher, valid.spec.distribution.master_port)
+    env = base.job_env(valid, refs, launcher, valid.spec.distribution.master_port)
+    # the Key Vault secrets, read by the shim with the job's identity (docs/targets/azureml.md, "Secrets")
+    identity = valid.spec.targets.azureml.identity if valid.spec.targets.azureml is not None else None
+    env.update(base.secret_env(valid, NAME, identity=identity.type if identity else None,
+                               client_id=identity.client_id if identity else None))
+    return env
 
 
 def _environment(valid: ValidSpec, out_dir: Path, files: List[base.OutFile]):
@@ -227,6 +258,18 @@ def environment_kind(valid: ValidSpec) -> str:
     if e.conda_file:
         return "a new conda environment from the conda file, built inside the image"
     return "the image as it is"
+
+
+def plan_image(valid: ValidSpec) -> str:
+    """What the job runs in: the image, the registered environment, or the image Azure ML builds."""
+    e = valid.spec.environment
+    if e.azureml:
+        return f"the registered environment {e.azureml if e.azureml.startswith('azureml:') else 'azureml:' + e.azureml}"
+    if e.build:
+        return f"the image Azure ML builds from {e.build.path} ({e.build.dockerfile_path})"
+    if e.pip:
+        return f"the image Azure ML builds FROM {e.image}, with the spec's pip packages"
+    return e.image or "Azure ML's default"
 
 
 def _python_words(valid: ValidSpec) -> List[str]:
@@ -271,6 +314,8 @@ def _inputs(valid: ValidSpec, out_dir: Path) -> Dict[str, Any]:
             path = base.relative(valid.resolve(path), out_dir)
         inputs[name] = {"type": item.type, "path": path, "mode": item.mode}
     inputs[SHIM_INPUT] = {"type": "uri_file", "path": f"./{base.SHIM_FILE}", "mode": "download"}
+    for helper in base.secrets_files(valid):
+        inputs[SECRETS_INPUT] = {"type": "uri_file", "path": f"./{helper.path}", "mode": "download"}
     return inputs
 
 
@@ -317,6 +362,9 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     settings = valid.spec.targets.azureml
     shown: Dict[str, str] = {"environment": environment_kind(valid),
                              "shim": base.plan_shim(shlex.join(_python_words(valid)))}
+    limit = time_limit(valid)
+    shown["time limit"] = (limit.plan_text(f"limits.timeout: {limit.seconds}") if limit is not None
+                           else base.plan_no_time_limit("targets.azureml.timeout"))
     if settings is None:
         return shown
     if settings.identity is not None:
@@ -337,6 +385,19 @@ def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
     return settings
 
 
+def hardware(valid: ValidSpec) -> base.Hardware:
+    """Serverless: the sku is the instance_type. On a cluster, the cluster's VMs: the sku only when
+    the team catalog says which size the cluster has (validation then checks they agree)."""
+    compute = _compute_name(valid)
+    if compute is None:
+        return base.Hardware(True, f"instance_type {valid.sku.name if valid.sku else '-'}")
+    placed = valid.placement(NAME)
+    if placed is not None:
+        return base.Hardware(True, f"compute {compute}: {placed.size}, in {skus.TEAM_FILE}")
+    return base.Hardware(False, f"the compute cluster {compute} decides the hardware",
+                         f"map {compute} to its VM size under computes: in {skus.TEAM_FILE}")
+
+
 class AzureML(base.Target):
     name = NAME
     launchers = LAUNCHERS
@@ -345,6 +406,8 @@ class AzureML(base.Target):
     lower = staticmethod(lower)
     refs_for = staticmethod(refs_for)
     plan_settings = staticmethod(plan_settings)
+    plan_image = staticmethod(plan_image)
+    hardware = staticmethod(hardware)
     local_settings = staticmethod(local_settings)
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from trainspec.core import interpreter
 from trainspec.core.diagnostics import Diagnostic, error
+from trainspec.core.secret_refs import Reference
 
 NAME = "azureml"
 _COMPUTE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,14}[A-Za-z0-9]$")
@@ -33,6 +34,60 @@ SETTINGS_EXAMPLE = {'compute': 'gpu-cluster'}
 # The settings that change what a job costs (its priority or tier, its time limit, a machine it
 # adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
 COST_SETTINGS = ("job_tier", "priority", "timeout")
+
+# --- secrets.<NAME>.azureml: a secret in an Azure Key Vault, read at start with the job's identity --
+
+# https://<vault>.vault.azure.net (Azure), .vault.azure.cn (Azure in China), .vault.usgovcloudapi.net
+# (Azure Government): a vault's name is 3-24 letters, digits and single hyphens, starting with a
+# letter, ending with a letter or digit (the length: _keyvault_errors); a secret's, 1-127 letters,
+# digits and hyphens. The shim asks for a token for https://vault.<suffix> (docs/targets/azureml.md).
+KEYVAULT_URL = r"^https://([A-Za-z](?:-?[A-Za-z0-9])+)\.(vault\.azure\.net|vault\.azure\.cn|vault\.usgovcloudapi\.net)/?$"
+KEYVAULT_SECRET = r"^[0-9A-Za-z-]{1,127}$"
+# identities whose token a job can ask for inside the container (the shim: managed identity or
+# on-behalf-of endpoint); aml_token reaches Azure ML's own data only
+KEYVAULT_IDENTITIES = ("user_identity", "managed")
+
+
+def _keyvault_field():
+    from typing import Optional
+
+    from pydantic import Field
+
+    from trainspec.core.types import Model
+
+    class KeyVaultSecret(Model):
+        keyvault: str = Field(..., pattern=KEYVAULT_URL,
+                              description="The vault's URL: https://<vault>.vault.azure.net (or .vault.azure.cn, "
+                              ".vault.usgovcloudapi.net).", examples=["https://team-kv.vault.azure.net"])
+        name: str = Field(..., pattern=KEYVAULT_SECRET,
+                          description="The secret's name in the vault (its latest version is read).",
+                          examples=["hf-token"])
+
+    return (Optional[KeyVaultSecret], Field(
+        None, description="A secret in an Azure Key Vault: the shim reads it when the job starts, with the job's "
+        "identity (managed identity, or the submitter's with identity user_identity), through the Key Vault REST "
+        "API. The identity needs the Key Vault Secrets User role (or a get-secret access policy).",
+        examples=[{"keyvault": "https://team-kv.vault.azure.net", "name": "hf-token"}]))
+
+
+def _keyvault_errors(path, ref) -> List[Diagnostic]:
+    import re as _re
+
+    found = _re.match(KEYVAULT_URL, ref.keyvault)
+    if found and not 3 <= len(found.group(1)) <= 24:
+        return [error((*path, "keyvault"), f"'{found.group(1)}' is not a Key Vault name: it has "
+                      f"{len(found.group(1))} characters",
+                      "a vault's name is 3-24 letters, digits and single hyphens")]
+    return []
+
+
+SECRET_REFERENCE = Reference(NAME, _keyvault_field,
+                             lambda ref: f"Key Vault {ref.keyvault.rstrip('/')}, secret {ref.name}",
+                             "{keyvault: https://<vault>.vault.azure.net, name: <secret>}", _keyvault_errors,
+                             lambda ref: {"keyvault": ref.keyvault.rstrip("/"), "secret": ref.name},
+                             {("keyvault",): "is not a Key Vault URL: https://<vault>.vault.azure.net (or "
+                                             ".vault.azure.cn, .vault.usgovcloudapi.net)",
+                              ("name",): "is not a Key Vault secret name (1-127 letters, digits and -)"})
 
 # for a bad spec (spec/explain.py): a hint per field below targets.azureml, and what a pattern means
 HINTS = {("timeout",): "e.g. 2d, 12h, 1h30m or 3600", ("python",): interpreter.PYTHON_HINT}
@@ -85,7 +140,8 @@ def settings_model():
             None, description="Default: spot when resources.spot, else the workspace default.", examples=["standard"])
         priority: Optional[Literal["low", "medium", "high"]] = Field(None, description="Queue priority.",
                                                                      examples=["medium"])
-        timeout: Optional[Duration] = Field(None, description="Job time limit: 2d, 12h, 90m or seconds.",
+        timeout: Optional[Duration] = Field(None, description="Azure ML's time limit (limits.timeout): 2d, 12h, 90m or seconds. "
+                                            "Overrides the spec's timeout on Azure ML.",
                                             examples=["2d"])
         tags: Dict[str, str] = Field(default_factory=dict, description="Extra job tags.", examples=[{"team": "vision"}])
         identity: Optional[Identity] = Field(None, description="The identity the job uses to access data.",
@@ -118,6 +174,15 @@ def settings_errors(spec) -> List[Diagnostic]:
         out.append(error(("targets", "azureml", "identity", "client_id"),
                          f"client_id names a managed identity; type is {settings.identity.type}",
                          "set type: managed, or remove client_id"))
+    identity = settings.identity.type if settings.identity is not None else None
+    if identity is not None and identity not in KEYVAULT_IDENTITIES:
+        for name, reference in spec.secrets.items():
+            if getattr(reference, NAME) is not None:
+                out.append(error(("targets", "azureml", "identity", "type"),
+                                 f"secrets.{name} is read from Key Vault with the job's identity, and an "
+                                 f"{identity} identity cannot ask for a Key Vault token: it reaches Azure ML's "
+                                 "own data only", "use type: managed (the compute's identity) or user_identity"))
+                break
     for name, service in settings.services.items():
         for key, kind in (("log_dir", "tensor_board"), ("ssh_public_keys", "ssh")):
             if getattr(service, key) is not None and service.type != kind:
@@ -148,3 +213,11 @@ def settings_errors(spec) -> List[Diagnostic]:
 
 def _bare_compute(compute: Optional[str]) -> Optional[str]:
     return compute[len("azureml:"):] if compute is not None and compute.startswith("azureml:") else compute
+
+# --- what chooses the hardware -------------------------------------------------------------------
+
+def hardware_settings(settings) -> List[Tuple[str, str, str]]:
+    """The settings of targets.azureml that choose the machines the job runs on, as (setting, what
+    it names, its value): validation checks each against resources.sku (a compute cluster named under computes: in the team catalog, trainspec-skus.yaml, runs on the size it maps it to)."""
+    compute = _bare_compute(settings.compute)
+    return [("compute", "computes", compute)] if compute else []

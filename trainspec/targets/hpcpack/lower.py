@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from trainspec.core.diagnostics import Diagnostic, error
+from trainspec.core.fields import mebibytes
+from trainspec.spec import skus
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, capabilities, emit
 from trainspec.compile.base import contract
@@ -53,6 +55,7 @@ SUBMIT = "job submit /jobfile:{dir}/" + JOB_FILE + "  (after: bash {dir}/" + STA
 # C1 controls and the Unicode line separators are turned into line ends by readers.
 _XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff\ud800-\udfff]")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+MAX_RUNTIME = 2 ** 31 - 1  # the job XML's RuntimeSeconds is an xs:int (../shared/reference/hpcpack/xsd)
 
 
 def _settings(valid: ValidSpec):
@@ -60,16 +63,19 @@ def _settings(valid: ValidSpec):
 
 
 def refs_for(valid: ValidSpec):
-    """How ``{{ inputs.x }}`` / ``{{ outputs.x }}`` render in the command: an input is a path on
-    the nodes (quoted for bash); an output defaults to ``<shared_dir>/outputs/<name>/$CCP_JOBID/x``
-    (``$CCP_JOBID`` expanded by bash on the node; the rest is validated to need no quoting)."""
+    """How ``{{ inputs.x }}`` / ``{{ outputs.x }}`` render in the command: the path of its volume
+    (targets.hpcpack.volumes), else its own path on the nodes (quoted for bash); an output with
+    neither defaults to ``<shared_dir>/outputs/<name>/$CCP_JOBID/x``, on the shared storage, not in
+    the compiled job folder (``$CCP_JOBID`` expanded by bash on the node; the rest is validated to
+    need no quoting)."""
     outputs = _Layout(_settings(valid).shared_dir, valid.spec.name).outputs
-    return base.node_path_refs(valid, lambda name: f"{outputs}/$CCP_JOBID/{name}")
+    return base.node_path_refs(valid, lambda name: f"{outputs}/$CCP_JOBID/{name}", _settings(valid).volumes)
 
 
 # What HPC Pack cannot run, by feature (capabilities.py: the catalogue, the matrix in docs/capabilities.md)
 _NODES_SOFTWARE = "set targets.hpcpack.python / setup; the nodes must have the packages"
 _ONE_TASK_PER_NODE = "HPC Pack runs one task per node: use launcher: per-node (torchrun)"
+_VOLUME = "say where it is on the nodes' shared storage: targets.hpcpack.volumes.{name}: {{path: /shared/...}}"
 CANNOT_RUN = {
     Feature.ENV_DATA_REF: unsupported(),  # ${{outputs.x}} in a variable is Azure ML's alone
     Feature.TENSORFLOW: unsupported(),
@@ -89,22 +95,22 @@ CANNOT_RUN = {
     Feature.SHM_SIZE: unsupported("a shared-memory size: tasks run on the host", None, fatal=False),
     Feature.INPUT_EVAL_MODE: unsupported(fatal=False),
     Feature.OUTPUT_ASSET_NAME: unsupported(fatal=False),
-    Feature.INPUT_URL: unsupported(),
-    Feature.INPUT_DATA_ASSET: unsupported(),
-    Feature.INPUT_RELATIVE: problem("on HPC Pack an input is a path on the nodes: it must be absolute",
-                                    "e.g. /data/mnist on the shared storage"),
-    Feature.OUTPUT_NOT_ABSOLUTE: unsupported(),
+    Feature.INPUT_URL: unsupported(hint=_VOLUME),
+    Feature.INPUT_DATA_ASSET: unsupported(hint=_VOLUME),
+    Feature.INPUT_RELATIVE: problem("on HPC Pack an input is a path on the nodes: '{path}' is relative", _VOLUME),
+    Feature.OUTPUT_NOT_ABSOLUTE: unsupported(hint=_VOLUME),
 }
 
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     """What HPC Pack cannot run: its table (CANNOT_RUN), then what depends on its settings and the command."""
     settings = _settings(valid)
-    out = capabilities.check(NAME, CANNOT_RUN, valid)
+    out = capabilities.check(NAME, CANNOT_RUN, valid, volumes=settings.volumes if settings is not None else ())
     if settings is None:
         out.append(error(("targets", "hpcpack"), "compiling for hpcpack needs targets.hpcpack.shared_dir",
                          "add targets: {hpcpack: {shared_dir: /app}} -- storage every node mounts"))
         return out
+    out += base.time_limit_errors(NAME, time_limit(valid), MAX_RUNTIME, "RuntimeSeconds (an xs:int)")
     launcher = base.launcher(valid, LAUNCHERS)
     out += base.command_variable_errors(NAME, valid, launcher)
     if launcher == "per-node":
@@ -142,7 +148,11 @@ def _xml_strings(valid: ValidSpec):
         value = getattr(settings, field)
         if value:
             yield ("targets", NAME, field), value
+    for name, volume in settings.volumes.items():
+        yield ("targets", NAME, "volumes", name, "path"), volume.path
     for name, item in spec.inputs.items():
+        if name in settings.volumes:
+            continue
         if item.path is not None:
             yield ("inputs", name, "path"), item.path
         elif isinstance(item.value, str):
@@ -188,6 +198,7 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
         base.OutFile(STAGE_FILE, _stage_script(valid, layout, out_dir).encode("utf-8"), executable=True),
         base.shim_file(),
         base.runtime_file(contract.ELECTION_FILE, base.SHIM_SOURCE.with_name("hpcpack_election.py")),
+        *base.secrets_files(valid),
     )
     return base.Artifact(target=NAME, name=spec.name, files=files, submit=SUBMIT)
 
@@ -201,6 +212,7 @@ class _Layout:
         self.job = f"{root}/{name}"
         self.code = f"{root}/{name}/code"
         self.shim = f"{root}/{name}/{base.SHIM_FILE}"
+        self.secrets = f"{root}/{name}/{base.SECRETS_FILE}"
         self.logs = f"{root}/logs/{name}"
         self.rendezvous = f"{root}/.trainspec"
         self.outputs = f"{root}/outputs/{name}"
@@ -210,20 +222,32 @@ def _tag(name: str) -> str:
     return f"{{{NAMESPACE}}}{name}"
 
 
+def time_limit(valid: ValidSpec):
+    """The job's RuntimeSeconds: targets.hpcpack.runtime, else the spec's timeout (None: none)."""
+    return base.time_limit(valid, NAME, "runtime")
+
+
 def _job_attributes(valid: ValidSpec) -> Dict[str, str]:
     settings = _settings(valid)
     n = str(valid.nodes)
     attrs = {"Version": VERSION, "Name": valid.name, "UnitType": "Node", "MinNodes": n, "MaxNodes": n,
              "AutoCalculateMin": "false", "AutoCalculateMax": "false", "IsExclusive": "true",
              "FailOnTaskFailure": "true"}
+    # whole nodes: CPUs and memory select the nodes (those with at least this much), the job has them all
+    resources = valid.spec.resources
+    if resources.cpus_per_node is not None:
+        attrs["MinCoresPerNode"] = str(resources.cpus_per_node)
+    if resources.memory_per_node is not None:
+        attrs["MinMemory"] = str(mebibytes(resources.memory_per_node))  # MB, as the scheduler counts
     if settings.node_group:
         attrs["NodeGroups"] = settings.node_group
     if settings.nodes:
         attrs["RequestedNodes"] = ",".join(settings.nodes)
     if settings.priority:
         attrs["Priority"] = settings.priority
-    if settings.runtime is not None:
-        attrs["RuntimeSeconds"] = str(settings.runtime)
+    limit = time_limit(valid)
+    if limit is not None:
+        attrs["RuntimeSeconds"] = str(limit.seconds)
     if settings.job_template:
         attrs["JobTemplate"] = settings.job_template
     if settings.project:
@@ -256,7 +280,8 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
     settings = _settings(valid)
     python = _python(valid)
     user = valid.render(("command",), spec.command, refs_for(valid)).strip()
-    shim = shlex.join([*python, *base.SHIM_FLAGS, layout.shim])
+    shim = base.with_secrets(valid, shlex.join([*python, *base.SHIM_FLAGS, layout.shim]), shlex.join(python),
+                             shlex.quote(layout.secrets))
     if base.own_spawner(user):  # accelerate launch / deepspeed: the shim hands it the world as flags
         line = base.under_shim(shim, user, valid)
     else:
@@ -272,6 +297,7 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
 def _environment(valid: ValidSpec, layout: _Layout) -> Dict[str, str]:
     settings = _settings(valid)
     env = base.job_env(valid, refs_for(valid), "per-node", settings.rdzv_port)
+    env.update(base.secret_env(valid, NAME))  # where each secret is kept: the shim reads it on the node
     if settings.nodes:
         env[contract.ENV_MASTER_ADDR] = settings.nodes[0]
     else:
@@ -297,6 +323,7 @@ def _stage_script(valid: ValidSpec, layout: _Layout, out_dir: Path) -> str:
         f"cp -R {q(code)}/. \"$shared\"/{q(valid.name)}/code/",
         f"cp {q(base.SHIM_FILE)} \"$shared\"/{q(valid.name)}/{q(base.SHIM_FILE)}",
         f"cp {q(contract.ELECTION_FILE)} \"$shared\"/{q(valid.name)}/{q(contract.ELECTION_FILE)}",
+        *[f"cp {q(f.path)} \"$shared\"/{q(valid.name)}/{q(f.path)}" for f in base.secrets_files(valid)],
         'echo "staged in $shared"',
     ]
     return "\n".join(lines) + "\n"
@@ -309,7 +336,22 @@ def plan_port(valid: ValidSpec) -> str:
 
 
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
-    return {"shim": base.plan_shim(_settings(valid).python)}
+    attrs = _job_attributes(valid)
+    chosen = [f"{key}={attrs[key]}" + (" MB" if key == "MinMemory" else "") for key in ("MinCoresPerNode", "MinMemory")
+              if key in attrs]
+    lines = {"nodes with at least": ", ".join(chosen)} if chosen else {}
+    limit = time_limit(valid)
+    lines["time limit"] = (limit.plan_text(f"RuntimeSeconds={limit.seconds}") if limit is not None
+                           else base.plan_no_time_limit("targets.hpcpack.runtime"))
+    lines.update(base.plan_data(valid, refs_for(valid)))  # where the data is: a volume's, the spec's, shared_dir
+    lines["shim"] = base.plan_shim(_settings(valid).python)
+    return lines
+
+
+def plan_image(valid: ValidSpec) -> str:
+    """HPC Pack runs no container: every task runs the nodes' own software."""
+    return "no container: the nodes' own software" + (" (environment.image is not run here)"
+                                                        if valid.spec.environment.image else "")
 
 
 def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
@@ -322,6 +364,20 @@ def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
     return settings
 
 
+def hardware(valid: ValidSpec) -> base.Hardware:
+    """The sku is what the job gets when its node group is one the team catalog maps; otherwise
+    the node group, the requested nodes or the scheduler decide."""
+    settings = _settings(valid)
+    placed = valid.placement(NAME)
+    if placed is not None:
+        return base.Hardware(True, f"node group {placed.value}: {placed.size}, in {skus.TEAM_FILE}")
+    by = (f"the node group {settings.node_group}" if settings.node_group else
+          "the requested nodes" if settings.nodes else "the scheduler (any node)")
+    return base.Hardware(False, f"{by} decides the hardware",
+                         f"set targets.hpcpack.node_group and map it to its VM size under node_groups: in "
+                         f"{skus.TEAM_FILE}")
+
+
 class HPCPack(base.Target):
     name = NAME
     launchers = LAUNCHERS
@@ -331,6 +387,8 @@ class HPCPack(base.Target):
     refs_for = staticmethod(refs_for)
     plan_port = staticmethod(plan_port)
     plan_settings = staticmethod(plan_settings)
+    plan_image = staticmethod(plan_image)
+    hardware = staticmethod(hardware)
     local_settings = staticmethod(local_settings)
 
 

@@ -7,10 +7,11 @@ Imports nothing but trainspec.core and the runtime's names: validation loads it,
 from __future__ import annotations
 
 import functools
-from typing import List
+from typing import List, Tuple
 
-from trainspec.core import interpreter
+from trainspec.core import interpreter, volumes
 from trainspec.core.diagnostics import Diagnostic
+from trainspec.core.secret_refs import FILE as SECRET_REFERENCE  # secrets.<NAME>.file: a file on every node
 from trainspec.runtime import shim as contract
 
 NAME = "hpcpack"
@@ -31,20 +32,26 @@ COST_SETTINGS = ("priority", "runtime")
 # for a bad spec (spec/explain.py): a hint per field below targets.hpcpack, and what a pattern means
 HINTS = {("runtime",): "e.g. 2d, 12h, 1h30m or 3600",
          ("shared_dir",): "an absolute path without spaces or shell characters, e.g. /app",
-         ("python",): interpreter.PYTHON_HINT}
-PATTERN_WORDS = {("shared_dir",): "is not an absolute path the node agent can use unquoted"}
+         ("python",): interpreter.PYTHON_HINT,
+         ("volumes", "*"): "{path: /shared/datasets/NAME}: where the data is on storage every node mounts"}
+PATTERN_WORDS = {("shared_dir",): "is not an absolute path the node agent can use unquoted",
+                 ("volumes", "*", "path"): "is not an absolute path on the nodes"}
 
 
 @functools.lru_cache(maxsize=None)
 def settings_model():
     """The pydantic model of this target's settings. Built on demand: only model.py (the JSON
     Schema, the stored structure snapshot) and explain.py (hints for a bad spec) need it."""
-    from typing import Literal, Optional
+    from typing import Dict, Literal, Optional
 
     from pydantic import Field
 
     from trainspec.core.fields import SHELL_WORD
     from trainspec.core.types import Duration, Model
+
+    class Volume(Model):
+        path: str = Field(..., pattern=volumes.ABSOLUTE_PATH, description="Where the data is on the nodes: an "
+                          "absolute path on storage every node mounts.", examples=["/shared/datasets/sft"])
 
     class HPCPackTarget(Model):
         shared_dir: str = Field(
@@ -65,16 +72,33 @@ def settings_model():
                                examples=[contract.HPCPACK_MASTER_PORT])
         priority: Optional[Literal["Lowest", "BelowNormal", "Normal", "AboveNormal", "Highest"]] = Field(
             None, description="Job priority.", examples=["Normal"])
-        runtime: Optional[Duration] = Field(None, description="Job run-time limit: 2d, 12h, 90m or seconds.",
+        runtime: Optional[Duration] = Field(None, description="Job run-time limit (RuntimeSeconds): 2d, 12h, 90m or seconds. "
+                                            "Overrides the spec's timeout on HPC Pack.",
                                             examples=["12h"])
         job_template: Optional[str] = Field(None, min_length=1, description="HPC Pack job template.",
                                             examples=["GPUJobs"])
         project: Optional[str] = Field(None, min_length=1, description="Project name, for accounting.",
                                        examples=["ddp"])
+        volumes: Dict[str, Volume] = Field(
+            {}, description="Where each input's or output's data is on the nodes, by its name: {{ inputs.<name> }} "
+            "/ {{ outputs.<name> }} are that path in the job (Azure ML keeps the input's own path, e.g. a data "
+            "asset). An output with neither a volume nor a path goes to <shared_dir>/outputs/<spec name>/<job id>/"
+            "<name>, on the shared storage.",
+            examples=[{"corpus": {"path": "/shared/datasets/sft"}, "ckpt": {"path": "/shared/checkpoints/ft"}}])
 
     return HPCPackTarget
 
 
 def settings_errors(spec) -> List[Diagnostic]:
     """What targets.hpcpack may not say, whatever is compiled (run by validation)."""
-    return interpreter.python_errors(NAME, spec.targets.hpcpack)
+    return [*interpreter.python_errors(NAME, spec.targets.hpcpack), *volumes.volume_errors(spec, NAME),
+            *volumes.dot_dot_errors(spec, NAME)]
+
+
+# --- what chooses the hardware -------------------------------------------------------------------
+
+def hardware_settings(settings) -> List[Tuple[str, str, str]]:
+    """The settings of targets.hpcpack that choose the machines the job runs on, as (setting, what
+    it names, its value): validation checks each against resources.sku (a node group named under
+    node_groups: in the team catalog, trainspec-skus.yaml, runs on the size it maps it to)."""
+    return [("node_group", "node_groups", settings.node_group)] if settings.node_group else []

@@ -21,19 +21,35 @@ def pod_env(job: Dict, node: int, nodes: int, master: str) -> Dict[str, str]:
     """What the controller puts in node ``node``'s pod: the job's env, then its own variables."""
     if job["kind"] == "TrainJob":
         trainer = job["spec"]["trainer"]
-        env = {e["name"]: e["value"] for e in trainer.get("env", [])}
+        env = {e["name"]: e["value"] for e in trainer.get("env", []) if "value" in e}  # a Secret's: _secrets
         env.update(PET_NNODES=str(nodes), PET_NPROC_PER_NODE=str(trainer.get("numProcPerNode", 1)),
                    PET_NODE_RANK=str(node), PET_MASTER_ADDR=master, PET_MASTER_PORT=str(TRAINJOB_PORT),
                    JOB_COMPLETION_INDEX=str(node))
         return env
     container = pod_template(job)["containers"][0]
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}  # a Secret's: _secrets
     port = str(container["ports"][0]["containerPort"])
     nproc = job["spec"]["nprocPerNode"]
     env.update(MASTER_ADDR=master, PET_MASTER_ADDR=master, MASTER_PORT=port, PET_MASTER_PORT=port,
                WORLD_SIZE=str(nodes * (1 if nproc == "auto" else int(nproc))), RANK=str(node),
                PET_NODE_RANK=str(node), PET_NNODES=str(nodes), PET_NPROC_PER_NODE=nproc, PYTHONUNBUFFERED="1")
     return env
+
+
+def _secrets(job: Dict) -> List[str]:
+    """A line per variable the kubelet would take from a Secret: no Secret is here, so the run
+    passes this shell's variable of that name, if it has one (base_env)."""
+    env = job["spec"]["trainer"].get("env", []) if job["kind"] == "TrainJob" else \
+        pod_template(job)["containers"][0].get("env", [])
+    import os
+
+    lines = []
+    for entry in env:
+        ref = (entry.get("valueFrom") or {}).get("secretKeyRef")
+        if ref is not None:
+            here = "this shell's" if entry["name"] in os.environ else "not set here: export it to give one"
+            lines.append(f"{entry['name']}: from Secret {ref['name']}, key {ref['key']} in the cluster; {here}")
+    return lines
 
 
 def _command(job: Dict, paths: Dict[str, Path]) -> List[str]:
@@ -115,6 +131,7 @@ def play_local(job_dir: Path, run) -> int:
     documents = [d for d in yaml.safe_load_all((job_dir / JOB_FILE).read_text(encoding="utf-8")) if d]
     job = documents[-1]
     paths, told = _volumes(job, documents, run)
+    told += _secrets(job)
     code = paths.get(CODE_DIR) or run.valid.resolve(run.valid.spec.code)  # code in the image: the spec's folder
     paths.setdefault(CODE_DIR, code)
     hosts, nodes = run.hosts, run.valid.nodes

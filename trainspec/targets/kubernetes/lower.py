@@ -24,15 +24,15 @@ import functools
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 from trainspec.core import files
 from trainspec.core.diagnostics import Diagnostic, error, shown
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, capabilities, emit
 from trainspec.runtime import shim as contract  # the runtime file's name, written once
-from trainspec.targets.kubernetes.settings import NAME, RESERVED_ENV, image_problem
-from trainspec.compile.capabilities import Feature, only, problem, unsupported
+from trainspec.targets.kubernetes.settings import MAX_SECONDS, NAME, RESERVED_ENV, image_problem
+from trainspec.compile.capabilities import Feature, problem, unsupported
 
 LAUNCHERS = {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node", "deepspeed": "per-node"}
 JOB_FILE = "job.yaml"
@@ -43,10 +43,16 @@ INPUTS_DIR = "/trainspec/inputs"
 OUTPUTS_DIR = "/trainspec/outputs"
 RUNTIME_NAMES = (base.SHIM_FILE, contract.KUBEFLOW_FILE)  # in the <name>-shim ConfigMap, mounted under SHIM_DIR
 CONFIGMAP_LIMIT = 1 << 20  # what the API server stores in one object
+# A GPU vendor's device plugin advertises its GPUs as one extended resource: NVIDIA's k8s-device-plugin
+# (or GPU Operator) nvidia.com/gpu, AMD's ROCm k8s-device-plugin (or GPU Operator) amd.com/gpu
+GPU_RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 TRAINJOB_PORT = 29500  # PET_MASTER_PORT, fixed by the Trainer's torch plugin
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _CODE_CHOICES = ("put the code on a PersistentVolumeClaim (targets.kubernetes.code: {pvc: {claim: NAME, sub_path: "
                  "DIR}}) or in the image (targets.kubernetes.code: {image: {path: /DIR}})")
+
+
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"  # the node label of its VM size, on AKS
 
 
 def _settings(valid: ValidSpec):
@@ -136,18 +142,22 @@ def name_room(valid: ValidSpec) -> int:
     return 63 - (len(longest_name(valid)[1]) - len(valid.name))
 
 
+def time_limit(valid: ValidSpec):
+    """activeDeadlineSeconds (a TrainJob's spec, a PyTorchJob's runPolicy): targets.kubernetes.timeout,
+    else the spec's timeout (None: none)."""
+    return base.time_limit(valid, NAME, "timeout")
+
+
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     """What Kubernetes cannot run: its table, the job name, reserved variables, the code's size."""
     volumes = _settings(valid).volumes
-    out = [d for d in capabilities.check(NAME, CANNOT_RUN, valid)  # data on a volume has no path to run
-           if not (d.path[:1] in (("inputs",), ("outputs",)) and len(d.path) > 2 and d.path[1] in volumes
-                   and d.path[2] == "path")]
-    for key, item in valid.spec.outputs.items():
-        if item.path is None and key not in volumes:
-            out.append(error(("outputs", key), "it has no volume: what the job writes there would "
-                             "stay in the pod and be lost with it",
-                             "mount a claim: " + _ON_VOLUME.format(name=key) + ", or give it an absolute path "
-                             "on a volume the cluster mounts", on_key=True))
+    out = capabilities.check(NAME, CANNOT_RUN, valid, volumes=volumes)
+    limit = time_limit(valid)
+    if limit is not None and limit.path == ("timeout",):  # targets.kubernetes.timeout: checked by validation
+        out += base.time_limit_errors(NAME, limit, MAX_SECONDS, "activeDeadlineSeconds (an int64)")
+    out += base.lost_output_errors(NAME, valid, volumes, "what the job writes would stay in the pod and be lost "
+                                   "with it", "mount a claim: " + _ON_VOLUME + " (Azure ML keeps the job's own "
+                                   "output)")
     name = valid.name
     room = name_room(valid)
     if not DNS_1035.match(name) or len(name) > 63:
@@ -163,9 +173,9 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     if image and image_problem(image):
         out.append(error(("environment", "image"), f"'{shown(image)}' {image_problem(image)}",
                          "e.g. pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime or myregistry.azurecr.io/train:1"))
-    for key in valid.spec.env:
+    for field, key in [*(("env", k) for k in valid.spec.env), *(("secrets", k) for k in valid.spec.secrets)]:
         if key in RESERVED_ENV or key.startswith("PET_"):
-            out.append(error(("env", key), f"{key} is set by Kubeflow in every pod: the Trainer rejects a job "
+            out.append(error((field, key), f"{key} is set by Kubeflow in every pod: the Trainer rejects a job "
                              "that sets it", "remove it: the shim reads the platform's value"))
     launcher = base.launcher(valid, LAUNCHERS)
     if launcher == "per-process" and valid.procs_per_node > 1:
@@ -262,6 +272,13 @@ def _data_volume(kind: str, key: str, used: set) -> str:
     return name
 
 
+def gpu_resource(valid: ValidSpec) -> str:
+    """The extended resource the GPU vendor's device plugin advertises (GPU_RESOURCES): the size's
+    vendor from the catalog; NVIDIA's without a size (gpus_per_node alone)."""
+    vendor = valid.sku.vendor if valid.sku is not None and valid.sku.vendor else "nvidia"
+    return GPU_RESOURCES[vendor]
+
+
 def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
     """What every pod of the job gets, both APIs alike: volumes, mounts, node selection, the
     container's command, env and resources."""
@@ -303,14 +320,16 @@ def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
         mounts.append(mount)
     limits: Dict[str, Any] = {}
     if valid.gpus_per_node:
-        limits["nvidia.com/gpu"] = valid.gpus_per_node
-    infiniband = valid.sku is not None and valid.sku.infiniband and valid.nodes > 1
+        limits[gpu_resource(valid)] = valid.gpus_per_node
+    infiniband = base.infiniband(valid)
     if infiniband:
         limits[settings.rdma_resource] = 1
+    requests = cpu_and_memory(valid)
+    limits.update(requests)  # requests = limits: the pod is Guaranteed, its CPUs its own
     node_selector = {}
     tolerations = []
     if valid.sku is not None:
-        node_selector["node.kubernetes.io/instance-type"] = valid.sku.name
+        node_selector[INSTANCE_TYPE] = valid.sku.name
         if valid.sku.gpus:
             tolerations.append({"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"})
     node_selector.update(settings.node_selector)
@@ -327,9 +346,40 @@ def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
     api = settings.api
     port = TRAINJOB_PORT if api == "trainjob" else spec.distribution.master_port
     env = base.job_env(valid, refs_for(valid), launcher, port)
-    return {"volumes": volumes, "mounts": mounts, "limits": limits, "node_selector": node_selector,
+    return {"volumes": volumes, "mounts": mounts, "limits": limits, "requests": requests,
+            "node_selector": node_selector,
             "tolerations": tolerations, "command": ["bash", "-c", line],
-            "env": [{"name": k, "value": v} for k, v in env.items()], "ipc_lock": infiniband}
+            "env": [{"name": k, "value": v} for k, v in env.items()] + _secret_env(valid), "ipc_lock": infiniband}
+
+
+def _secret_env(valid: ValidSpec) -> List[Dict[str, Any]]:
+    """The spec's secrets as the kubelet sets them: each from a key of a Secret in the job's namespace."""
+    return [{"name": name, "valueFrom": {"secretKeyRef": {"name": reference.kubernetes.secret,
+                                                          "key": reference.kubernetes.key}}}
+            for name, reference in valid.spec.secrets.items()]
+
+
+def cpu_and_memory(valid: ValidSpec) -> Dict[str, Any]:
+    """resources.cpus_per_node and memory_per_node as the container's cpu and memory (a request,
+    and the same limit): whole CPUs, the memory quantity as written (Kubernetes reads Mi/Gi/Ti and
+    M/G/T alike)."""
+    resources = valid.spec.resources
+    out: Dict[str, Any] = {}
+    if resources.cpus_per_node is not None:
+        out["cpu"] = resources.cpus_per_node
+    if resources.memory_per_node is not None:
+        out["memory"] = resources.memory_per_node
+    return out
+
+
+def _resources(parts: Dict[str, Any]) -> Dict[str, Any]:
+    """A container's ResourceRequirements: requests only when the spec asks for CPUs or memory."""
+    out: Dict[str, Any] = {}
+    if parts["requests"]:
+        out["requests"] = parts["requests"]
+    if parts["limits"]:
+        out["limits"] = parts["limits"]
+    return out
 
 
 def _pod_settings(valid: ValidSpec, parts: Dict[str, Any]) -> Dict[str, Any]:
@@ -354,7 +404,7 @@ def trainjob(valid: ValidSpec) -> Dict[str, Any]:
     if base.launcher(valid, LAUNCHERS) == "per-node" or valid.procs_per_node == 1:
         trainer["numProcPerNode"] = valid.procs_per_node
     if parts["limits"]:
-        trainer["resourcesPerNode"] = {"limits": parts["limits"]}
+        trainer["resourcesPerNode"] = _resources(parts)
     container: Dict[str, Any] = {"name": "node", "volumeMounts": parts["mounts"]}
     if parts["ipc_lock"]:
         container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
@@ -363,8 +413,9 @@ def trainjob(valid: ValidSpec) -> Dict[str, Any]:
                                            "name": settings.runtime}}
     if settings.queue:
         spec["suspend"] = True
-    if settings.timeout is not None:
-        spec["activeDeadlineSeconds"] = settings.timeout
+    limit = time_limit(valid)
+    if limit is not None:
+        spec["activeDeadlineSeconds"] = limit.seconds
     spec["trainer"] = trainer
     spec["runtimePatches"] = [{"manager": "trainspec", "trainingRuntimeSpec": {"template": {"spec": {
         "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": pod}}}}]}}}}]
@@ -381,7 +432,7 @@ def pytorchjob(valid: ValidSpec) -> Dict[str, Any]:
                                             valid.spec.distribution.master_port}],
                                  "volumeMounts": parts["mounts"]}
     if parts["limits"]:
-        container["resources"] = {"limits": parts["limits"]}
+        container["resources"] = _resources(parts)
     if parts["ipc_lock"]:
         container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     pod = {**_pod_settings(valid, parts), "containers": [container], "volumes": parts["volumes"]}
@@ -391,8 +442,9 @@ def pytorchjob(valid: ValidSpec) -> Dict[str, Any]:
     run_policy: Dict[str, Any] = {"backoffLimit": 0}
     if settings.queue:
         run_policy["suspend"] = True
-    if settings.timeout is not None:
-        run_policy["activeDeadlineSeconds"] = settings.timeout
+    limit = time_limit(valid)
+    if limit is not None:
+        run_policy["activeDeadlineSeconds"] = limit.seconds
     spec = {"nprocPerNode": str(valid.procs_per_node), "runPolicy": run_policy, "pytorchReplicaSpecs": replicas}
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
             "metadata": _metadata(valid, valid.name, queue=True), "spec": spec}
@@ -459,19 +511,19 @@ def plan_port(valid: ValidSpec) -> str:
 
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     """What a cluster admin checks before ``kubectl apply``, read from the compiled job document
-    (so plan cannot disagree with job.yaml): the kind, namespace and queue, the image, the pods and
+    (so plan cannot disagree with job.yaml): the kind, namespace and queue, the pods and
     what each asks for, where they may run, who they run as, every volume, the deadline."""
     settings = _settings(valid)
     job = job_document(valid)
     meta, spec, pod = job["metadata"], job["spec"], pod_template(job)
     if job["kind"] == "TrainJob":
         trainer = spec["trainer"]
-        image, limits = trainer["image"], trainer.get("resourcesPerNode", {}).get("limits", {})
+        resources = trainer.get("resourcesPerNode", {})
         pods = f"{trainer['numNodes']} (one per node)"
         policy = spec
     else:
         replicas = spec["pytorchReplicaSpecs"]
-        image, limits = pod["containers"][0]["image"], pod["containers"][0].get("resources", {}).get("limits", {})
+        resources = pod["containers"][0].get("resources", {})
         kinds = " + ".join(f"{kind} {replica['replicas']}" for kind, replica in replicas.items())
         pods = f"{sum(replica['replicas'] for replica in replicas.values())} ({kinds})"
         policy = spec["runPolicy"]
@@ -480,8 +532,13 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     queue = meta["labels"].get("kueue.x-k8s.io/queue-name")
     if queue:
         lines["queue"] = f"Kueue {queue}" + (" (created suspended)" if policy.get("suspend") else "")
-    lines["image"] = image
-    lines["pods"] = pods + (", each with limits " + _pairs(limits) if limits else ", no resource limits")
+    limits, requests = resources.get("limits", {}), resources.get("requests", {})
+    if requests:
+        lines["pods"] = f"{pods}, each with requests {_pairs(requests)}, limits {_pairs(limits)}"
+    elif limits:
+        lines["pods"] = f"{pods}, each with limits {_pairs(limits)}"
+    else:
+        lines["pods"] = f"{pods}, no resource limits"
     added = container.get("securityContext", {}).get("capabilities", {}).get("add", [])
     if added:
         lines["capabilities"] = ", ".join(added)
@@ -498,11 +555,20 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     lines["code"] = f"at {CODE_DIR} (volume {code})" if code else f"in the image, at {settings.code.image.path}"
     for volume in pod.get("volumes", []):
         lines[f"volume {volume['name']}"] = _volume_text(volume, [m for m in mounts if m["name"] == volume["name"]])
-    deadline = policy.get("activeDeadlineSeconds")
-    lines["deadline"] = (f"{_duration(deadline)} (activeDeadlineSeconds {deadline})" if deadline is not None else
-                         "none: runs until it ends (targets.kubernetes.timeout sets one)")
+    deadline, limit = policy.get("activeDeadlineSeconds"), time_limit(valid)
+    lines["deadline"] = (limit.plan_text(f"activeDeadlineSeconds {deadline}") if deadline is not None else
+                         base.plan_no_time_limit("targets.kubernetes.timeout"))
+    lines.update(base.plan_data(valid, refs_for(valid)))
     lines["shim"] = base.plan_shim(settings.python)
     return lines
+
+
+def plan_image(valid: ValidSpec) -> str:
+    """The image every pod runs, read from the compiled job document."""
+    job = job_document(valid)
+    if job["kind"] == "TrainJob":
+        return job["spec"]["trainer"]["image"]
+    return pod_template(job)["containers"][0]["image"]
 
 
 def _pairs(mapping: Dict[str, Any]) -> str:
@@ -550,12 +616,6 @@ def _mount_text(mount: Dict[str, Any]) -> str:
     return mount["mountPath"] + (f" ({', '.join(notes)})" if notes else "")
 
 
-def _duration(seconds: int) -> str:
-    """43200 -> 12h, 5400 -> 1h30m, 90061 -> 1d1h1m1s: the spec's own way of writing it."""
-    parts = [(seconds // 86400, "d"), (seconds // 3600 % 24, "h"), (seconds // 60 % 60, "m"), (seconds % 60, "s")]
-    return "".join(f"{number}{unit}" for number, unit in parts if number) or "0s"
-
-
 def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
     """run --local: the pods' python is this one; the code travels as a ConfigMap, as by default."""
     import sys
@@ -563,6 +623,17 @@ def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
     settings["python"] = shlex.quote(sys.executable)
     settings.pop("code", None)
     return settings
+
+
+def hardware(valid: ValidSpec) -> base.Hardware:
+    """The pods select nodes by node.kubernetes.io/instance-type (the label AKS gives each node
+    its VM size): the sku, unless targets.kubernetes.node_selector says another."""
+    selected = _settings(valid).node_selector.get(INSTANCE_TYPE, valid.sku.name if valid.sku else None)
+    if valid.sku is not None and selected == valid.sku.name:
+        return base.Hardware(True, f"node selector {INSTANCE_TYPE}={selected}")
+    return base.Hardware(False, f"the node selector {INSTANCE_TYPE}={selected} decides the hardware"
+                         if selected else "nothing selects the nodes' VM size",
+                         f"leave {INSTANCE_TYPE} out of targets.kubernetes.node_selector: resources.sku selects it")
 
 
 class Kubernetes(base.Target):
@@ -574,6 +645,8 @@ class Kubernetes(base.Target):
     refs_for = staticmethod(refs_for)
     plan_port = staticmethod(plan_port)
     plan_settings = staticmethod(plan_settings)
+    plan_image = staticmethod(plan_image)
+    hardware = staticmethod(hardware)
     local_settings = staticmethod(local_settings)
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 from typing import List, Optional
 
-from trainspec.core import interpreter
+from trainspec.core import interpreter, volumes
 from trainspec.core.diagnostics import Diagnostic, error, shown
+from trainspec.core.secret_refs import Reference
 
 NAME = "kubernetes"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # DNS-1123 label: namespaces, claims, secrets, queues
@@ -42,6 +43,37 @@ SETTINGS_EXAMPLE = {"namespace": "ml", "queue": "team-a"}
 # The settings that change what a job costs (its priority or tier, its time limit, a machine it
 # adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
 COST_SETTINGS = ("timeout",)
+
+
+# --- secrets.<NAME>.kubernetes: a key of a Secret in the job's namespace ------------------------
+
+_SECRET_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # a DNS-1123 subdomain
+_SECRET_KEY = r"^[-._a-zA-Z0-9]+$"  # a Secret's data key
+
+
+def _secret_field():
+    from typing import Optional
+
+    from pydantic import Field
+
+    from trainspec.core.types import Model
+
+    class KubernetesSecret(Model):
+        secret: str = Field(..., pattern=_SECRET_NAME, max_length=253,
+                            description="The Secret, in the namespace the job runs in.", examples=["hf"])
+        key: str = Field(..., pattern=_SECRET_KEY, max_length=253, description="The key in the Secret's data.",
+                         examples=["token"])
+
+    return (Optional[KubernetesSecret], Field(
+        None, description="A key of a Kubernetes Secret: the container's env gets it through valueFrom."
+        "secretKeyRef, so the value never appears in job.yaml.", examples=[{"secret": "hf", "key": "token"}]))
+
+
+SECRET_REFERENCE = Reference(NAME, _secret_field, lambda ref: f"Secret {ref.secret}, key {ref.key}",
+                             "{secret: <Secret>, key: <key>}",
+                             words={("secret",): "is not a Secret's name (lower case letters, digits, - and ., "
+                                    "a DNS-1123 subdomain)",
+                                    ("key",): "is not a key of a Secret (letters, digits, -, _ and .)"})
 
 HINTS = {("api",): "trainjob (Kubeflow Trainer v2, the default) or pytorchjob (training-operator v1)",
          ("timeout",): "e.g. 2d, 12h, 1h30m or 3600",
@@ -132,7 +164,8 @@ def settings_model():
         rdma_resource: str = Field("rdma/ib", pattern=_RESOURCE, max_length=253,
                                    description="The extended resource for InfiniBand on sizes that have it "
                                    "(NVIDIA Network Operator).", examples=["rdma/shared_ib"])
-        timeout: Optional[Duration] = Field(None, description="activeDeadlineSeconds: 2d, 12h, 90m or seconds.",
+        timeout: Optional[Duration] = Field(None, description="activeDeadlineSeconds: 2d, 12h, 90m or seconds. "
+                                            "Overrides the spec's timeout on Kubernetes.",
                                             examples=["12h"])
         python: str = interpreter.python_field("python3", "in the image")
 
@@ -184,7 +217,7 @@ def settings_errors(spec) -> List[Diagnostic]:
         if pvc.sub_path and ".." in pvc.sub_path.split("/"):
             out.append(error(where, f"'{shown(pvc.sub_path)}' leaves the claim (..)",
                              "a folder inside the claim, e.g. trainspec/mnist"))
-    out += _volume_errors(spec)
+    out += volumes.volume_errors(spec, NAME)
     for i, secret in enumerate(settings.image_pull_secrets):
         if not re.fullmatch(DNS_LABEL, secret) or len(secret) > 253:
             out.append(error(("targets", NAME, "image_pull_secrets", i), f"'{shown(secret)}' {_LABEL_WORDS}"))
@@ -215,32 +248,12 @@ def settings_errors(spec) -> List[Diagnostic]:
     problem = qualified_name_problem(resource) if "/" in resource else "it names no domain (domain/name)"
     if not problem and (resource.startswith("requests.") or resource.split("/")[0].endswith("kubernetes.io")):
         problem = "requests.* and the kubernetes.io domain are Kubernetes' own"
-    if not problem and resource == "nvidia.com/gpu":
-        problem = "it is the GPU resource, which the job requests already"
+    if not problem and resource in ("nvidia.com/gpu", "amd.com/gpu"):
+        problem = "it is a GPU resource, which the job requests already"
     if problem:
         out.append(error(("targets", NAME, "rdma_resource"), f"'{shown(resource)}' is not an extended resource: {problem}",
                          "e.g. rdma/ib or rdma/shared_ib, as the NVIDIA Network Operator names it"))
     if settings.timeout is not None and settings.timeout > MAX_SECONDS:
         out.append(error(("targets", NAME, "timeout"), f"{settings.timeout} seconds is more than Kubernetes' "
                          f"activeDeadlineSeconds holds (an int64, at most {MAX_SECONDS})", HINTS[("timeout",)]))
-    return out
-
-
-def _volume_errors(spec) -> List[Diagnostic]:
-    """Each volume names an input or an output of the spec, and an input with data."""
-    import difflib
-
-    out = []
-    names = [*spec.inputs, *spec.outputs]
-    for name in spec.targets.kubernetes.volumes:
-        where = ("targets", NAME, "volumes", name)
-        if name not in names:
-            close = difflib.get_close_matches(name, names, n=1)
-            have = ", ".join(names) or "none"
-            out.append(error(where, f"'{name}' is neither an input nor an output of this spec",
-                             f"did you mean '{close[0]}'?" if close else f"its inputs and outputs: {have}",
-                             on_key=True))
-        elif name in spec.inputs and spec.inputs[name].path is None:
-            out.append(error(where, f"inputs.{name} is a literal value: there is no data to mount",
-                             f"remove volumes.{name}", on_key=True))
     return out

@@ -21,7 +21,10 @@ The training: ``launch.sh`` runs ``ray up``, then ``ray exec`` of the driver
 (``trainspec/runtime/ray_driver.py``, copied as ``trainspec_ray_driver.py``) on the job request
 ``trainspec_ray_job.json`` written here (its type: ``runtime/ray_request.py``, shipped too); it
 places one bundle per node (STRICT_SPREAD) and runs the spec's unmodified command under the shim
-on ``nodes x procs_per_node`` processes, then launch.sh says how to tear the cluster down.
+on ``nodes x procs_per_node`` processes, and stops them all at the spec's ``timeout`` (the
+request's; exit 124). Whatever ends the job -- its end, a failure, the time limit, Ctrl-C --
+launch.sh's trap runs ``ray down -y``, so no VM outlives it, unless ``targets.ray.keep_cluster``
+keeps the cluster (then it says how to delete it).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from trainspec.spec import skus
 from trainspec.spec.validate import ValidSpec
 from trainspec.targets import TARGETS
 from trainspec.compile import base, capabilities, emit
-from trainspec.targets.ray.settings import NAME
+from trainspec.targets.ray.settings import NAME, URL_SCHEMES
 from trainspec.compile.capabilities import Feature, only, problem, unsupported
 
 # Who starts the processes when the spec does not say (framework -> distribution.launcher):
@@ -57,6 +60,7 @@ WORKER_TYPE = "ray.worker.gpu"
 # Microsoft's Ubuntu HPC image: NVIDIA drivers, CUDA, NCCL, InfiniBand (OFED) and docker
 IMAGE = {"imagePublisher": "microsoft-dsvm", "imageOffer": "ubuntu-hpc", "imageSku": "2204",
          "imageVersion": "latest"}
+VM_IMAGE = ":".join(IMAGE[key] for key in ("imagePublisher", "imageOffer", "imageSku"))  # as plan names it
 # what `ray up` (here) and the head's autoscaler need to drive Azure (ray.md §4)
 AZURE_SDK = ("azure-cli-core", "azure-core", "azure-identity", "azure-mgmt-compute", "azure-mgmt-network",
              "azure-mgmt-resource", "azure-common", "msrest", "msrestazure")
@@ -93,22 +97,43 @@ CANNOT_RUN = {
     Feature.SHM_SIZE: unsupported("a shared-memory size without a container: it sizes the docker block",
                                   "set environment.image, or remove shm_size", fatal=False,
                                   when=only("without environment.image", lambda valid: not valid.spec.environment.image)),
+    Feature.INFINIBAND: problem("{spec.resources.sku} has InfiniBand, but Ray's Azure VMs are standalone "
+                                "(InfiniBand joins only the VMs of one scale set or availability set): NCCL runs over "
+                                "TCP between the {spec.resources.nodes} nodes",
+                                "train on one node (nodes: 1, its GPUs talk over NVLink), or compile the multi-node "
+                                "job for another target: every other one gives the job InfiniBand",
+                                fatal=False),
     Feature.INPUT_EVAL_MODE: unsupported(fatal=False),
     Feature.OUTPUT_ASSET_NAME: unsupported(fatal=False),
     Feature.INPUT_DATA_ASSET: unsupported("the Azure ML data asset '{path}'",
-                                          "give a local path (uploaded with file_mounts) or an https/abfss URL"),
+                                          "say where the data is for the cluster: targets.ray.volumes.{name}: "
+                                          "{{path: abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/DIR}}"),
 }
+_LOST_OUTPUT = "what the job writes would stay on a VM that `ray down` deletes"
+_KEEP_OUTPUT = ("say where it goes: targets.ray.volumes.{name}: {{path: abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/"
+         "DIR}} (or an absolute path every node mounts); Azure ML keeps the job's own output")
 
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     """What Ray cannot run: its table (CANNOT_RUN), then what depends on its settings and the command."""
     spec = valid.spec
     settings = spec.targets.ray
-    out = capabilities.check(NAME, CANNOT_RUN, valid)
+    out = capabilities.check(NAME, CANNOT_RUN, valid, volumes=settings.volumes if settings is not None else ())
+    if valid.sku is not None and valid.sku.vendor == "amd":
+        out.append(warning(("resources", "sku"), f"ray's VMs boot {VM_IMAGE}, built for NVIDIA GPUs (CUDA "
+                           f"drivers): {valid.sku.name}'s AMD {valid.sku.gpu} GPUs "
+                           "need ROCm's driver, which trainspec cannot say it has",
+                           "check that the image has ROCm on this size before `ray up`, or run the job on kubernetes "
+                           "or slurm"))
     if settings is None:
         out.append(error(("targets", "ray"), "compiling for ray needs targets.ray (location, resource_group)",
                          "add targets: {ray: {location: eastus, resource_group: rg-training}}"))
         return out
+    out += base.lost_output_errors(NAME, valid, settings.volumes, _LOST_OUTPUT, _KEEP_OUTPUT)
+    for name, item in spec.outputs.items():
+        if name not in settings.volumes and item.path is not None and not _kept(item.path):
+            out.append(error(("outputs", name, "path"), f"on Ray '{item.path}' is no place every node writes to "
+                             "and that outlives the cluster: " + _LOST_OUTPUT, _KEEP_OUTPUT.format(name=name)))
     if settings.location not in AZURE_REGIONS:
         close = difflib.get_close_matches(settings.location, AZURE_REGIONS, n=2)
         out.append(error(("targets", "ray", "location"), f"'{settings.location}' is not an Azure region",
@@ -120,6 +145,10 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     if (settings.ssh_private_key is None) != (settings.ssh_public_key is None):
         which = "ssh_public_key" if settings.ssh_public_key is None else "ssh_private_key"
         out.append(error(("targets", "ray", which), "give both ssh keys or neither (Ray generates a pair)"))
+    from ...runtime.ray_request import MAX_TIMEOUT
+
+    out += base.time_limit_errors(NAME, base.time_limit(valid, NAME, "timeout"), MAX_TIMEOUT,
+                                  "driver (its job request's timeout)")
     launcher = base.launcher(valid, LAUNCHERS)
     out += base.command_variable_errors(NAME, valid, launcher)
     if launcher == "per-node" and spec.framework != "lightning":
@@ -128,16 +157,27 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     return out
 
 
+def _kept(path: str) -> bool:
+    """An output location that outlives the cluster: an absolute path (storage the nodes mount) or
+    a storage URL the job's code writes itself."""
+    return path.startswith(("/", *URL_SCHEMES))
+
+
 def refs_for(valid: ValidSpec):
+    """``{{ inputs.x }}`` / ``{{ outputs.x }}``: the path or URL of its volume (targets.ray.volumes),
+    else its own path (a relative input: the folder file_mounts uploads to every node) or literal."""
     spec = valid.spec
+    volumes = spec.targets.ray.volumes if spec.targets.ray is not None else {}
 
     def refs(kind: str, name: str) -> str:
+        if name in volumes:
+            return shlex.quote(volumes[name].path)
         item = spec.inputs[name] if kind == "inputs" else spec.outputs[name]
         if kind == "inputs" and item.path is None:
             return shlex.quote(base.literal_text(item.value))
         path = item.path
-        if path is None:
-            return f"$HOME/trainspec/outputs/{name}"  # on each node; $HOME expands in the actor's shell
+        if path is None:  # an error (cannot_express): the VM's disk goes with `ray down`
+            return shlex.quote(f"<outputs.{name}: no location, see targets.ray.volumes>")
         if kind == "inputs" and not _REMOTE_DATA.match(path) and not path.startswith("/"):
             return f"$HOME/trainspec/inputs/{name}"  # a local folder, uploaded by file_mounts
         return shlex.quote(path)
@@ -156,6 +196,7 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
         base.runtime_file(DRIVER_FILE, RUNTIME / "ray_driver.py"),
         base.runtime_file(PROCS_FILE, RUNTIME / "procs.py"),
         base.runtime_file(REQUEST_TYPE_FILE, RUNTIME / "ray_request.py"),
+        *base.secrets_files(valid),
     )
     return base.Artifact(target=NAME, name=spec.name, files=files, submit=SUBMIT)
 
@@ -229,9 +270,24 @@ def _docker(valid: ValidSpec) -> Optional[Dict[str, Any]]:
     run_options = ["--ulimit memlock=-1", "--ulimit nofile=65536:65536", "--cap-add=IPC_LOCK"]
     if valid.spec.resources.shm_size:
         run_options.append(f"--shm-size={valid.spec.resources.shm_size}")
-    if valid.gpus_per_node:
-        run_options.append("--gpus all")
+    if valid.gpus_per_node:  # NVIDIA's container toolkit; AMD's GPUs are the ROCm devices (ROCm's docker docs)
+        amd = valid.sku is not None and valid.sku.vendor == "amd"
+        run_options += ["--device=/dev/kfd", "--device=/dev/dri", "--group-add=video"] if amd else ["--gpus all"]
+    # data on storage the nodes mount is at the same path in the container: inputs read-only.
+    # Ray joins run_options into the shell line of `docker run`: each one is quoted
+    for kind in ("inputs", "outputs"):
+        for location in data_paths(valid, kind):
+            run_options.append("--volume=" + shlex.quote(f"{location}:{location}" + (":ro" if kind == "inputs" else "")))
     return {"image": image, "container_name": "trainspec", "pull_before_run": True, "run_options": run_options}
+
+
+def data_paths(valid: ValidSpec, kind: str) -> List[str]:
+    """The absolute paths on the nodes where the job's inputs or outputs (``kind``) are: a volume's
+    path, else the spec's own absolute path (URLs and uploaded folders are no mount)."""
+    volumes = valid.spec.targets.ray.volumes
+    items = valid.spec.inputs if kind == "inputs" else valid.spec.outputs
+    paths = [volumes[name].path if name in volumes else item.path for name, item in items.items()]
+    return list(dict.fromkeys(path for path in paths if path is not None and path.startswith("/")))
 
 
 def _file_mounts(valid: ValidSpec, out_dir: Path) -> Dict[str, str]:
@@ -240,10 +296,13 @@ def _file_mounts(valid: ValidSpec, out_dir: Path) -> Dict[str, str]:
         f"{REMOTE}/code": base.relative(valid.resolve(spec.code), out_dir),
         f"{REMOTE}/{base.SHIM_FILE}": f"./{base.SHIM_FILE}",
         **{f"{REMOTE}/{name}": f"./{name}" for name in (REQUEST_FILE, DRIVER_FILE, PROCS_FILE, REQUEST_TYPE_FILE)},
+        **{f"{REMOTE}/{f.path}": f"./{f.path}" for f in base.secrets_files(valid)},
     }
     if spec.environment.conda_file:
         mounts[f"{REMOTE}/environment.yml"] = base.relative(valid.resolve(spec.environment.conda_file), out_dir)
     for name, item in spec.inputs.items():
+        if name in spec.targets.ray.volumes:
+            continue  # the data is where the volume says, not uploaded
         if item.path is not None and not _REMOTE_DATA.match(item.path) and not item.path.startswith(("/", "azureml:")):
             mounts[f"{REMOTE}/inputs/{name}"] = base.relative(valid.resolve(item.path), out_dir)
     return mounts
@@ -270,8 +329,9 @@ def _command(valid: ValidSpec) -> str:
     if per_node and spec.framework != "lightning" and not base.own_spawner(command):
         # node rank, master address and port reach torchrun from the shim as PET_*
         command = base.torchrun_line(valid, command, python=shlex.join(python))
-    return base.under_shim(f"{shlex.join([*python, *base.SHIM_FLAGS])} $HOME/trainspec/{base.SHIM_FILE}", command,
-                           valid)
+    shim = base.with_secrets(valid, f"{shlex.join([*python, *base.SHIM_FLAGS])} $HOME/trainspec/{base.SHIM_FILE}",
+                             shlex.join(python), f"$HOME/trainspec/{base.SECRETS_FILE}")
+    return base.under_shim(shim, command, valid)
 
 
 def job_request(valid: ValidSpec):
@@ -280,10 +340,20 @@ def job_request(valid: ValidSpec):
 
     launcher = base.launcher(valid, LAUNCHERS)
     env = base.job_env(valid, refs_for(valid), launcher)
+    env.update(base.secret_env(valid, NAME))  # where each secret is kept: the shim reads it on the node
+    limit = valid.spec.timeout
     return Request(nodes=valid.nodes, procs_per_node=valid.procs_per_node, launcher=launcher,
-                   gpus_per_node=valid.gpus_per_node, cpus_per_node=valid.procs_per_node,
+                   gpus_per_node=valid.gpus_per_node, cpus_per_node=_bundle_cpus(valid),
                    placement="STRICT_SPREAD", workdir="code", env=env, command=_command(valid),
-                   master_port=None)  # None: the driver finds a free port on rank 0's node
+                   master_port=None,  # None: the driver finds a free port on rank 0's node
+                   timeout=limit)  # the driver enforces it: nobody edits launch.sh for a time limit
+
+
+def _bundle_cpus(valid: ValidSpec) -> int:
+    """The CPUs of each node's bundle: resources.cpus_per_node, else one per process. The node
+    declares the size's vCPUs (cluster.yaml), which validation holds cpus_per_node to."""
+    cpus = valid.spec.resources.cpus_per_node
+    return cpus if cpus is not None else valid.procs_per_node
 
 
 def driver_argv(valid: ValidSpec) -> List[str]:
@@ -291,16 +361,37 @@ def driver_argv(valid: ValidSpec) -> List[str]:
     return [*shlex.split(valid.spec.targets.ray.python), f"trainspec/{DRIVER_FILE}", f"trainspec/{REQUEST_FILE}"]
 
 
+# launch.sh's end, whatever ends the job: ray down, or (keep_cluster) how to delete the cluster
+_TEARDOWN = (
+    "teardown() {",
+    "  code=$?",
+    f'  echo "trainspec: the job ended (exit $code); tearing the cluster down: ray down -y {CLUSTER_FILE}" >&2',
+    f"  ray down -y {CLUSTER_FILE} || echo \"trainspec: ray down failed: its VMs may still run (and cost); delete "
+    f"them: ray down -y $PWD/{CLUSTER_FILE}\" >&2",
+    '  exit "$code"',
+    "}",
+    "trap teardown EXIT",
+)
+_KEEP = (f"trap 'echo \"trainspec: the cluster is kept (targets.ray.keep_cluster: true); delete it: ray down -y "
+         f"$PWD/{CLUSTER_FILE}\" >&2' EXIT",)
+# a signal ends the script through its EXIT trap, with the shell's usual code (128 + the signal)
+_SIGNALS = ("trap 'exit 130' INT", "trap 'exit 143' TERM", "trap 'exit 129' HUP")
+
+
 def _launch_script(valid: ValidSpec) -> str:
+    keep = valid.spec.targets.ray.keep_cluster
     lines = [
         "#!/usr/bin/env bash",
         *[f"# {line}" for line in emit.header_lines(valid.source.display, valid.source.digest, NAME)],
-        "# Start the cluster, run the training on it, then tear it down yourself when done.",
+        "# Start the cluster, run the training on it (the driver enforces the spec's timeout), then "
+        + ("keep the cluster (targets.ray.keep_cluster)." if keep else
+           "tear the cluster down,\n# whatever ended the job: its end, a failure, the time limit or Ctrl-C."),
         "# Needs here: " + shlex.join(["pip", "install", f"ray[default]=={valid.spec.targets.ray.ray_version}",
                                        *AZURE_SDK]) + " and `az login`.",
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
-        f"trap 'echo \"trainspec: when done, tear the cluster down: ray down -y $PWD/{CLUSTER_FILE}\"' EXIT",
+        *(_KEEP if keep else _TEARDOWN),
+        *_SIGNALS,
         f"ray up -y {CLUSTER_FILE}",
         f"ray exec {CLUSTER_FILE} {shlex.quote(shlex.join(driver_argv(valid)))}",
     ]
@@ -346,13 +437,41 @@ def plan_port(valid: ValidSpec) -> str:
 
 
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
-    return {"shim": base.plan_shim(valid.spec.targets.ray.python)}
+    """What the job does to the VMs it starts: how long it may run, whether they outlive it, and
+    where its data is (a volume's URL or path, the spec's own, a folder file_mounts uploads)."""
+    lines = {}
+    if valid.spec.resources.cpus_per_node is not None:
+        lines["bundle per node"] = f"CPU {_bundle_cpus(valid)}" + (f", GPU {valid.gpus_per_node}"
+                                                                   if valid.gpus_per_node else "")
+    limit = base.time_limit(valid, NAME, "timeout")  # Ray has no setting of its own: the spec's timeout
+    lines["time limit"] = (limit.plan_text("the driver stops every process, exit 124")
+                           if limit is not None else "none: runs until it ends (the spec's timeout sets one)")
+    lines["cluster"] = (f"kept after the job (targets.ray.keep_cluster): `ray down -y {CLUSTER_FILE}` in the job's "
+                        "folder deletes it" if valid.spec.targets.ray.keep_cluster else
+                        f"torn down when the job ends, however it ends (launch.sh runs `ray down -y {CLUSTER_FILE}`)")
+    lines.update(base.plan_data(valid, refs_for(valid)))
+    lines["shim"] = base.plan_shim(valid.spec.targets.ray.python)
+    return lines
+
+
+def plan_image(valid: ValidSpec) -> str:
+    """The image of the docker block, or the VMs' own image with Ray (and pip / the conda file)
+    installed by setup_commands."""
+    image = valid.spec.environment.image
+    if image:
+        return image
+    return f"no container: the VM image {VM_IMAGE}, Ray and the spec's packages installed by setup_commands"
 
 
 # run --local: a Ray job needs a Ray cluster, which this machine does not pretend to be
 LOCAL_REFUSAL = ("run --local plays the jobs of the other targets (-t " + "|".join(sorted(set(TARGETS) - {NAME}))
                  + "); a Ray job runs on a Ray cluster: start it with `bash OUT/<name>/ray/launch.sh` (README, "
                  "Ray), or try the spec here with another -t")
+
+
+def hardware(valid: ValidSpec) -> base.Hardware:
+    """The cluster's VMs are created at the sku's size: the sku is the hardware."""
+    return base.Hardware(True, f"the cluster's VMs: vm_size {valid.sku.name if valid.sku else '-'}")
 
 
 class Ray(base.Target):
@@ -364,6 +483,8 @@ class Ray(base.Target):
     refs_for = staticmethod(refs_for)
     plan_port = staticmethod(plan_port)
     plan_settings = staticmethod(plan_settings)
+    plan_image = staticmethod(plan_image)
+    hardware = staticmethod(hardware)
     local_refusal = LOCAL_REFUSAL
 
 

@@ -9,13 +9,18 @@ from __future__ import annotations
 import functools
 from typing import List
 
-from trainspec.core import interpreter
+from trainspec.core import interpreter, volumes
 from trainspec.core.diagnostics import Diagnostic
+from trainspec.core.secret_refs import FILE as SECRET_REFERENCE  # secrets.<NAME>.file: a file on every node
 
 NAME = "ray"
 # What Ray sets in an actor's process that no other target's platform does (None: no portable
 # name to read instead): another target's command that reads one is an error there.
 PLATFORM_VARIABLES = {"RAY_*": None}
+# The storage URLs a Ray job's code reads and writes itself (pyarrow and fsspec know these schemes;
+# Ray Train's storage_path takes them too): a volume or an output may be one of them
+URL_SCHEMES = ("abfss://", "abfs://", "az://", "s3://", "gs://")
+VOLUME_LOCATION = "^(/|" + "|".join(URL_SCHEMES) + ")" + volumes.LOCATION_CHARS + "$"
 
 
 # --- settings: targets.ray in a spec ----------------------------------------------------------
@@ -25,22 +30,31 @@ SETTINGS_EXAMPLE = {'location': 'eastus', 'resource_group': 'rg-training'}
 
 # The settings that change what a job costs (its priority or tier, its time limit, a machine it
 # adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
-COST_SETTINGS = ("head_sku",)
+COST_SETTINGS = ("head_sku", "keep_cluster")
 
 # for a bad spec (spec/explain.py): a hint per field below targets.ray, and what a pattern means
-HINTS = {("python",): interpreter.PYTHON_HINT}
+HINTS = {("python",): interpreter.PYTHON_HINT,
+         ("volumes", "*"): "{path: abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/DIR} or {path: /mnt/shared/DIR}"}
+PATTERN_WORDS = {("volumes", "*", "path"): "is neither an absolute path on the nodes nor a storage URL (abfss://, "
+                 "abfs://, az://, s3://, gs://)"}
 
 
 @functools.lru_cache(maxsize=None)
 def settings_model():
     """The pydantic model of this target's settings. Built on demand: only model.py (the JSON
     Schema, the stored structure snapshot) and explain.py (hints for a bad spec) need it."""
-    from typing import Literal, Optional
+    from typing import Dict, Literal, Optional
 
     from pydantic import Field
 
     from trainspec.core.fields import NAME_PATTERN
     from trainspec.core.types import Model
+
+    class Volume(Model):
+        path: str = Field(..., pattern=VOLUME_LOCATION, description="Where the data is for every node: a storage "
+                          "URL the job's code reads and writes itself (abfss://, abfs://, az://, s3://, gs://), or an "
+                          "absolute path every node mounts (mounted into the container at the same path).",
+                          examples=["abfss://data@team.dfs.core.windows.net/sft"])
 
     class RayTarget(Model):
         location: str = Field(..., pattern=r"^[a-z0-9]+$", description="Azure region of the cluster.",
@@ -69,10 +83,22 @@ def settings_model():
                                  examples=["2.60.0"])
         idle_timeout_minutes: int = Field(10, ge=0, description="Minutes before idle workers are removed.",
                                           examples=[10])
+        volumes: Dict[str, Volume] = Field(
+            {}, description="Where each input's or output's data is for the cluster, by its name: {{ inputs.<name> }} "
+            "/ {{ outputs.<name> }} are that URL or path in the job (Azure ML keeps the input's own path, e.g. a data "
+            "asset). An output with neither a volume nor an absolute path or storage URL is an error: the job "
+            "would write it on a VM that `ray down` deletes.",
+            examples=[{"corpus": {"path": "abfss://data@team.dfs.core.windows.net/sft"},
+                       "ckpt": {"path": "abfss://runs@team.dfs.core.windows.net/ft"}}])
+        keep_cluster: bool = Field(
+            False, description="Keep the cluster when the job ends. Default false: launch.sh runs `ray down -y` "
+            "whatever ends the job (its end, a failure, the time limit, Ctrl-C), so no VM outlives it; true: it "
+            "says how to delete the cluster, and the VMs cost until someone does.", examples=[True])
 
     return RayTarget
 
 
 def settings_errors(spec) -> List[Diagnostic]:
     """What targets.ray may not say, whatever is compiled (run by validation)."""
-    return interpreter.python_errors(NAME, spec.targets.ray)
+    return [*interpreter.python_errors(NAME, spec.targets.ray), *volumes.volume_errors(spec, NAME),
+            *volumes.dot_dot_errors(spec, NAME)]

@@ -15,7 +15,12 @@ exported, the user's ``setup`` line, then one ``srun`` step running the spec's c
 the shim in the code directory (``--kill-on-bad-exit``: the first failing task ends the step); a
 command that needs a shell runs as ``bash -c`` under the shim (base.under_shim), so the batch
 script's own shell never expands it.
-With ``container_image``, srun runs every task in it (pyxis/enroot). Every string of ours or
+With an image, srun runs every task in it (pyxis/enroot, ``container_image``): ``environment.image``
+in enroot's form (pyxis_image), or ``targets.slurm.container_image`` as written; ``container:
+false`` (a cluster without pyxis) runs the nodes' own software. In a container the job and code
+folders and every input (read-only) and output location are mounted at their own paths. Data is
+where ``targets.slurm.volumes`` (or the spec's absolute path) says; every output's folder is made
+before srun, and an output with no location is an error, never the job folder. Every string of ours or
 the spec's reaches the script through shlex; ``setup`` and the command after its interpreter
 are shell the user wrote, kept verbatim. sbatch runs a copy of the script, so it asks Slurm
 where the original lies (the shim is beside it) and falls back to the submit directory.
@@ -27,9 +32,11 @@ import functools
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from trainspec.core.diagnostics import Diagnostic
+from trainspec.core.diagnostics import Diagnostic, error, shown, warning
+from trainspec.core.fields import mebibytes
+from trainspec.spec import skus
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, capabilities, emit
 from trainspec.targets.slurm.settings import NAME
@@ -41,6 +48,9 @@ LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface"
              "deepspeed": "per-process"}
 JOB_FILE = "job.sbatch"
 SUBMIT = "sbatch {dir}/" + JOB_FILE
+# sbatch parses --time into seconds in a C int (src/common/parse_time.c, time_str2secs) and
+# rounds up to a minute with +59: the longest limit it reads back is 35791393 minutes
+MAX_TIME = 35791393 * 60
 
 def _settings(valid: ValidSpec):
     return valid.spec.targets.slurm or settings_defaults()
@@ -56,14 +66,23 @@ def settings_defaults():
 
 
 def refs_for(valid: ValidSpec):
-    """``{{ inputs.x }}``: a path on the nodes, quoted for bash; ``{{ outputs.x }}``: its path, or
-    ``<job folder>/outputs/<job id>/x`` (made by the script; ``$job_dir`` and ``$SLURM_JOB_ID``
-    expanded by bash)."""
-    return base.node_path_refs(valid, lambda name: f'"$job_dir"/outputs/"$SLURM_JOB_ID"/{name}')
+    """``{{ inputs.x }}`` / ``{{ outputs.x }}``: the path of its volume (targets.slurm.volumes), else
+    its own path on the nodes, quoted for bash. An output with neither is an error (cannot_express):
+    its default would be the compiled job folder, the one the repository commits."""
+    return base.node_path_refs(valid, _no_location, _settings(valid).volumes)
+
+
+def _no_location(name: str) -> str:
+    """What an output without a location renders as (checks render the command before errors stop
+    the compile; no job is ever written with it)."""
+    return shlex.quote(f"<outputs.{name}: no location, see targets.slurm.volumes>")
 
 
 # What Slurm cannot run, by feature (capabilities.py: the catalogue, the matrix in docs/capabilities.md)
-_NODES_SOFTWARE = "set targets.slurm.setup (module load, an activation) or container_image"
+_NODES_SOFTWARE = "set targets.slurm.setup (module load, an activation), or run an image (environment.image)"
+_VOLUME = "say where it is on the cluster's shared storage: targets.slurm.volumes.{name}: {{path: /shared/...}}"
+# pyxis splits --container-mounts at , and each mount at :
+_MOUNT_BREAKERS = (",", ":")
 CANNOT_RUN = {
     Feature.ENV_DATA_REF: unsupported(),  # ${{outputs.x}} in a variable is Azure ML's alone
     Feature.TENSORFLOW: unsupported(),
@@ -74,10 +93,11 @@ CANNOT_RUN = {
     Feature.ENV_AZUREML: unsupported(hint="set targets.slurm.setup / python, or container_image"),
     Feature.ENV_BUILD: unsupported("a Docker build context",
                                    "build and push the image, then set targets.slurm.container_image", fatal=False),
-    Feature.ENV_IMAGE: unsupported("environment.image without a container runtime: tasks run on the nodes' own "
-                                   "software", "set targets.slurm.container_image: {spec.environment.image} (pyxis/enroot)",
-                                   fatal=False, when=only("without targets.slurm.container_image",
-                                                          lambda valid: not _settings(valid).container_image)),
+    Feature.ENV_IMAGE: unsupported("environment.image with targets.slurm.container: false: tasks run on the "
+                                   "nodes' own software", "on a cluster with pyxis/enroot, remove container: false "
+                                   "and every task runs in the image", fatal=False,
+                                   when=only("with targets.slurm.container: false",
+                                             lambda valid: not _settings(valid).container)),
     Feature.ENV_CONDA_FILE: unsupported("environment.conda_file: tasks run on the nodes' own software (or the "
                                         "container's)", _NODES_SOFTWARE, fatal=False),
     Feature.ENV_PIP: unsupported("environment.pip: tasks run on the nodes' own software (or the container's)",
@@ -85,18 +105,44 @@ CANNOT_RUN = {
     Feature.SHM_SIZE: unsupported("a shared-memory size: tasks see the node's", None, fatal=False),
     Feature.INPUT_EVAL_MODE: unsupported(fatal=False),
     Feature.OUTPUT_ASSET_NAME: unsupported(fatal=False),
-    Feature.INPUT_URL: unsupported(),
-    Feature.INPUT_DATA_ASSET: unsupported(),
-    Feature.INPUT_RELATIVE: problem("on Slurm an input is a path on the nodes: it must be absolute",
-                                    "e.g. /data/mnist on the shared storage"),
-    Feature.OUTPUT_NOT_ABSOLUTE: unsupported(),
+    Feature.INPUT_URL: unsupported(hint=_VOLUME),
+    Feature.INPUT_DATA_ASSET: unsupported(hint=_VOLUME),
+    Feature.INPUT_RELATIVE: problem("on Slurm an input is a path on the nodes: '{path}' is relative", _VOLUME),
+    Feature.OUTPUT_NOT_ABSOLUTE: unsupported(hint=_VOLUME),
 }
 
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
-    """What Slurm cannot run: its table (CANNOT_RUN), then what depends on the command."""
-    out = capabilities.check(NAME, CANNOT_RUN, valid)
+    """What Slurm cannot run: its table (CANNOT_RUN), an override image built for the other GPU
+    vendor, data with no place here, then what depends on the command."""
+    volumes = _settings(valid).volumes
+    out = capabilities.check(NAME, CANNOT_RUN, valid, volumes=volumes)
+    out += base.lost_output_errors(
+        NAME, valid, volumes, "what the job writes would land in the compiled job folder (build/<name>/slurm/), the "
+        "folder the repository commits", "say where it goes on the shared storage: targets.slurm.volumes.{name}: "
+        "{{path: /shared/checkpoints/...}} (Azure ML keeps the job's own output)")
+    out += base.time_limit_errors(NAME, time_limit(valid), MAX_TIME, "--time (seconds in a C int)")
+    override = _settings(valid).container_image
+    mismatch = override and skus.vendor_mismatch(override, valid.sku)  # what runs here instead of environment.image
+    if mismatch:
+        out.append(warning(("targets", NAME, "container_image"), *mismatch))
+    if container_image(valid):
+        out += _mount_errors(valid)
+        for key, reference in valid.spec.secrets.items():
+            if reference.file is not None and any(c in reference.file for c in _MOUNT_BREAKERS):
+                out.append(error(("secrets", key, "file"), "a secret's file is mounted into the container "
+                                 "(--container-mounts), whose list cannot hold a path with ',' or ':'",
+                                 "move the file to a path without them"))
     launcher = base.launcher(valid, LAUNCHERS)
+    cpus, tasks = valid.spec.resources.cpus_per_node, tasks_per_node(valid)
+    if cpus is not None and cpus % tasks:
+        below = cpus - cpus % tasks
+        near = " or ".join(str(n) for n in (below, below + tasks)
+                           if n >= tasks and (valid.sku is None or not valid.sku.vcpus or n <= valid.sku.vcpus))
+        out.append(error(("resources", "cpus_per_node"), f"{cpus} CPUs per node do not divide among the {tasks} tasks "
+                         f"per node srun starts (--cpus-per-task is per task)",
+                         f"ask for a multiple of {tasks}" + (f", e.g. {near}" if near else "")
+                         + ", or use launcher: per-node (one task per node)"))
     out += base.command_variable_errors(NAME, valid, launcher)
     if launcher == "per-node" and valid.spec.framework != "lightning":
         out += base.torchrun_errors(valid, refs_for(valid), "per node, Slurm runs the command under torchrun",
@@ -104,9 +150,92 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     return out
 
 
+def _data_locations(valid: ValidSpec, volumes: Mapping[str, Any]) -> Dict[str, List[Tuple[str, str]]]:
+    """Where the job's data is on Slurm's nodes, by kind: ``{"inputs": [(name, location)],
+    "outputs": [...]}``, each the ``path`` of its volume (``volumes``), else its own path; literal
+    inputs and outputs without either are left out."""
+    out: Dict[str, List[Tuple[str, str]]] = {"inputs": [], "outputs": []}
+    for kind, items in (("inputs", valid.spec.inputs), ("outputs", valid.spec.outputs)):
+        for name, item in items.items():
+            location = volumes[name].path if name in volumes else item.path
+            if location is not None:
+                out[kind].append((name, location))
+    return out
+
+
+def _mount_errors(valid: ValidSpec) -> List[Diagnostic]:
+    """A location pyxis cannot mount into the container: --container-mounts is SRC:DST[:FLAGS],...
+    (an error at the field that gave it)."""
+    volumes = _settings(valid).volumes
+    out = []
+    for kind, places in _data_locations(valid, volumes).items():
+        for name, location in places:
+            if location.startswith("/") and any(c in location for c in _MOUNT_BREAKERS):
+                where = ("targets", NAME, "volumes", name, "path") if name in volumes else (kind, name, "path")
+                out.append(error(where, f"'{shown(location)}' holds , or :, which pyxis's --container-mounts "
+                                 "cannot carry (it splits mounts at , and each at :)",
+                                 "use a path without , and : (a link to it, for example)"))
+    return out
+
+
+def container_mounts(valid: ValidSpec) -> List[str]:
+    """pyxis mounts beyond the job and code folders: every input's location read-only, every
+    output's read-write, each at the same path in the container (``SRC:DST[:ro]``)."""
+    mounts = []
+    for kind, places in _data_locations(valid, _settings(valid).volumes).items():
+        for _, location in places:
+            if location.startswith("/"):
+                mounts.append(f"{location}:{location}" + (":ro" if kind == "inputs" else ""))
+    return list(dict.fromkeys(mounts))
+
+
+def output_locations(valid: ValidSpec) -> List[str]:
+    """Every output's folder on the shared storage, made before srun (a container mounts only
+    what exists, and the command finds its folder there on every target)."""
+    return [location for _, location in _data_locations(valid, _settings(valid).volumes)["outputs"]]
+
+
+# Docker Hub under its own names: enroot's default registry (registry-1.docker.io) when none is given
+_DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io")
+
+
+def pyxis_image(image: str) -> str:
+    """A Docker image reference as pyxis' ``--container-image`` reads it: enroot's
+    ``[USER@][REGISTRY#]IMAGE[:TAG]`` (enroot src/docker.sh), where ``#`` ends the registry. Without
+    it enroot would look ``nvcr.io/nvidia/pytorch`` up on Docker Hub: nvcr.io/nvidia/pytorch:24.08-py3
+    -> nvcr.io#nvidia/pytorch:24.08-py3. The registry is the first part when it holds a . or a : or
+    is localhost (Docker's own rule); Docker Hub's names drop it (enroot's default). A digest
+    (``@sha256:...``) becomes the tag, which it replaces: enroot fetches ``/v2/IMAGE/manifests/TAG``,
+    and a digest there pins the image as Docker's ``@`` does. Already enroot's form (a ``#``), or a
+    squashfs file (a path): as it is."""
+    if "#" in image or image.startswith(("/", ".")):
+        return image
+    name, _, digest = image.partition("@")
+    first, slash, rest = name.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        name = rest if first in _DOCKER_HUB else f"{first}#{rest}"
+    if digest:
+        last = max(name.rfind("/"), name.rfind("#"))
+        if ":" in name[last + 1:]:
+            name = name[:name.rindex(":")]
+        name = f"{name}:{digest}"
+    return name
+
+
+def container_image(valid: ValidSpec) -> Optional[str]:
+    """What srun runs every task in: targets.slurm.container_image as written (an override), else
+    environment.image in enroot's form; None without an image, or with container: false."""
+    settings = _settings(valid)
+    if settings.container_image:
+        return settings.container_image
+    image = valid.spec.environment.image
+    return pyxis_image(image) if image and settings.container else None
+
+
 def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     script = _script(valid, base.relative(valid.resolve(valid.spec.code), out_dir))
-    files = (base.OutFile(JOB_FILE, script.encode("utf-8"), executable=True), base.shim_file())
+    files = (base.OutFile(JOB_FILE, script.encode("utf-8"), executable=True), base.shim_file(),
+             *base.secrets_files(valid))
     return base.Artifact(target=NAME, name=valid.name, files=files, submit=SUBMIT)
 
 
@@ -119,12 +248,19 @@ def sbatch_options(valid: ValidSpec) -> List[str]:
     settings = _settings(valid)
     tasks = tasks_per_node(valid)
     options = [f"--job-name={valid.name}", f"--nodes={valid.nodes}", f"--ntasks-per-node={tasks}"]
-    if valid.gpus_per_node:
-        options.append(f"--gpus-per-node={valid.gpus_per_node}")
-    if valid.sku is not None and valid.sku.vcpus:
+    if valid.gpus_per_node:  # with a GPU type, only nodes of that GPU (the same as --gres=gpu:<type>:<n>)
+        kind = f"{settings.gpu_type}:" if settings.gpu_type else ""
+        options.append(f"--gpus-per-node={kind}{valid.gpus_per_node}")
+    cpus = valid.spec.resources.cpus_per_node
+    if cpus is not None:
+        options.append(f"--cpus-per-task={max(1, cpus // tasks)}")  # divisible: cannot_express says so
+    elif valid.sku is not None and valid.sku.vcpus:
         options.append(f"--cpus-per-task={max(1, valid.sku.vcpus // tasks)}")
-    if settings.time is not None:
-        options.append(f"--time={_slurm_time(settings.time)}")
+    if valid.spec.resources.memory_per_node is not None:
+        options.append(f"--mem={slurm_memory(valid.spec.resources.memory_per_node)}")
+    limit = time_limit(valid)
+    if limit is not None:
+        options.append(f"--time={_slurm_time(limit.seconds)}")
     for field in ("partition", "account", "qos", "constraint"):
         if getattr(settings, field):
             options.append(f"--{field}={getattr(settings, field)}")
@@ -134,6 +270,21 @@ def sbatch_options(valid: ValidSpec) -> List[str]:
     logs = (settings.logs.rstrip("/") + "/") if settings.logs else ""
     options += [f"--output={logs}%x-%j.out", f"--error={logs}%x-%j.err"]
     return options
+
+
+def slurm_memory(quantity: str) -> str:
+    """memory_per_node in the units of sbatch's --mem (M, G, T: MiB, GiB, TiB; Slurm counts in
+    MiB): the largest unit that says it exactly, a decimal quantity rounded up to a whole MiB."""
+    mib = mebibytes(quantity)
+    for unit, size in (("T", 1 << 20), ("G", 1 << 10)):
+        if mib % size == 0:
+            return f"{mib // size}{unit}"
+    return f"{mib}M"
+
+
+def time_limit(valid: ValidSpec):
+    """--time: targets.slurm.time, else the spec's timeout (None: the partition's default)."""
+    return base.time_limit(valid, NAME, "time")
 
 
 def _slurm_time(seconds: int) -> str:
@@ -151,11 +302,19 @@ def _script(valid: ValidSpec, code: str) -> str:
     if launcher == "per-node" and spec.framework != "lightning" and not base.own_spawner(command):
         command = base.torchrun_line(valid, command, python=shlex.join(python))
     shim = f'{shlex.join([*python, *base.SHIM_FLAGS])} "$job_dir"/{base.SHIM_FILE}'
+    shim = base.with_secrets(valid, shim, shlex.join(python), f'"$job_dir"/{base.SECRETS_FILE}')
     srun = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={tasks_per_node(valid)}"]
-    if settings.container_image:
-        srun += [f"--container-image={shlex.quote(settings.container_image)}",
-                 '--container-mounts="$job_dir:$job_dir,$code_dir:$code_dir"', '--container-workdir="$code_dir"']
+    image = container_image(valid)
+    if image:
+        # every input (read-only) and output location, and each secret's file (read-only: the helper
+        # reads it inside the container), at its own path
+        extra = "".join("," + mount for mount in [*container_mounts(valid),
+                                                  *(f"{path}:{path}:ro" for path in _secret_files(valid))])
+        srun += [f"--container-image={shlex.quote(image)}",
+                 '--container-mounts="$job_dir:$job_dir,$code_dir:$code_dir"' + (shlex.quote(extra) if extra else ""),
+                 '--container-workdir="$code_dir"']
     env = base.job_env(valid, refs_for(valid), launcher, spec.distribution.master_port)
+    env.update(base.secret_env(valid, NAME))  # where each secret is kept: the shim reads it on the node
     lines = ["#!/bin/bash",
              *[f"# {line}" for line in emit.header_lines(valid.source.display, valid.source.digest, NAME)],
              *[f"#SBATCH {option}" for option in sbatch_options(valid)],
@@ -166,19 +325,47 @@ def _script(valid: ValidSpec, code: str) -> str:
              'export job_dir=${job_dir:-$SLURM_SUBMIT_DIR}  # exported: a command run through bash reads it',
              f'code_dir=$(cd "$job_dir"/{shlex.quote(code)} && pwd)',
              *[f"export {key}={shlex.quote(value)}" for key, value in env.items()]]
-    if any(item.path is None for item in spec.outputs.values()):
-        lines.append('mkdir -p "$job_dir"/outputs/"$SLURM_JOB_ID"')
+    if image and base.infiniband(valid):
+        # enroot's 99-mellanox hook mounts the InfiniBand devices (/dev/infiniband) and the host's
+        # verbs drivers into the container only when this is set (pyxis passes the job's variables)
+        lines.append("export MELLANOX_VISIBLE_DEVICES=all  # InfiniBand in the container (enroot's mellanox hook)")
+    if output_locations(valid):
+        lines.append(shlex.join(["mkdir", "-p", "--", *output_locations(valid)]))
     if settings.setup:
         lines.append(settings.setup)
     lines += ['cd "$code_dir"', base.under_shim(f"{' '.join(srun)} {shim}", command, valid)]
     return "\n".join(lines) + "\n"
 
 
+def _secret_files(valid: ValidSpec) -> List[str]:
+    """The files the job's secrets are read from (validated: absolute paths)."""
+    return [reference.file for reference in valid.spec.secrets.values()]
+
+
 # --- what plan and run --local need --------------------------------------------------------
 
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
-    """The #SBATCH lines a cluster admin reviews, and what starts the shim."""
-    return {"sbatch": " ".join(sbatch_options(valid)), "shim": base.plan_shim(_settings(valid).python)}
+    """The #SBATCH lines a cluster admin reviews, the time limit, where the data is, and what starts
+    the shim."""
+    limit = time_limit(valid)
+    return {"sbatch": " ".join(sbatch_options(valid)),
+            "time limit": (limit.plan_text(f"--time={_slurm_time(limit.seconds)}") if limit is not None else
+                           "none from the spec: the partition's default limit (the spec's timeout, or "
+                           "targets.slurm.time, sets one)"),
+            **base.plan_data(valid, refs_for(valid)),
+            "shim": base.plan_shim(_settings(valid).python)}
+
+
+def plan_image(valid: ValidSpec) -> str:
+    """What every task runs in: the container image srun is given, or the nodes' own software."""
+    settings = _settings(valid)
+    if settings.container_image:
+        return f"{settings.container_image} (targets.slurm.container_image, pyxis)"
+    image = container_image(valid)
+    if image:
+        return f"{image} (environment.image, as pyxis reads it)"
+    why = " (targets.slurm.container: false)" if valid.spec.environment.image else ""
+    return "no container: the nodes' own software" + why
 
 
 def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
@@ -186,7 +373,26 @@ def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
     settings["python"] = shlex.quote(sys.executable)
     for field in ("setup", "container_image", "logs"):
         settings.pop(field, None)
+    settings["container"] = False
     return settings
+
+
+def hardware(valid: ValidSpec) -> base.Hardware:
+    """The sku is what the job gets when a partition the team catalog maps, a GPU type or a
+    constraint selects it; otherwise the partition (or the cluster's default) decides."""
+    settings = _settings(valid)
+    placed = valid.placement(NAME)
+    chosen = [f"partition {placed.value}: {placed.size}, in {skus.TEAM_FILE}"] if placed else []
+    if settings.gpu_type and valid.gpus_per_node:
+        chosen.append(f"--gpus-per-node={settings.gpu_type}:{valid.gpus_per_node}")
+    if settings.constraint:
+        chosen.append(f"--constraint={settings.constraint} (the cluster's node features: not checked)")
+    if chosen:
+        return base.Hardware(True, "; ".join(chosen))
+    by = f"the partition {settings.partition}" if settings.partition else "the cluster's default partition"
+    return base.Hardware(False, f"{by} decides the hardware",
+                         f"set targets.slurm.gpu_type or constraint, or map the partition to its VM size under "
+                         f"partitions: in {skus.TEAM_FILE}")
 
 
 class Slurm(base.Target):
@@ -197,6 +403,8 @@ class Slurm(base.Target):
     lower = staticmethod(lower)
     refs_for = staticmethod(refs_for)
     plan_settings = staticmethod(plan_settings)
+    plan_image = staticmethod(plan_image)
+    hardware = staticmethod(hardware)
     local_settings = staticmethod(local_settings)
 
 
