@@ -166,6 +166,9 @@ DEFAULT_LAUNCHER = {
 }
 IMAGES = ["mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04", "pytorch/pytorch:latest",
           "rayproject/ray:2.60.0-py311-gpu"]
+# each image as pyxis reads it on Slurm (enroot's registry#path:tag; Docker Hub's as they are)
+PYXIS = {IMAGES[0]: "mcr.microsoft.com#azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04", IMAGES[1]: IMAGES[1],
+         IMAGES[2]: IMAGES[2]}
 
 
 class Gen:
@@ -360,6 +363,11 @@ def valid_specs(draw, target: str) -> Gen:
         setup = draw(st.sampled_from([None, "true", ": ready", "export TS_SETUP=1"]))
         if setup:
             settings_["setup"] = setup
+        # an output without a path needs a place on the shared storage (it would land in the job folder)
+        volumes = {name: {"path": draw(st.sampled_from(["/shared/ck pt/$x", "/runs/it's"]))}
+                   for name, item in outputs.items() if "path" not in item}
+        if volumes:
+            settings_["volumes"] = volumes
     elif target == "kubernetes":
         settings_["api"] = draw(st.sampled_from(["trainjob", "pytorchjob"]))
         for field, values in (("namespace", DNS_LABEL), ("queue", LABEL_VALUE.filter(bool)),
@@ -397,6 +405,11 @@ def valid_specs(draw, target: str) -> Gen:
         if draw(st.booleans()):
             settings_["python"] = "python3"
         settings_["idle_timeout_minutes"] = draw(st.integers(0, 60))
+        # an output without a path needs a place that outlives the cluster (a VM `ray down` deletes)
+        volumes = {name: {"path": draw(st.sampled_from(["abfss://runs@acct.dfs.core.windows.net/c%20k", "/mnt/r'uns"]))}
+                   for name, item in outputs.items() if "path" not in item}
+        if volumes:
+            settings_["volumes"] = volumes
     data["targets"] = {target: settings_}
     return Gen(target, data, framework=framework, launcher=effective, nodes=nodes, procs=resolved_procs,
                gpus=resolved_gpus, sku=sku, args=args, numbers=numbers, interpreter=interpreter,
@@ -464,19 +477,18 @@ def expected_args(gen: Gen, target: str, *, settings_: Dict[str, Any], spec_dir:
                 out.append(path)
         else:
             path = gen.data["outputs"][value].get("path")
+            volume = settings_.get("volumes", {}).get(value, {})
             if target == "azureml":
                 out.append(f"/mnt/azureml/outputs/{value}")
+            elif "path" in volume:  # targets.<target>.volumes: its location there
+                out.append(volume["path"])
             elif path:
                 out.append(path)
             elif target == "hpcpack":
                 root = settings_["shared_dir"].rstrip("/") or "/"
                 out.append(f"{root}/outputs/{gen.data['name']}/{JOB_ID}/{value}")
-            elif target == "slurm":
-                out.append(f"{spec_dir}/out/{gen.data['name']}/slurm/outputs/{JOB_ID}/{value}")
-            elif target == "kubernetes":
+            else:  # Kubernetes: the claim's mount (Slurm and Ray: an error without a volume)
                 out.append(f"/trainspec/outputs/{value}")
-            else:
-                out.append(f"/home/raytest/trainspec/outputs/{value}")
     return out
 
 
@@ -666,15 +678,24 @@ def test_slurm_script_passes_bash_n_and_srun_gets_the_intended_argv_and_env(work
         assert options[:3] == [f"--job-name={gen.data['name']}", f"--nodes={gen.nodes}", f"--ntasks-per-node={tasks}"]
         fake = Path(tempfile.mkdtemp(dir=base))
         (fake / "srun").write_text(f"#!{sys.executable}\nimport json, os, sys\n"
-                                   f"open({str(fake / 'calls')!r}, 'a').write(json.dumps([sys.argv[1:], dict(os.environ)]))\n")
+                                   f"open({str(fake / 'calls')!r}, 'a').write(json.dumps([sys.argv[1:], dict(os.environ), "
+                                   "os.getcwd()]))\n")
         (fake / "scontrol").write_text("#!/bin/sh\nexit 1\n")
-        for stub in ("srun", "scontrol"):
+        # the output folders the script makes are on the cluster's storage: recorded, not made here
+        (fake / "mkdir").write_text(f"#!{sys.executable}\nimport json, sys\n"
+                                    f"open({str(fake / 'made')!r}, 'a').write(json.dumps(sys.argv[1:]))\n")
+        for stub in ("srun", "scontrol", "mkdir"):
             (fake / stub).chmod(0o755)
         proc = subprocess.run(["bash", str(folder / "job.sbatch")], capture_output=True, text=True, timeout=300,
                               env={"PATH": f"{fake}:{os.environ['PATH']}", "SLURM_JOB_ID": JOB_ID,
                                    "SLURM_SUBMIT_DIR": str(folder)})
         assert proc.returncode == 0, proc.stderr
-        argv, env = json.loads((fake / "calls").read_text())
+        argv, env, code = json.loads((fake / "calls").read_text())  # srun runs in the code folder
+        volumes = gen.data["targets"]["slurm"].get("volumes", {})
+        places = [volumes[name]["path"] if name in volumes else item["path"]
+                  for name, item in gen.data.get("outputs", {}).items()]
+        made = json.loads((fake / "made").read_text()) if (fake / "made").exists() else None
+        assert made == (["-p", "--", *places] if places else None)
         shutil.rmtree(fake, ignore_errors=True)
         for key, value in gen.env.items():
             assert env[key] == value, key
@@ -687,7 +708,15 @@ def test_slurm_script_passes_bash_n_and_srun_gets_the_intended_argv_and_env(work
                     *python, *gen.interpreter.split()[1:], *user]
         else:
             tail = [*gen.interpreter.split(), *user]
-        assert argv == ["--kill-on-bad-exit=1", f"--ntasks-per-node={tasks}", *python, "-I", "-S",
+        image = (gen.data.get("environment") or {}).get("image")
+        # every task in the spec's image, with every input (read-only) and output location mounted
+        data = [*(f"{item['path']}:{item['path']}:ro" for item in gen.data.get("inputs", {}).values()
+                  if "path" in item),
+                *(f"{place}:{place}" for place in places)]
+        mounts = ",".join([f"{folder}:{folder}", f"{code}:{code}", *dict.fromkeys(data)])
+        container = [f"--container-image={PYXIS[image]}", f"--container-mounts={mounts}",
+                     f"--container-workdir={code}"] if image else []
+        assert argv == ["--kill-on-bad-exit=1", f"--ntasks-per-node={tasks}", *container, *python, "-I", "-S",
                         f"{folder}/trainspec_shim.py", "--", *tail]
     finally:
         shutil.rmtree(spec.parent, ignore_errors=True)
@@ -1033,6 +1062,8 @@ BREAKS: List[Tuple[Tuple, List[Any]]] = [
     (("resources", "sku"), [5, "", "Standard_Nope_v9"]),
     (("resources", "spot"), ["yes", 1, "true"]),
     (("resources", "shm_size"), ["16", "16gb", 16, "0g"]),
+    (("resources", "cpus_per_node"), [0, 1025, "8", 2.5, True, 1000]),  # 1000: more than any size has
+    (("resources", "memory_per_node"), ["900", "900gb", 900, "0Gi", "1.5Ti", "900Ki", "99999Ti"]),
     (("distribution", "launcher"), ["per-gpu", 1, "MPI"]),
     (("distribution", "backend"), ["nccl2", "NCCL"]),
     (("distribution", "master_port"), [80, 70000, "6105", 6105.5]),
@@ -1058,7 +1089,7 @@ TARGET_BREAKS = {
                    (("rdma_resource",), ["RDMA IB", "ib", "nvidia.com/gpu"]), (("python",), ["", 3, "'x"]),
                    (("runtime",), ["Torch", "a" * 254]), (("service_account",), ["Trainer"])],
     "slurm": [(("partition",), ["gpu nodes", "a'b", 5]), (("time",), ["forever", 0]), (("exclusive",), ["yes"]),
-              (("constraint",), ["a100 & ib"]), (("logs",), ["my logs"]), (("python",), ["python 3", ""])],
+              (("constraint",), ["a100 & ib"]), (("logs",), ["my logs"]), (("python",), ["'x", ""])],
 }
 UNKNOWN_KEY_PARENTS = [(), ("resources",), ("distribution",), ("environment",), ("targets",)]
 
