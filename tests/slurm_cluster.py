@@ -25,6 +25,7 @@ PACKAGES = ("slurm-wlm", "munge")
 COMMANDS = ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "scontrol", "sinfo")
 CTLD_PORT, SLURMD_PORT = 16817, 16818  # not the defaults: no clash with a real Slurm on the machine
 GPUS_PER_NODE = 2
+GPU_TYPE = "h100"  # the GRES type of the fake GPUs: a job may ask for it (targets.slurm.gpu_type), or for any GPU
 CPUS_PER_NODE = 4
 
 
@@ -91,9 +92,10 @@ class SlurmCluster:
         hosts += [f"{self.net.address(i)} {name}" for i, name in enumerate(self.names, 1)]
         (self.dir / "hosts").write_text("\n".join(hosts) + "\n")
         (self.dir / "gres.conf").write_text(
-            f"NodeName={','.join(self.names)} Name=gpu File={self.dir / 'dev'}/gpu[0-{GPUS_PER_NODE - 1}]\n")
+            f"NodeName={','.join(self.names)} Name=gpu Type={GPU_TYPE} "
+            f"File={self.dir / 'dev'}/gpu[0-{GPUS_PER_NODE - 1}]\n")
         nodes = "\n".join(f"NodeName={name} NodeAddr={self.net.address(i)} NodeHostname={name} "
-                          f"CPUs={CPUS_PER_NODE} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
+                          f"CPUs={CPUS_PER_NODE} Gres=gpu:{GPU_TYPE}:{GPUS_PER_NODE} State=UNKNOWN"
                           for i, name in enumerate(self.names, 1))
         self.conf.write_text(f"""\
 ClusterName=trainspec

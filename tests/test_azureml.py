@@ -20,7 +20,10 @@ EXPECTED = {
     "hf-finetune": (2, "PyTorch", 1),
     "tf-multiworker": (2, "TensorFlow", 2),
     "ddp-on-base": (2, "PyTorch", 8),  # the base's H100 size: 8 GPUs, one process each
+    "sft-h100": (2, "PyTorch", 8),  # the five-target fine-tune: its secret's helper runs first
 }
+# the command's first runtime file: the secrets helper where a spec has secrets, else the shim
+FIRST = {"sft-h100": "trainspec_secret_refs"}
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +60,10 @@ def test_output_loads_in_azure_ai_ml(compiled, name):
         assert body["distribution"]["processCountPerInstance"] == per_instance
     # the shim travels as an input file next to job.yml, and every process runs under it
     assert body["inputs"]["trainspec_runtime"]["jobInputType"] == "uri_file"
-    assert body["command"].startswith("python -I -S ${{inputs.trainspec_runtime}} -- ")
+    first = FIRST.get(name, "trainspec_runtime")
+    assert body["inputs"][first]["jobInputType"] == "uri_file"
+    assert body["command"].startswith(f"python -I -S ${{{{inputs.{first}}}}} -- ")
+    assert "-- python -I -S ${{inputs.trainspec_runtime}} -- " in body["command"] or first == "trainspec_runtime"
     env = body["environmentVariables"]
     assert env["TRAINSPEC_NODES"] == str(instances)
     assert body["tags"]["trainspec_spec"] == f"specs/{name}.yaml"

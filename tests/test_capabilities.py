@@ -178,6 +178,6 @@ def test_the_matrix_shows_every_feature_and_every_target():
     for feature in Feature:
         assert f"(#{feature.anchor})" in page and f"{{#{feature.anchor}}}" in page
     # a message as a user sees it, with its hint, and a placeholder for what the spec fills in
-    assert "| `hpcpack` | error | hpcpack cannot express the remote data '&lt;path&gt;' | give an absolute path " \
-           "on storage the nodes mount |" in page
-    assert "| `slurm` | warning (without targets.slurm.container\\_image) |" in page
+    assert "| `hpcpack` | error | hpcpack cannot express the remote data '&lt;path&gt;' | say where it is on the " \
+           "nodes' shared storage: targets.hpcpack.volumes.&lt;name&gt;: \\{path: /shared/...\\} |" in page
+    assert "| `slurm` | warning (with targets.slurm.container: false) |" in page

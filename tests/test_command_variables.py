@@ -6,7 +6,6 @@ test_hpcpack_run.py and test_slurm_cluster.py; here: the rule, per target, in-pr
 import json
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -127,11 +126,15 @@ def test_a_command_that_expands_runs_through_bash_under_the_shim(tmp_path, targe
 
 
 def test_slurm_outputs_reach_a_command_run_through_bash(tmp_path):
-    """`{{ outputs.x }}` on Slurm is "$job_dir"/outputs/...: the batch script exports job_dir, so the
-    task's own bash (a compound command, or one that expands $...) finds the same folder."""
+    """`{{ outputs.x }}` on Slurm is its volume's path (issue 28; it used to be "$job_dir"/outputs/...,
+    the compiled folder): quoted for bash, it reaches the task's own bash (a compound command, or
+    one that expands $...) intact, and the batch script made the folder before srun."""
+    shared = tmp_path / "shared dir" / "it's"
     path = spec(tmp_path, "python train.py --node $NODE_RANK --out {{ outputs.ckpt }}", target="slurm",
                 outputs="outputs: {ckpt: {}}")
+    path.write_text(path.read_text().replace("  slurm: {}", f'  slurm: {{volumes: {{ckpt: {{path: "{shared}/ckpt"}}}}}}'))
     outcome = build(str(path), tmp_path / "out", ["slurm"])
+    assert outcome.artifacts, [d.render() for d in outcome.diagnostics]
     script = outcome.artifacts[0].file("job.sbatch").data.decode()
     head, srun = script.rsplit("\n", 2)[0], script.splitlines()[-1]
     inner = shlex.split(srun)[-1]  # what the task's bash runs under the shim
@@ -142,7 +145,8 @@ def test_slurm_outputs_reach_a_command_run_through_bash(tmp_path):
     probe = f"{head}\nNODE_RANK=1 bash -c {shlex.quote(inner.replace('python train.py', 'echo'))}\n"
     done = subprocess.run(["bash", "-c", probe], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["--node", "1", "--out", f"{job_dir}/outputs/77/ckpt"]
+    assert done.stdout.rstrip("\n").split(" ", 3) == ["--node", "1", "--out", f"{shared}/ckpt"]
+    assert (shared / "ckpt").is_dir()
 
 
 @pytest.mark.parametrize("target", sorted(SETTINGS))

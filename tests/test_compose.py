@@ -52,6 +52,23 @@ def test_three_deep_chain_merges_maps_and_replaces_scalars(tmp_path):
     assert "train.py --steps 10" in job  # root's vars
 
 
+def test_a_target_set_to_null_leaves_the_bases_settings_and_is_not_compiled(tmp_path):
+    """`targets.<target>: null` in a spec that extends a base removes that target's settings (and
+    with them the target from what `compile` makes by default); the others stay (docs/spec.md)."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "root.yaml").write_text(ROOT + "  slurm: {partition: hpc}\n")
+    leaf = tmp_path / "job.yaml"
+    leaf.write_text("extends: base/root.yaml\nname: leaf\ntargets:\n  azureml: null\n")
+    proc = ts("compile", leaf.name, "-o", "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "out" / "leaf").iterdir()) == ["slurm"]
+    assert "#SBATCH --partition=hpc" in (tmp_path / "out" / "leaf" / "slurm" / "job.sbatch").read_text()
+    # asked for by name, a target set to null compiles with its defaults: nothing of the base's is left
+    proc = ts("compile", leaf.name, "-t", "azureml", "-o", "out2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "gpu-cluster" not in (tmp_path / "out2" / "leaf" / "azureml" / "job.yml").read_text()
+
+
 def test_error_in_the_middle_file_is_reported_at_its_own_line(tmp_path):
     leaf = three_deep(tmp_path, middle_extra="  gpus_per_node: 16\n")
     proc = ts("validate", leaf.name, cwd=tmp_path)

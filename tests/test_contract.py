@@ -5,9 +5,10 @@ import re
 
 from conftest import REPO
 
-# the shim defines them; the Ray driver ships beside it as a file of its own; TRAINSPEC_DEBUG and
-# TRAINSPEC_CACHE_DIR are the CLI's own settings, never seen by a job
-ALLOWED = {"trainspec/runtime/shim.py", "trainspec/runtime/ray_driver.py"}
+# the shim defines them; the Ray driver and the secrets helper ship beside it as files of their own
+# (each stands alone); TRAINSPEC_DEBUG and TRAINSPEC_CACHE_DIR are the CLI's own settings, never
+# seen by a job
+ALLOWED = {"trainspec/runtime/shim.py", "trainspec/runtime/ray_driver.py", "trainspec/runtime/secret_refs.py"}
 
 
 def test_the_trainspec_variables_and_ports_are_spelled_only_in_the_shim():

@@ -17,7 +17,8 @@ SPEC_FILES = sorted(SPECS.glob("*.yaml"))
 REGENERATE = "trainspec compile specs/ -o tests/golden"
 # runtime files copied byte for byte next to the jobs: compared with their source below instead
 VERBATIM = {"trainspec_shim.py": "shim.py", "trainspec_ray_driver.py": "ray_driver.py", "trainspec_procs.py": "procs.py",
-            "trainspec_ray_request.py": "ray_request.py", "trainspec_hpcpack_election.py": "hpcpack_election.py"}
+            "trainspec_ray_request.py": "ray_request.py", "trainspec_hpcpack_election.py": "hpcpack_election.py",
+            "trainspec_secret_refs.py": "secret_refs.py"}
 
 
 @pytest.mark.parametrize("spec", SPEC_FILES, ids=lambda p: p.stem)

@@ -258,3 +258,20 @@ def test_a_compute_in_the_team_catalog_must_name_a_known_size(workdir):
     assert proc.returncode == 1
     assert "trainspec-skus.yaml:2:8: error: computes.gpu: 'Standard_ND96asr_v5' is not a VM size trainspec knows " \
            "(hint: did you mean Standard_ND96asr_v4" in proc.stderr
+
+
+def test_the_jobs_time_limit_becomes_the_specs_timeout(workdir):
+    """limits.timeout is the job's time limit: the imported spec says it once, at the top, as a
+    duration, so every target it is later compiled for gets it; Azure ML's REST body is unchanged."""
+    check_round_trip(workdir, "pytorch-cluster")  # limits: {timeout: 86400}
+    text = (workdir / "specs" / "pytorch-cluster.yaml").read_text()
+    spec = YAML(typ="safe").load(text)
+    assert spec["timeout"] == "1d" and "timeout" not in spec["targets"]["azureml"]
+    assert list(spec).index("timeout") == list(spec).index("command") + 1  # beside what runs
+    _, ours = loaded(workdir / "build" / spec["name"] / "azureml" / "job.yml")
+    assert ours["limits"] == loaded(workdir / "jobs" / "pytorch-cluster.yml")[1]["limits"]
+    # a time limit that is not whole hours is written exactly
+    (workdir / "jobs" / "odd.yml").write_text((workdir / "jobs" / "pytorch-cluster.yml").read_text()
+                                              .replace("limits: {timeout: 86400}", "limits: {timeout: 5430}"))
+    check_round_trip(workdir, "odd")
+    assert YAML(typ="safe").load((workdir / "specs" / "odd.yaml").read_text())["timeout"] == "1h30m30s"

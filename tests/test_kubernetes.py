@@ -11,7 +11,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -241,8 +240,8 @@ def test_an_output_without_a_volume_is_an_error_at_its_key(tmp_path):
     """Written into the pod's own disk, it would be gone with the pod: an error that says how to
     keep it; an output at an absolute path (a volume the cluster mounts there) compiles."""
     err = errors(tmp_path, body="outputs:\n  ckpt: {}")
-    assert re.search(r"spec\.yaml:\d+:3: error: outputs\.ckpt: it has no volume: what the job writes there would "
-                     r"stay in the pod", err), err
+    assert re.search(r"spec\.yaml:\d+:3: error: outputs\.ckpt: it has no location on kubernetes: what the job "
+                     r"writes would stay in the pod", err), err
     assert "targets.kubernetes.volumes.ckpt: {pvc: {claim: NAME, sub_path: DIR}}" in err
     compiled(tmp_path, body="outputs:\n  ckpt: {path: /mnt/shared/ckpt}")
 
@@ -361,12 +360,12 @@ def test_plan_shows_what_an_admin_checks_before_kubectl_apply(tmp_path, api):
                 "shm_size: 16g}", body="outputs:\n  checkpoints: {}")
     plan = json.loads(ts("plan", str(path), "--format", "json", cwd=tmp_path, check=True).stdout)
     settings = plan["jobs"][0]["targets"][0]["settings"]
+    assert plan["jobs"][0]["targets"][0]["image"] == "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"  # every target's
     pods = "3 (one per node)" if api == "trainjob" else "3 (Master 1 + Worker 2)"
     assert settings == {
         "job": "TrainJob trainer.kubeflow.org/v1alpha1" if api == "trainjob" else "PyTorchJob kubeflow.org/v1",
         "namespace": "ml",
         "queue": "Kueue team-a (created suspended)",
-        "image": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
         "pods": pods + ", each with limits nvidia.com/gpu=8, rdma/ib=1",
         "capabilities": "IPC_LOCK",
         "node selector": "node.kubernetes.io/instance-type=Standard_ND96isr_H100_v5, agentpool=gpu",
@@ -381,7 +380,8 @@ def test_plan_shows_what_an_admin_checks_before_kubectl_apply(tmp_path, api):
         "volume trainspec-code": "PVC code at /trainspec/code (sub-path team/mnist)",
         "volume dshm": "emptyDir in memory (at most 16Gi) at /dev/shm",
         "volume out-checkpoints": "PVC runs at /trainspec/outputs/checkpoints (sub-path mnist)",
-        "deadline": "1h30m (activeDeadlineSeconds 5400)",
+        "deadline": "1h30m (activeDeadlineSeconds 5400), from targets.kubernetes.timeout",
+        "outputs.checkpoints": "/trainspec/outputs/checkpoints",  # where the command finds it
         "shim": "python3 -I -S trainspec_shim.py (needs Python 3.8+)",
     }, settings
     # read from the job.yaml compile writes: the same image, limits, volumes
@@ -402,7 +402,7 @@ def test_plan_of_a_plain_job_says_what_it_does_not_set(tmp_path):
         "jobs"][0]["targets"][0]["settings"]
     assert settings["pods"] == "1 (one per node), no resource limits" and settings["namespace"] == "(kubectl's)"
     assert settings["code"] == "in the image, at /workspace"
-    assert settings["deadline"] == "none: runs until it ends (targets.kubernetes.timeout sets one)"
+    assert settings["deadline"] == "none: runs until it ends (the spec's timeout, or targets.kubernetes.timeout, sets one)"
     assert not {"queue", "capabilities", "node selector", "tolerations", "service account", "image pull secrets",
                 "volume trainspec-code"} & set(settings)
 

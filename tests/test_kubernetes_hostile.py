@@ -270,11 +270,12 @@ def test_tolerations_kubernetes_refuses_are_errors(tmp_path, toleration, ok):
     assert pod_of(docs[-1])["tolerations"][-1] == {"operator": "Equal", **toleration}
 
 
-def test_nvidia_gpu_as_the_rdma_resource_is_an_error_not_a_limit_of_one_gpu(tmp_path):
+@pytest.mark.parametrize("resource", ["nvidia.com/gpu", "amd.com/gpu"])
+def test_nvidia_gpu_as_the_rdma_resource_is_an_error_not_a_limit_of_one_gpu(tmp_path, resource):
     """Bug: `rdma_resource: nvidia.com/gpu` compiled, and the limits dict's second write made the
-    job ask for 1 GPU per node instead of 8."""
-    errors, _, _ = compile_text(spec_text({"rdma_resource": "nvidia.com/gpu"}), tmp_path)
-    assert any("targets.kubernetes.rdma_resource: 'nvidia.com/gpu' is not an extended resource: it is the GPU "
+    job ask for 1 GPU per node instead of 8 (amd.com/gpu: the same on an AMD size)."""
+    errors, _, _ = compile_text(spec_text({"rdma_resource": resource}), tmp_path)
+    assert any(f"targets.kubernetes.rdma_resource: '{resource}' is not an extended resource: it is a GPU "
                "resource" in e for e in errors), errors
 
 

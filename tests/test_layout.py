@@ -55,7 +55,7 @@ def test_the_rule_sees_a_leak():
 
 
 SETTINGS = ("NAME", "SETTINGS_DESCRIPTION", "SETTINGS_EXAMPLE", "settings_model", "settings_errors",
-            "PLATFORM_VARIABLES", "COST_SETTINGS")
+            "PLATFORM_VARIABLES", "COST_SETTINGS", "SECRET_REFERENCE")
 OVERRIDDEN = ("cannot_run", "cannot_express", "lower", "refs_for")  # no default in compile/base.py's Target
 
 
@@ -75,7 +75,8 @@ def test_every_target_implements_the_interface_in_the_registry(name):
     assert not (plays and refuses), \
         "run --local either plays the job (targets/<name>/local.py) or refuses in one line (local_refusal)"
     documented = (PACKAGE / "compile" / "base.py").read_text()
-    for attr in (*OVERRIDDEN, "plan_port", "plan_settings", "local_settings", "local_refusal", "name", "launchers"):
+    for attr in (*OVERRIDDEN, "plan_port", "plan_settings", "plan_image", "local_settings", "local_refusal", "name",
+                 "launchers"):
         assert f"``{attr}" in documented, f"{attr} is not documented in compile/base.py's Target"
 
 

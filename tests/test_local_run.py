@@ -87,8 +87,11 @@ def test_slurm_jobs_play_without_slurm(tmp_path, spec, launcher, script):
     """run --local -t slurm: the compiled job.sbatch through bash, with an srun that starts every task
     on its simulated node with the variables srun sets (slurm.md), the rest of the script as written."""
     (tmp_path / "data").mkdir()  # a path on the nodes instead of the Azure ML data asset (synthetic data)
+    # and a folder on the nodes for the checkpoints, which Slurm would otherwise write into the job folder
     spec = _spec_with(tmp_path, spec, **({'mnist: {path: "azureml:mnist@latest", mode: ro_mount}':
-                                          f"mnist: {{path: {tmp_path / 'data'}}}"} if script == "mnist" else {}))
+                                          f"mnist: {{path: {tmp_path / 'data'}}}",
+                                          "checkpoints: {mode: rw_mount}": f"checkpoints: {{path: {tmp_path / 'ckpt'}}}"}
+                                         if script == "mnist" else {}))
     args = [str(spec), "-t", "slurm", "--procs-per-node", "2"] + (["--launcher", launcher] if launcher else [])
     proc = run(args, tmp_path / "work")
     assert_world(proc, script=script)

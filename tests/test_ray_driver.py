@@ -168,11 +168,13 @@ class Finished:
         return found[0]
 
 
-def launch(cluster, tmp_path, *flags, command, timeout=700, **fields):
+def launch(cluster, tmp_path, *flags, command, wait=700, driver_timeout="600", **fields):
     """Run the driver copied as a compiled job has it (with trainspec_procs.py and
     trainspec_ray_request.py, next to the shim) on a job request of ``fields``; returns it finished,
     with the arrival time of every line, so a test can time what follows an event it saw rather than
-    the whole run (whose start-up a busy machine stretches)."""
+    the whole run (whose start-up a busy machine stretches). ``wait``: seconds for the driver to end;
+    ``driver_timeout``: its --timeout (None: none, as launch.sh runs it: the request's timeout, a
+    field, applies)."""
     import json
     import threading
 
@@ -180,10 +182,10 @@ def launch(cluster, tmp_path, *flags, command, timeout=700, **fields):
                          (PROCS, "trainspec_procs.py"), (REQUEST_TYPE, "trainspec_ray_request.py")):
         shutil.copyfile(source, tmp_path / name)
     request = {"gpus_per_node": 0, "cpus_per_node": 1, "placement": "PACK", "workdir": ".", "env": {},
-               "master_port": None, "command": command, **fields}
+               "master_port": None, "timeout": None, "command": command, **fields}
     (tmp_path / "trainspec_ray_job.json").write_text(json.dumps(request))
     argv = [sys.executable, tmp_path / "trainspec_ray_driver.py", tmp_path / "trainspec_ray_job.json",
-            "--address", cluster.address, "--timeout", "600", *flags]
+            "--address", cluster.address, *(["--timeout", driver_timeout] if driver_timeout else []), *flags]
     started = time.monotonic()
     popen = subprocess.Popen(cluster.ns.argv(argv), env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, cwd=tmp_path)
@@ -199,7 +201,7 @@ def launch(cluster, tmp_path, *flags, command, timeout=700, **fields):
     for reader in readers:
         reader.start()
     try:
-        popen.wait(timeout=timeout)
+        popen.wait(timeout=wait)
     finally:
         if popen.poll() is None:
             popen.kill()  # the module's namespace holder stops whatever it started
@@ -315,11 +317,24 @@ def test_timeout_stops_every_process_group(cluster, tmp_path):
     assert proc.returncode == 124, proc.stdout + proc.stderr
     assert "[node 0] started on node 0" in proc.stdout and "[node 1] started on node 1" in proc.stdout
     assert "not reached" not in proc.stdout
-    assert f"did not finish within {RUN_TIMEOUT} s (--timeout); every process was stopped" in proc.stderr
+    assert (f"did not finish within its time limit (--timeout {RUN_TIMEOUT} s); every process was stopped"
+            in proc.stderr)
     # stopped at the timeout, not when `sleep 313` ends: --grace 2, KILL_WAIT 5, the drain (10 s at
     # most) and the clean-up after it; the driver's own start (importing ray) is in the slack
     assert proc.ended - proc.started < RUN_TIMEOUT + 2 + 5 + 10 + 60
     assert_nothing_left(cluster, "sleep 313")
+
+
+def test_the_specs_timeout_in_the_request_ends_the_job_and_says_so(cluster, tmp_path):
+    # as launch.sh runs it: no --timeout; the request carries the spec's `timeout:` (40 s here)
+    proc = launch(cluster, tmp_path, "--grace", "2", driver_timeout=None, timeout=RUN_TIMEOUT,
+                  nodes=2, procs_per_node=1, launcher="per-process", command="echo started; sleep 317")
+    assert proc.returncode == 124, proc.stdout + proc.stderr
+    ended = [line for line in proc.stderr.splitlines() if "time limit" in line]
+    assert ended == [f"trainspec: error: the job did not finish within its time limit (the spec's timeout: "
+                     f"{RUN_TIMEOUT}s); every process was stopped"], proc.stderr
+    assert proc.ended - proc.seen("started") < RUN_TIMEOUT + 2 + 5 + 10 + 60
+    assert_nothing_left(cluster, "sleep 317")
 
 
 def test_a_cluster_too_small_is_named(cluster, tmp_path):

@@ -104,8 +104,11 @@ def test_diff_git_compiles_the_base_where_the_working_tree_is(repo):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "== mnist-lightning (specs/mnist-lightning.yaml)"
-    assert lines[1] == ("resources.nodes 2 → 4; resources.sku Standard_ND96isr_H100_v5 → Standard_ND96amsr_A100_v4; "
-                        "world 16 → 32; GPU H100 → A100")
+    # the job runs on the Azure ML cluster gpu-cluster, which no team catalog maps to a size: the
+    # new sku changes no hardware there, and the diff says so instead of announcing "GPU H100 → A100"
+    assert lines[1] == ("resources.nodes 2 → 4; resources.sku Standard_ND96isr_H100_v5 → Standard_ND96amsr_A100_v4 "
+                        "(sku not enforced on azureml: the compute cluster gpu-cluster decides the hardware); "
+                        "world 16 → 32")
     assert "--- a/build/mnist-lightning/azureml/job.yml\n+++ b/build/mnist-lightning/azureml/job.yml" in proc.stdout
     assert "-  instance_count: 2\n+  instance_count: 4" in proc.stdout
     assert "code:" not in "".join(l for l in lines if l.startswith(("-", "+")))  # the same relative paths
@@ -377,3 +380,32 @@ def test_plan_shows_what_the_shim_exports(tmp_path, spec, last):
     exported = {k: v.replace(env["MASTER_ADDR"], "<address of node 0>") for k, v in exported.items()}
     assert {k: v for k, v in shown.items() if k in exported} == exported
     assert f"  {last} (last): " in ts("plan", f"specs/{spec}", cwd=REPO).stdout
+
+
+def test_the_specs_timeout_opens_the_cost_summary(repo):
+    """The top-level timeout decides what a job costs on every target: a change to it is a cost
+    change, named first in the summary and in the job's one-line diff."""
+    spec = repo / "specs" / "mnist-lightning.yaml"
+    edit(spec, "    timeout: 2d\n", "")  # Azure ML's own limit, which would override the spec's
+    edit(spec, "\nname: mnist-lightning\n", "\nname: mnist-lightning\ntimeout: 24h\n")
+    git("commit", "-q", "-am", "a day at most, said once", cwd=repo)
+    edit(spec, "timeout: 24h", "timeout: 2d")
+    edit(spec, "  nodes: 2\n", "  nodes: 4\n")
+    md = ts("plan", "--git", "HEAD", "--format", "markdown", cwd=repo, check=True).stdout
+    assert md.startswith("# trainspec plan: 1 job changed since HEAD\n\n**Cost: GPUs of all jobs: 26 → 42 (\\+16); "
+                         "1 job with cost changes**\n\n- `mnist-lightning`: timeout `24h` → `2d`; nodes `2` → `4`; "
+                         "GPUs `16` → `32`\n"), md[:400]
+    data = json.loads(ts("plan", "--git", "HEAD", "--format", "json", cwd=repo, check=True).stdout)
+    assert data["cost"]["jobs"][0]["changes"][0] == {"field": "timeout", "before": "24h", "after": "2d"}
+    diff = json.loads(ts("diff", "--git", "HEAD", "--format", "json", cwd=repo, check=True).stdout)
+    assert diff["jobs"][0]["summary"].startswith("timeout 24h → 2d; resources.nodes 2 → 4")  # cost first
+    # a job that only gains a time limit: still a cost change, and what plan says the target enforces
+    git("checkout", "-q", "--", "specs", cwd=repo)
+    edit(spec, "timeout: 24h", "timeout: 90m")
+    text = ts("plan", "--git", "HEAD", cwd=repo, check=True).stdout
+    assert "mnist-lightning: timeout 24h → 90m\n" in text
+    assert "  time limit: 1h30m (limits.timeout: 5400), from the spec's timeout\n" in text
+    # the target's own limit overrides the spec's there, and plan says which one Azure ML enforces
+    edit(spec, "    job_tier: standard\n", "    job_tier: standard\n    timeout: 12h\n")
+    text = ts("plan", "specs/mnist-lightning.yaml", cwd=repo, check=True).stdout
+    assert "  time limit: 12h (limits.timeout: 43200), from targets.azureml.timeout\n" in text

@@ -265,7 +265,7 @@ def test_the_shim_never_imports_torch(tmp_path):
 
 REQUEST = {"nodes": 2, "procs_per_node": 2, "launcher": "per-process", "gpus_per_node": 0, "cpus_per_node": 1,
            "placement": "STRICT_SPREAD", "workdir": "code", "env": {}, "command": "python shim.py -- python train.py",
-           "master_port": None}
+           "master_port": None, "timeout": None}
 
 
 def request_file(folder, **fields):
@@ -294,7 +294,33 @@ def test_the_request_and_the_run_flags(tmp_path):
     assert opts.bundle() == {"CPU": 24.0, "GPU": 4.0} and opts.actor_resources() == (24.0, 4.0)
 
 
+def test_the_specs_timeout_reaches_the_driver_from_the_request(tmp_path):
+    """The compiler writes the spec's timeout into the request; the driver enforces it without a
+    flag (nobody edits launch.sh), names it when it fires, and --timeout still overrides it."""
+    from conftest import REPO
+    from trainspec.build import build
+    from trainspec.targets.ray import lower as ray_target
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((REPO / "specs" / "ray-lightning.yaml").read_text()
+                    .replace("code: ../examples/", f"code: {REPO}/examples/")
+                    .replace("framework: lightning\n", "framework: lightning\ntimeout: 1h30m\n"))
+    outcome = build(str(spec), tmp_path / "out")
+    assert not [d for d in outcome.diagnostics if d.is_error], outcome.diagnostics
+    path = tmp_path / ray_target.REQUEST_FILE
+    path.write_bytes(outcome.artifacts[0].file(ray_target.REQUEST_FILE).data)
+    opts = parse_args([str(path)])
+    assert (opts.timeout, opts.timeout_said) == (5400.0, "the spec's timeout: 1h30m")
+    opts = parse_args([str(path), "--timeout", "60"])
+    assert (opts.timeout, opts.timeout_said) == (60.0, "--timeout 60 s")
+    opts = parse_args([str(path), "--timeout", "0"])  # the operator lifts it for this run
+    assert opts.timeout == 0.0
+    assert options(tmp_path).timeout == 0.0  # a request without one: no limit
+
+
 @pytest.mark.parametrize("fields, message", [
+    ({"timeout": 0}, "timeout: expected null or a number of seconds (1-1000000000000), got 0"),
+    ({"timeout": "24h"}, 'timeout: expected null or a number of seconds (1-1000000000000), got "24h"'),
     ({"command": "  "}, "command: expected a non-empty shell command"),
     ({"nodes": 0}, "nodes: expected an integer >= 1, got 0"),
     ({"nodes": True}, "nodes: expected an integer >= 1, got true"),
@@ -305,7 +331,7 @@ def test_the_request_and_the_run_flags(tmp_path):
     ({"placement": "STRICT_PACK"}, "placement: expected STRICT_SPREAD or SPREAD or PACK"),
     ({"master_port": 70000}, "master_port: expected null or a TCP port (1-65535), got 70000"),
     ({"extra": 1}, "unknown field(s) extra"),
-], ids=["empty-command", "zero-nodes", "bool-nodes", "mpi", "env-name", "env-value", "zero-cpus", "placement",
+], ids=["zero-timeout", "text-timeout", "empty-command", "zero-nodes", "bool-nodes", "mpi", "env-name", "env-value", "zero-cpus", "placement",
         "port", "unknown"])
 def test_a_bad_request_names_the_file_and_the_field(tmp_path, fields, message):
     with pytest.raises(DriverError) as caught:

@@ -29,7 +29,7 @@ def spec(repo, sku, gpus=None, nodes=2):
     (repo / "specs" / "job.yaml").write_text(
         "version: 1\nname: job\ncode: ../code\ncommand: python train.py\n"
         f"resources: {{nodes: {nodes}, sku: {sku}{counts}}}\nenvironment: {{image: python:3.11}}\n"
-        "targets: {azureml: {compute: gpu-cluster}}\n")
+        "targets: {azureml: {}}\n")  # serverless: the sku is the instance_type
     return ts("validate", "specs/job.yaml", cwd=repo)
 
 

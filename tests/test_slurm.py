@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, SPECS, ts
+from conftest import REPO, ts
 
 
 def spec(tmp_path, body="", settings="{}", command="python train.py --steps 3", name="job"):
@@ -116,22 +116,93 @@ def test_what_slurm_cannot_express_or_a_bad_setting_is_an_error_at_its_field(tmp
     assert not (tmp_path / "out").exists()
 
 
-def test_what_runs_differently_is_a_warning_with_the_setting_to_use(tmp_path):
-    proc = ts("compile", str(spec(tmp_path, body="environment: {image: 'nvcr.io/nvidia/pytorch:24.08-py3'}")),
+def test_without_pyxis_container_false_runs_the_nodes_software_with_a_warning_at_the_image(tmp_path):
+    proc = ts("compile", str(spec(tmp_path, body="environment: {image: 'nvcr.io/nvidia/pytorch:24.08-py3'}",
+                                  settings="{container: false, setup: 'module load pytorch'}")),
               "-o", str(tmp_path / "out"), cwd=tmp_path)
-    assert proc.returncode == 0
-    assert ("warning: environment.image: slurm cannot express environment.image without a container runtime"
-            in proc.stderr and "set targets.slurm.container_image: nvcr.io/nvidia/pytorch:24.08-py3" in proc.stderr)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"job\.yaml:6:\d+: warning: environment\.image: slurm cannot express environment\.image with "
+                     r"targets\.slurm\.container: false: tasks run on the nodes' own software", proc.stderr), proc.stderr
+    assert "remove container: false" in proc.stderr
+    words = srun((tmp_path / "out" / "job" / "slurm" / "job.sbatch").read_text())
+    assert not any(word.startswith("--container") for word in words), words
 
 
-def test_plan_and_diff_show_the_slurm_job(tmp_path):
-    plan = json.loads(ts("plan", "specs/slurm-ddp.yaml", "--format", "json", cwd=REPO).stdout)["jobs"][0]
-    target = plan["targets"][0]
-    assert target["target"] == "slurm" and target["submit"] == "sbatch build/slurm-ddp/slurm/job.sbatch"
-    assert target["settings"]["sbatch"].startswith("--job-name=slurm-ddp --nodes=2 --ntasks-per-node=8")
-    assert target["ranks"]["last"]["RANK"] == "15" and target["ranks"]["last"]["MASTER_PORT"] == "6105"
-    changed = tmp_path / "slurm-ddp.yaml"
-    changed.write_text((SPECS / "slurm-ddp.yaml").read_text().replace("time: 2h", "time: 3h")
-                       .replace("../examples/ddp", str(REPO / "examples" / "ddp")))
-    diff = ts("diff", "specs/slurm-ddp.yaml", str(changed), cwd=REPO)
-    assert "-#SBATCH --time=0-02:00:00" in diff.stdout and "+#SBATCH --time=0-03:00:00" in diff.stdout, diff.stdout
+def test_container_false_with_a_container_image_is_an_error_at_the_image(tmp_path):
+    proc = ts("compile", str(spec(tmp_path, settings="{container: false, container_image: 'nvcr.io#nvidia/pytorch:24.08-py3'}")),
+              "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert re.search(r"job\.yaml:8:\d+: error: targets\.slurm\.container_image: names an image, and container: "
+                     r"false says tasks run without one", proc.stderr), proc.stderr
+
+
+# enroot's own grammar of what pyxis hands it (NVIDIA/enroot src/docker.sh, docker::import):
+# docker://[USER@][REGISTRY#]IMAGE[:TAG], the tag admitting ':' (a digest as the manifest reference)
+ENROOT_URI = re.compile(r"^docker://(([[:alnum:]_.!~*'()%;:&=+$,-@]+)@)?(([^#]+)#)?([a-z0-9/._-]+)(:([A-Za-z0-9._:-]+))?$"
+                        .replace("[:alnum:]", "A-Za-z0-9"))
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize("image, runs", [
+    ("nvcr.io/nvidia/pytorch:24.08-py3", "nvcr.io#nvidia/pytorch:24.08-py3"),  # the registry ends at #
+    ("myacr.azurecr.io/team/train:1", "myacr.azurecr.io#team/train:1"),
+    ("localhost:5000/train:1", "localhost:5000#train:1"),
+    ("pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime", "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"),  # Docker Hub
+    ("python:3.11", "python:3.11"),
+    ("docker.io/library/python:3.11", "library/python:3.11"),  # Docker Hub by name: enroot's default registry
+    (f"nvcr.io/nvidia/pytorch@{DIGEST}", f"nvcr.io#nvidia/pytorch:{DIGEST}"),  # a digest is the manifest reference
+    (f"nvcr.io/nvidia/pytorch:24.08-py3@{DIGEST}", f"nvcr.io#nvidia/pytorch:{DIGEST}"),  # and pins it, as Docker's @
+    ("nvcr.io#nvidia/pytorch:24.08-py3", "nvcr.io#nvidia/pytorch:24.08-py3"),  # already enroot's form
+], ids=["nvcr", "acr", "port", "hub", "official", "hub-by-name", "digest", "tag-and-digest", "enroot-form"])
+def test_environment_image_is_what_srun_runs_every_task_in_as_pyxis_reads_it(tmp_path, image, runs):
+    words = srun(compiled(tmp_path, body=f"environment: {{image: '{image}'}}"))
+    assert f"--container-image={runs}" in words, words
+    assert "--container-mounts=$job_dir:$job_dir,$code_dir:$code_dir" in words and "--container-workdir=$code_dir" in words
+    match = ENROOT_URI.match("docker://" + runs)
+    assert match, runs
+    registry, name, tag = match.group(4), match.group(5), match.group(7)
+    reference = image.split("@")[0]
+    assert name in reference and (registry is None or reference.startswith(registry.replace("#", "")) or "#" in image)
+    assert tag == (DIGEST if "@" in image else reference.rsplit(":", 1)[1])
+
+
+def test_container_image_overrides_environment_image_as_written(tmp_path):
+    words = srun(compiled(tmp_path, body="environment: {image: 'nvcr.io/nvidia/pytorch:24.10-py3'}",
+                          settings="{container_image: /shared/images/pytorch-24.08.sqsh}"))
+    assert "--container-image=/shared/images/pytorch-24.08.sqsh" in words
+    assert not any("24.10" in word for word in words)
+
+
+def test_plan_shows_what_each_target_runs_in(tmp_path):
+    path = spec(tmp_path, body="environment: {image: 'nvcr.io/nvidia/pytorch:24.08-py3'}")
+    text = path.read_text().replace("targets:\n", "targets:\n  kubernetes: {}\n")
+    path.write_text(text)
+    plan = json.loads(ts("plan", str(path), "--format", "json", cwd=tmp_path, check=True).stdout)["jobs"][0]
+    images = {t["target"]: t["image"] for t in plan["targets"]}
+    assert images == {"kubernetes": "nvcr.io/nvidia/pytorch:24.08-py3",
+                      "slurm": "nvcr.io#nvidia/pytorch:24.08-py3 (environment.image, as pyxis reads it)"}
+    assert "  image: nvcr.io#nvidia/pytorch:24.08-py3 (environment.image, as pyxis reads it)\n" in \
+        ts("plan", str(path), cwd=tmp_path, check=True).stdout
+    path.write_text(text.replace("slurm: {}", "slurm: {container: false}"))
+    plan = json.loads(ts("plan", str(path), "--format", "json", cwd=tmp_path, check=True).stdout)["jobs"][0]
+    assert {t["target"]: t["image"] for t in plan["targets"]}["slurm"] == "no container: the nodes' own software (targets.slurm.container: false)"
+
+
+@pytest.mark.parametrize("settings, before, after", [
+    ("{}", "nvcr.io#nvidia/pytorch:24.08-py3 (environment.image, as pyxis reads it)",
+     "nvcr.io#nvidia/pytorch:24.10-py3 (environment.image, as pyxis reads it)"),
+    ("{container_image: 'nvcr.io#nvidia/pytorch:24.08-py3'}",
+     "nvcr.io#nvidia/pytorch:24.08-py3 (targets.slurm.container_image, pyxis)", None),
+], ids=["from-environment", "override"])
+def test_diff_of_a_base_image_bump_says_what_slurm_really_runs(tmp_path, settings, before, after):
+    old = spec(tmp_path, body="environment: {image: 'nvcr.io/nvidia/pytorch:24.08-py3'}", settings=settings,
+               name="old")
+    new = tmp_path / "new.yaml"
+    new.write_text(old.read_text().replace("image: 'nvcr.io/nvidia/pytorch:24.08-py3'", "image: 'nvcr.io/nvidia/pytorch:24.10-py3'")
+                   .replace("name: old", "name: new"))
+    text = ts("diff", str(old), str(new), cwd=tmp_path).stdout
+    assert "environment.image nvcr.io/nvidia/pytorch:24.08-py3 → nvcr.io/nvidia/pytorch:24.10-py3" in text, text
+    # what Slurm runs: the new image in enroot's form, or the override, said unchanged
+    assert (f"image (slurm) {before} → {after}" if after else f"image (slurm) unchanged: {before}") in text, text
+    changes = json.loads(ts("diff", str(old), str(new), "--format", "json", cwd=tmp_path).stdout)["jobs"][0]["changes"]
+    assert {"field": "image (slurm)", "before": before, "after": after or before, "in": None} in changes, changes

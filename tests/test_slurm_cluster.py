@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PROBE_COMMAND, REPO, assert_probed, ts, world_probe
-from slurm_cluster import GPUS_PER_NODE, SlurmCluster, missing
+from slurm_cluster import GPU_TYPE, GPUS_PER_NODE, SlurmCluster, missing
 
 pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
 pytest.importorskip("lightning", reason="lightning is a test extra")
@@ -120,6 +120,59 @@ def test_lightning_per_node_spawns_its_devices(cluster, tmp_path):
                                               f"{{{{ procs_per_node }}}} --output {tmp_path}/outputs")
     code, _, stdout, stderr = submit(cluster, folder, tmp_path)
     assert_world(code, stdout, stderr, script="mnist")
+
+
+def test_gpu_type_runs_on_nodes_of_that_gpu_and_is_refused_for_another(cluster, tmp_path):
+    """targets.slurm.gpu_type (issue 28: the sku is true or is not claimed): --gpus-per-node=<type>:<n>
+    runs on nodes whose GRES has that type, and a job asking for another is refused at once.
+    Before the node-death test, which leaves n2 down for the rest of the module."""
+    folder = job(tmp_path, name="typed", code=REPO / "examples" / "ddp", command="python train.py --steps 1",
+                 extra=f"    gpu_type: {GPU_TYPE}\n")
+    assert f"#SBATCH --gpus-per-node={GPU_TYPE}:{GPUS_PER_NODE}\n" in (folder / "job.sbatch").read_text()
+    code, _, stdout, stderr = submit(cluster, folder, tmp_path)
+    assert_world(code, stdout, stderr, script="ddp")
+    other = job(tmp_path, name="other-gpu", code=REPO / "examples" / "ddp", command="python train.py --steps 1",
+                extra="    gpu_type: a100\n")
+    done = cluster.run(["sbatch", "--wait", str(other / "job.sbatch")], cwd=tmp_path, timeout=120)
+    assert done.returncode != 0
+    assert "Requested node configuration is not available" in done.stderr, done.stderr
+
+
+CHECKPOINT = """import os, sys
+import torch, torch.distributed as dist
+data, ckpt = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo")
+text = open(os.path.join(data, "corpus.txt")).read().strip()
+if dist.get_rank() == 0:
+    torch.save({"step": 1, "seen": text, "world": dist.get_world_size()}, os.path.join(ckpt, "step-1.pt"))
+dist.barrier()
+print("TRAINSPEC_READ", dist.get_rank(), text, flush=True)
+"""
+
+
+def test_the_input_is_read_and_the_checkpoint_left_where_the_volumes_say(cluster, tmp_path):
+    """Issue 28: the spec names an Azure ML data asset and a checkpoint output (Azure ML's own);
+    targets.slurm.volumes places both on the shared storage (a folder standing for /shared). Every
+    rank reads the input there; the checkpoint is there after the job, in the folder the script
+    made, not in the job folder."""
+    shared = tmp_path / "shared"
+    (shared / "datasets" / "sft").mkdir(parents=True)
+    (shared / "datasets" / "sft" / "corpus.txt").write_text("tokens of the corpus\n")
+    code = tmp_path / "ckpt-code"
+    code.mkdir()
+    (code / "ckpt.py").write_text(CHECKPOINT)
+    volumes = (f"    volumes: {{corpus: {{path: {shared}/datasets/sft}}, ckpt: {{path: {shared}/checkpoints/ft}}}}\n"
+               "inputs: {corpus: {path: 'azureml:sft@latest'}}\noutputs: {ckpt: {}}")
+    folder = job(tmp_path, name="ckpt", code=code, command="python ckpt.py {{ inputs.corpus }} {{ outputs.ckpt }}",
+                 extra=volumes)
+    code_, _, stdout, stderr = submit(cluster, folder, tmp_path)
+    assert code_ == 0, stdout[-3000:] + stderr[-3000:]
+    assert sorted(re.findall(r"^TRAINSPEC_READ (\d) tokens of the corpus$", stdout, re.M)) == ["0", "1", "2", "3"]
+    import torch
+
+    checkpoint = torch.load(shared / "checkpoints" / "ft" / "step-1.pt")
+    assert checkpoint == {"step": 1, "seen": "tokens of the corpus", "world": 4}
+    assert not (folder / "outputs").exists()  # nothing in the compiled job folder
 
 
 STEADY = """import os, sys, time
