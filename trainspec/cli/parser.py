@@ -31,6 +31,10 @@ COMMANDS = {
     "skus": ("skus", "List the Azure VM sizes trainspec knows: the built-in catalog plus your team's trainspec-skus.yaml (the nearest one from the current folder up to the repository root). Filter by GPU model, GPU count and InfiniBand. With --import, turn what `az vm list-skus --resource-type virtualMachines --output json` printed into entries for trainspec-skus.yaml (printed, or merged into the file given with --write)."),
     "import": ("import_job", 'Turn an existing Azure ML command job (job.yml) into a spec that compiles back to an equivalent job. Whatever the spec cannot carry is reported by field, with its line; a hand-written MPI-env wrapper in the command is dropped (the shim does its work). The spec is printed, or written with -o (never over an existing file), then validated.'),
     "schema": ("schema", 'Print the JSON Schema of the spec (for editors: yaml-language-server). --base: the schema of a base that specs extend (every field optional, names and types checked).'),
+    "submit": ("jobs", "Submit each spec's job to its targets through the platform's own client, print its id and where to watch it, and with --wait (or --follow, which also streams the logs) wait for its final state: exit 0 completed, 4 failed, 5 canceled, 6 timed out, 3 could not submit, 7 still running at --max-wait. The job is named after the spec and the digest of what was compiled, so the same job is never submitted twice: submitting again finds it and follows it."),
+    "status": ("jobs", "The state of the job submitted from each spec (found by the name submit gave it) or named by --id: the same exit codes as submit --wait, 7 while it runs."),
+    "logs": ("jobs", "The logs of the job submitted from each spec, or named by --id: rank 0's, or every node's with --all-ranks, each line prefixed by its node; --follow until the job ends (exit: its final state)."),
+    "cancel": ("jobs", "Cancel the job submitted from each spec, or named by --id; returns once the platform accepted (--wait: until it is final)."),
     "run": ("run", "Run a spec's job here, before paying for GPUs: nodes x processes local processes, each with exactly the environment the target platform would give it, on CPU with gloo."),
 }
 
@@ -62,6 +66,15 @@ def _seconds(text: str) -> float:
     if not value >= 1:
         raise argparse.ArgumentTypeError(f"{text} is less than 1 second")
     return value
+
+
+def _duration(text: str) -> float:
+    from trainspec.core.fields import parse_duration
+
+    try:
+        return float(parse_duration(int(text) if text.isdigit() else text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -175,6 +188,85 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--gpu-only", action="store_true", help="with --import: only sizes that have GPUs")
     sub.add_argument("--write", metavar="FILE", help="with --import: merge the entries into FILE "
                                                       "(e.g. trainspec-skus.yaml) instead of printing them")
+
+    def platform(sub: argparse.ArgumentParser) -> None:
+        group = sub.add_argument_group("where the platform is (each target reads only its own)")
+        group.add_argument("--address", metavar="URL",
+                           help="ray: the dashboard of a running cluster (http://HEAD:8265; default: `ray up` of "
+                                "the compiled cluster, or RAY_ADDRESS); hpcpack: the head node's REST service "
+                                "(https://HEAD; default: HPCPACK_REST_URL)")
+        group.add_argument("--subscription", metavar="ID", help="azureml: the subscription (default: "
+                           "AZUREML_SUBSCRIPTION_ID, else config.json as the SDK finds it)")
+        group.add_argument("--resource-group", metavar="NAME", help="azureml: default AZUREML_RESOURCE_GROUP")
+        group.add_argument("--workspace", metavar="NAME", help="azureml: default AZUREML_WORKSPACE")
+
+    def job_paths(sub: argparse.ArgumentParser, what: str) -> None:
+        sub.add_argument("paths", nargs="*", metavar="SPEC|DIR", help=f"spec files, or folders to search: {what}")
+        sub.add_argument("--out", metavar="OUT", default=None,
+                         help="take the compiled outputs committed in OUT (refused unless `trainspec check` passes "
+                              "for them) instead of compiling into .trainspec/jobs/")
+
+    def waiting(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--max-wait", type=_duration, metavar="DURATION",
+                         help="stop waiting after this long (2h, 90m, seconds), exit 7: the job goes on (default: "
+                              "the spec's timeout plus 1h for the queue, or 72h without one)")
+
+    def by_id(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--id", dest="job_id", metavar="ID",
+                         help="the platform's id of the job (as submit printed it; needs exactly one -t) instead of "
+                              "finding it from a spec")
+
+    def job_format(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--format", choices=["text", "json"], default="text",
+                         help="json: one document on stdout at the end (log lines and progress go to stderr)")
+
+    sub = command("submit")
+    job_paths(sub, "the jobs to submit")
+    targets(sub)
+    overrides(sub)
+    sub.add_argument("--plan", metavar="PLAN.json",
+                     help="submit exactly the jobs (spec and target) that `trainspec plan --format json` listed in "
+                          "this file")
+    follow = sub.add_mutually_exclusive_group()
+    follow.add_argument("--wait", action="store_true", help="wait for every job's final state")
+    follow.add_argument("--follow", action="store_true", help="wait, and stream the logs meanwhile")
+    sub.add_argument("--all-ranks", action="store_true", help="with --follow: every node's logs, each line "
+                                                               "prefixed by its node (default: rank 0's)")
+    waiting(sub)
+    job_format(sub)
+    sub.add_argument("--summary", metavar="FILE", help="append a markdown table of the jobs, their links and "
+                                                       "states to FILE (in GitHub Actions: $GITHUB_STEP_SUMMARY)")
+    platform(sub)
+
+    sub = command("status")
+    job_paths(sub, "whose jobs to look up")
+    targets(sub)
+    overrides(sub)
+    by_id(sub)
+    sub.add_argument("--wait", action="store_true", help="wait for every job's final state")
+    waiting(sub)
+    job_format(sub)
+    sub.add_argument("--summary", metavar="FILE", help="append a markdown table of the jobs to FILE")
+    platform(sub)
+
+    sub = command("logs")
+    job_paths(sub, "whose jobs' logs to print")
+    targets(sub)
+    overrides(sub)
+    by_id(sub)
+    sub.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    sub.add_argument("--all-ranks", action="store_true", help="every node's logs, each line prefixed by its node")
+    waiting(sub)
+    platform(sub)
+
+    sub = command("cancel")
+    job_paths(sub, "whose jobs to cancel")
+    targets(sub)
+    overrides(sub)
+    by_id(sub)
+    sub.add_argument("--wait", action="store_true", help="wait until each job is final")
+    waiting(sub)
+    platform(sub)
 
     sub = command("run")
     sub.add_argument("spec", metavar="SPEC")

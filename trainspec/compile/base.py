@@ -127,6 +127,8 @@ class Target:
                                                and diff then name its GPU for this target), or
                                                something else (they say the sku is not
                                                enforced there; default: nothing links it)
+    ``job_name_limit(valid)``                  how long the job's name on the platform may be
+                                               (`submit`: jobs/api.py job_name; default 63)
     ``local_refusal``                          ``run --local`` for a target without
                                                ``targets/<name>/local.py`` (whose
                                                ``play_local(job_dir, run)`` plays the job): one line
@@ -161,6 +163,12 @@ class Target:
 
     def local_settings(self, settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
         return settings
+
+    def job_name_limit(self, valid: ValidSpec) -> int:
+        """How long the job's name on the platform may be (`submit` names it after the spec and
+        what was compiled, jobs/api.py job_name): 63, a Kubernetes object's limit, unless a
+        target's derived names need room."""
+        return 63
 
     def hardware(self, valid: ValidSpec) -> Hardware:
         return Hardware(False, "nothing in its job selects a VM size")

@@ -648,6 +648,7 @@ class Kubernetes(base.Target):
     plan_image = staticmethod(plan_image)
     hardware = staticmethod(hardware)
     local_settings = staticmethod(local_settings)
+    job_name_limit = staticmethod(name_room)  # the pods' and Services' names derive from the job's
 
 
 TARGET = Kubernetes()

@@ -1,0 +1,490 @@
+"""`trainspec submit`, `status`, `logs` and `cancel`: the same steps on every target, each
+platform reached through its ``Scheduler`` (jobs/api.py, ``targets/<name>/submit.py``).
+
+    spec --build--> Artifact --name--> <spec name>-<digest> --find--> the job already there, followed
+                                                               \\-> submit the compiled files
+         --wait--> poll status (and, --follow, the logs) until a final state or --max-wait
+
+A job's name on its platform is the spec's name and the digest of what was compiled for that
+target (jobs/api.py job_name), so the same compiled job is never submitted twice: submit finds it
+first. Every wait has a limit; Ctrl-C stops the waiting, never the job.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from trainspec.build import Outcome, build_all, target as target_of
+from trainspec.compile.base import Artifact
+from trainspec.jobs import api
+from trainspec.jobs.api import Context, Job, Scheduler, State, Status, SubmitError
+
+STAGE = Path(".trainspec") / "jobs"  # where submit compiles a job without --out: <job name>/<target>/
+QUEUE_ALLOWANCE = 3600  # the default --max-wait: the spec's timeout and this long in a queue
+NO_TIMEOUT_WAIT = 72 * 3600  # ... or this, for a spec without a timeout
+POLL_FIRST, POLL_MOST = 2.0, 30.0  # seconds between polls: from the first, growing to the most
+
+
+@dataclass
+class Tracked:
+    """One job of the command: where it comes from, and what is known of it."""
+
+    spec: str  # the spec as given on the command line (or the --id)
+    target: str
+    name: str  # the platform job name
+    job_dir: Optional[Path] = None
+    limit: Optional[int] = None  # the spec's timeout, seconds
+    job: Optional[Job] = None
+    how: str = ""  # "submitted", "found" (already there), "" (status/logs/cancel)
+    status: Optional[Status] = None
+    error: Optional[SubmitError] = None
+    cursor: Any = None
+    scheduler: Optional[Scheduler] = None
+
+    @property
+    def exit(self) -> int:
+        if self.error is not None or self.job is None:
+            return api.EXIT_NOT_SUBMITTED
+        if self.status is None:
+            return api.EXIT_STILL_RUNNING
+        return api.EXIT_CODES[self.status.state]
+
+    def label(self) -> str:
+        return f"{self.name} on {self.target}"
+
+
+@dataclass
+class Options:
+    """The command line of the job commands (trainspec/cli/jobs.py builds it)."""
+
+    targets: Sequence[str] = ()
+    out: Optional[str] = None  # take the committed outputs there (refused unless `check` passes)
+    sets: Sequence[str] = ()
+    variables: Sequence[str] = ()
+    address: Optional[str] = None
+    workspace: Dict[str, str] = field(default_factory=dict)
+    wait: bool = False
+    follow: bool = False
+    all_ranks: bool = False
+    max_wait: Optional[float] = None  # seconds; None: from the specs' timeouts
+    fmt: str = "text"
+    summary: Optional[str] = None  # a file to append a markdown table of the jobs to ($GITHUB_STEP_SUMMARY)
+    job_id: Optional[str] = None  # status/logs/cancel --id
+
+
+class Printer:
+    """Where the command's lines go: stdout for text; with --format json, stdout holds only the
+    final document and the lines go to stderr."""
+
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+
+    def say(self, line: str) -> None:
+        print(line, file=sys.stdout if self.fmt == "text" else sys.stderr, flush=True)
+
+    def error(self, line: str) -> None:
+        print(f"trainspec: error: {line}", file=sys.stderr, flush=True)
+
+
+# --- which jobs --------------------------------------------------------------------------------
+
+def scheduler_for(target: str, context: Context) -> Scheduler:
+    """The target's Scheduler (targets/<name>/submit.py), or SubmitError when it has none."""
+    try:
+        module = importlib.import_module(f"trainspec.targets.{target}.submit")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"trainspec.targets.{target}.submit":
+            raise
+        raise SubmitError(f"{target}: trainspec cannot submit to this target yet",
+                          "submit the compiled files with the platform's own command (trainspec compile prints it)")
+    return module.SCHEDULER(context)
+
+
+def context_for(outcome: Optional[Outcome], target: str, options: Options) -> Context:
+    import os
+
+    settings = getattr(outcome.valid.spec.targets, target, None) if outcome and outcome.valid else None
+    return Context(settings=settings, spec_name=outcome.valid.name if outcome and outcome.valid else "",
+                   address=options.address, workspace=dict(options.workspace), env=dict(os.environ))
+
+
+def digest_of(outcome: Outcome, artifact: Artifact) -> str:
+    from trainspec.review.outputs import without_provenance
+
+    return api.compiled_digest([(f.path, without_provenance(f.data, outcome)) for f in artifact.files])
+
+
+def platform_name(outcome: Outcome, artifact: Artifact) -> str:
+    """The name ``submit`` gives this compiled job on its platform (and ``plan`` shows)."""
+    limit = target_of(artifact.target).job_name_limit(outcome.valid)
+    return api.job_name(outcome.valid.name, digest_of(outcome, artifact), limit)
+
+
+def prepare(files: Sequence[str], options: Options, printer: Printer,
+            wanted: Optional[Callable[[str, str], bool]] = None) -> Tuple[List[Tuple[Outcome, Artifact]], int]:
+    """The compiled jobs to act on, each (outcome, artifact); and 0, or the exit code when the
+    specs are invalid (1) or, with --out, the committed outputs are not what they compile to (1)."""
+    out = Path(options.out) if options.out else STAGE
+    outcomes = build_all(files, out, options.targets or None, sets=options.sets, variables=options.variables)
+    bad = [o for o in outcomes if not o.ok]
+    if bad:
+        found = [d for o in bad for d in o.diagnostics]
+        for diagnostic in found:
+            print(diagnostic.render(), file=sys.stderr)
+        errors = sum(d.is_error for d in found)
+        printer.error(f"{errors} error(s) in {len(bad)} spec(s); nothing submitted")
+        return [], api.EXIT_INVALID
+    if options.out:
+        from trainspec.review.check import check_outputs
+
+        def fix(specs, prune):
+            import shlex
+
+            return shlex.join(["trainspec", "compile", *(specs or files), "-o", options.out])
+
+        findings = check_outputs(outcomes, out, fix, options.targets)
+        findings = [f for f in findings if f.kind not in ("orphaned", "foreign")]  # other specs' business
+        if findings:
+            for finding in findings:
+                printer.error(finding.render())
+            printer.error(f"{len(findings)} committed output(s) in {options.out} are not what their specs compile "
+                          "to; nothing submitted")
+            return [], api.EXIT_INVALID
+    jobs = [(o, a) for o in outcomes for a in o.artifacts if wanted is None or wanted(o.valid.source.display, a.target)]
+    return jobs, 0
+
+
+def job_folder(outcome: Outcome, artifact: Artifact, options: Options, name: str) -> Path:
+    """The compiled job's folder: the committed one (--out), or one written for this job name under
+    .trainspec/jobs/ (kept: a Slurm or HPC Pack job reads its files while it runs)."""
+    from trainspec.compile.write import target_dir, write_all
+
+    if options.out:
+        return target_dir(Path(options.out), artifact)
+    staged = replace(artifact, name=name)
+    folder = target_dir(STAGE, staged)
+    if not folder.is_dir():  # the name is the content's digest: a folder there holds this job already
+        write_all(STAGE, [staged])
+    return folder
+
+
+# --- submit --------------------------------------------------------------------------------------
+
+def submit(files: Sequence[str], options: Options, wanted=None) -> int:
+    printer = Printer(options.fmt)
+    prepared, code = prepare(files, options, printer, wanted)
+    if code:
+        return code
+    if not prepared:
+        printer.error("no job to submit")
+        return api.EXIT_INVALID
+    tracked: List[Tracked] = []
+    try:
+        for outcome, artifact in prepared:
+            item = Tracked(outcome.file, artifact.target, platform_name(outcome, artifact),
+                           limit=outcome.valid.spec.timeout)
+            tracked.append(item)
+            try:
+                item.scheduler = scheduler_for(artifact.target, context_for(outcome, artifact.target, options))
+                item.job = item.scheduler.find(item.name)
+                if item.job is not None:
+                    item.how = "found"
+                    printer.say(f"{item.label()}: already submitted ({item.job.id}), not submitted again; "
+                                f"watch: {item.job.where}")
+                else:
+                    item.job_dir = job_folder(outcome, artifact, options, item.name)
+                    item.job = item.scheduler.submit(item.job_dir, item.name)
+                    item.how = "submitted"
+                    printer.say(f"{item.label()}: submitted ({item.job.id}); watch: {item.job.where}")
+            except SubmitError as exc:
+                item.error = exc
+                printer.error(f"{item.label()}: {exc}")
+        if options.wait or options.follow:
+            waiting = [t for t in tracked if t.job is not None]
+            wait_for(waiting, options, printer)
+            for item in waiting:
+                if item.status is not None and item.status.state.final:
+                    _after(item, printer)
+        else:
+            for item in tracked:
+                if item.job is not None:
+                    _poll_status(item, printer, quiet=True)
+        return finish(tracked, options, printer, waited=options.wait or options.follow)
+    finally:
+        for item in tracked:
+            if item.scheduler is not None:
+                item.scheduler.close()
+
+
+def _after(item: Tracked, printer: Printer) -> None:
+    try:
+        item.scheduler.after(item.job, item.status)
+    except SubmitError as exc:
+        printer.error(f"{item.label()}: {exc}")
+
+
+def default_wait(tracked: Iterable[Tracked]) -> float:
+    limits = [t.limit for t in tracked]
+    if not limits or any(limit is None for limit in limits):
+        return NO_TIMEOUT_WAIT
+    return max(limits) + QUEUE_ALLOWANCE
+
+
+def poll_interval(env: Optional[Dict[str, str]] = None) -> Tuple[float, float]:
+    """(first, most) seconds between polls; TRAINSPEC_POLL_SECONDS sets the most (and caps the first)."""
+    import os
+
+    text = (env if env is not None else os.environ).get("TRAINSPEC_POLL_SECONDS")
+    try:
+        most = float(text) if text else POLL_MOST
+    except ValueError:
+        most = POLL_MOST
+    most = min(max(most, 0.05), 600.0)
+    return min(POLL_FIRST, most), most
+
+
+def wait_for(tracked: Sequence[Tracked], options: Options, printer: Printer) -> None:
+    """Poll every job until each is final or --max-wait has passed; with --follow, print the logs
+    as they come. Ctrl-C: stop waiting, say how to cancel, leave every job running."""
+    limit = options.max_wait if options.max_wait is not None else default_wait(tracked)
+    deadline = time.monotonic() + limit
+    first, most = poll_interval()
+    interval = first
+    many = len(tracked) > 1
+    try:
+        while True:
+            open_ = [t for t in tracked if not (t.status and t.status.state.final) and t.error is None]
+            for item in open_:
+                if options.follow:
+                    _print_logs(item, options, printer, many)
+                _poll_status(item, printer)
+                if options.follow and item.status and item.status.state.final:
+                    _print_logs(item, options, printer, many)  # what was written before it ended
+            if not [t for t in tracked if not (t.status and t.status.state.final) and t.error is None]:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                for item in tracked:
+                    if item.status and not item.status.state.final:
+                        printer.say(f"{item.label()}: still {item.status.state.value} after --max-wait "
+                                    f"{_duration(limit)}; not waiting longer (it goes on)")
+                return
+            time.sleep(min(interval, left))
+            interval = min(interval * 1.5, most)
+    except KeyboardInterrupt:
+        for item in tracked:
+            if item.job is not None and not (item.status and item.status.state.final):
+                item.status = item.status or Status(State.QUEUED)
+                printer.say(f"{item.label()}: stopped waiting; the job goes on. Cancel it with: "
+                            f"{cancel_command(item)}")
+        raise Interrupted() from None
+
+
+class Interrupted(Exception):
+    """Ctrl-C while waiting: the command ends with EXIT_INTERRUPTED."""
+
+
+def cancel_command(item: Tracked) -> str:
+    import shlex
+
+    if item.job is None:
+        return ""
+    return shlex.join(["trainspec", "cancel", "-t", item.target, "--id", item.job.id])
+
+
+def _poll_status(item: Tracked, printer: Printer, quiet: bool = False) -> None:
+    try:
+        status = item.scheduler.status(item.job)
+    except SubmitError as exc:
+        item.error = exc
+        printer.error(f"{item.label()}: {exc}")
+        return
+    changed = item.status is None or (status.state, status.detail) != (item.status.state, item.status.detail)
+    item.status = status
+    if changed and not quiet:
+        printer.say(f"{item.label()}: {_state_text(status)}")
+
+
+def _state_text(status: Status) -> str:
+    return status.state.value + (f" ({status.detail})" if status.detail else "")
+
+
+def _print_logs(item: Tracked, options: Options, printer: Printer, many: bool) -> None:
+    try:
+        lines, item.cursor = item.scheduler.logs(item.job, item.cursor, options.all_ranks)
+    except SubmitError as exc:
+        printer.error(f"{item.label()}: logs: {exc}")
+        return
+    for line in lines:
+        prefix = (f"[{item.name}/{item.target}] " if many else "") + (f"[node {line.node}] " if options.all_ranks else "")
+        printer.say(prefix + line.text)
+
+
+def _duration(seconds: float) -> str:
+    from trainspec.core.fields import duration_text
+
+    return duration_text(max(int(seconds), 1))
+
+
+def finish(tracked: Sequence[Tracked], options: Options, printer: Printer, waited: bool) -> int:
+    """The closing lines (json: the document), the summary file, and the exit code."""
+    codes = []
+    for item in tracked:
+        code = item.exit
+        if not waited and code == api.EXIT_STILL_RUNNING:
+            code = api.EXIT_COMPLETED  # submitted without --wait: submitting was the work
+        codes.append(code)
+    overall = api.overall_exit(codes)
+    if options.fmt == "json":
+        print(json.dumps({"jobs": [_json(t, c) for t, c in zip(tracked, codes)], "exit": overall}, indent=2))
+    elif waited:
+        for item in tracked:
+            if item.status is not None:
+                printer.say(f"{item.label()}: {_state_text(item.status)}, exit {item.exit}")
+    if options.summary:
+        _write_summary(Path(options.summary), tracked, printer)
+    return overall
+
+
+def _json(item: Tracked, code: int) -> Dict[str, Any]:
+    return {"spec": item.spec, "target": item.target, "name": item.name,
+            "id": item.job.id if item.job else None, "where": item.job.where if item.job else None,
+            "submitted": item.how or None,
+            "state": item.status.state.value if item.status else None,
+            "detail": item.status.detail if item.status else None,
+            "error": str(item.error) if item.error else None, "exit": code}
+
+
+def _write_summary(path: Path, tracked: Sequence[Tracked], printer: Printer) -> None:
+    """A markdown table of the jobs, appended (GitHub's job summary, $GITHUB_STEP_SUMMARY): every
+    value through core/markdown, so a spec's words render as text."""
+    from trainspec.core.markdown import cell_code, text
+
+    rows = ["### trainspec submit", "", "| job | target | | state | where |", "|---|---|---|---|---|"]
+    for item in tracked:
+        state = (f"could not submit: {item.error}" if item.error else
+                 _state_text(item.status) if item.status else "submitted")
+        where = item.job.where if item.job else ""
+        link = where if where.startswith("https://") and " " not in where else ""
+        rows.append("| " + " | ".join([cell_code(item.name), cell_code(item.target), text(item.how or ""),
+                                       text(state), f"[{text(where)}]({link})" if link else cell_code(where)]) + " |")
+    try:
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("\n".join(rows) + "\n\n")
+    except OSError as exc:
+        printer.error(f"cannot write the summary to {path}: {exc.strerror}")
+
+
+# --- status, logs, cancel ------------------------------------------------------------------------
+
+def existing(files: Sequence[str], options: Options, printer: Printer) -> Tuple[List[Tracked], int]:
+    """The jobs that status/logs/cancel act on: named by --id (with -t), or found from each spec
+    and target by the name submit gave them. A spec whose job is not there is said, exit 3."""
+    if options.job_id:
+        target = options.targets[0]
+        item = Tracked(options.job_id, target, options.job_id)
+        try:
+            item.scheduler = scheduler_for(target, context_for(None, target, options))
+            item.job = item.scheduler.by_id(options.job_id)
+            item.name = item.job.name or item.name
+        except SubmitError as exc:
+            item.error = exc
+            printer.error(f"{options.job_id} on {target}: {exc}")
+        return [item], 0
+    prepared, code = prepare(files, replace(options, out=options.out), printer)
+    if code:
+        return [], code
+    found: List[Tracked] = []
+    for outcome, artifact in prepared:
+        item = Tracked(outcome.file, artifact.target, platform_name(outcome, artifact),
+                       limit=outcome.valid.spec.timeout)
+        found.append(item)
+        try:
+            item.scheduler = scheduler_for(artifact.target, context_for(outcome, artifact.target, options))
+            item.job = item.scheduler.find(item.name)
+            if item.job is None:
+                item.error = SubmitError("not submitted (no job of this name on the platform)",
+                                         f"submit it: trainspec submit {outcome.file} -t {artifact.target}")
+                printer.error(f"{item.label()}: {item.error}")
+        except SubmitError as exc:
+            item.error = exc
+            printer.error(f"{item.label()}: {exc}")
+    return found, 0
+
+
+def status(files: Sequence[str], options: Options) -> int:
+    printer = Printer(options.fmt)
+    tracked, code = existing(files, options, printer)
+    try:
+        if code:
+            return code
+        for item in tracked:
+            if item.job is not None:
+                _poll_status(item, printer, quiet=True)
+                if item.status is not None and options.fmt == "text":
+                    printer.say(f"{item.label()}: {_state_text(item.status)} ({item.job.id}); watch: {item.job.where}")
+        if options.wait:
+            wait_for([t for t in tracked if t.job is not None and t.error is None], options, printer)
+        return finish(tracked, replace(options, summary=options.summary), printer, waited=True)
+    finally:
+        _close(tracked)
+
+
+def logs(files: Sequence[str], options: Options) -> int:
+    printer = Printer(options.fmt)
+    tracked, code = existing(files, options, printer)
+    try:
+        if code:
+            return code
+        live = [t for t in tracked if t.job is not None and t.error is None]
+        if options.follow:
+            wait_for(live, replace(options, follow=True), printer)
+        else:
+            for item in live:
+                _print_logs(item, options, printer, len(live) > 1)
+                _poll_status(item, printer, quiet=True)
+        return api.overall_exit([t.exit if options.follow else
+                                 (api.EXIT_NOT_SUBMITTED if t.job is None or t.error else 0) for t in tracked])
+    finally:
+        _close(tracked)
+
+
+def cancel(files: Sequence[str], options: Options) -> int:
+    printer = Printer(options.fmt)
+    tracked, code = existing(files, options, printer)
+    try:
+        if code:
+            return code
+        codes = []
+        for item in tracked:
+            if item.job is None or item.error is not None:
+                codes.append(api.EXIT_NOT_SUBMITTED)
+                continue
+            try:
+                _poll_status(item, printer, quiet=True)
+                if item.status is not None and item.status.state.final:
+                    printer.say(f"{item.label()}: already {_state_text(item.status)}; nothing to cancel")
+                else:
+                    item.scheduler.cancel(item.job)
+                    printer.say(f"{item.label()}: cancel requested ({item.job.id})")
+                codes.append(api.EXIT_COMPLETED)
+            except SubmitError as exc:
+                printer.error(f"{item.label()}: {exc}")
+                codes.append(api.EXIT_NOT_SUBMITTED)
+        if options.wait:
+            wait_for([t for t in tracked if t.job is not None and t.error is None], options, printer)
+        return api.overall_exit(codes)
+    finally:
+        _close(tracked)
+
+
+def _close(tracked: Sequence[Tracked]) -> None:
+    for item in tracked:
+        if item.scheduler is not None:
+            item.scheduler.close()
