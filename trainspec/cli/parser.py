@@ -151,6 +151,10 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--format", choices=["text", "markdown", "json"], default="text",
                      help="markdown for a pull-request comment, json for tools (default: text)")
     max_chars(sub, "plan", "24,000")
+    sub.add_argument("--submitted", action="store_true",
+                     help="ask each job's platform whether `trainspec submit` would create it or find it already "
+                          "submitted (and in which state): needs the platform's client and login; never in a "
+                          "pull request's review")
     out(sub, "where outputs go, for the paths in the plan")
     targets(sub)
     overrides(sub)

@@ -23,8 +23,11 @@ def command(args: argparse.Namespace) -> int:
         diffs, sides = _git_diffs(args)
         if diffs is None:
             return 1
-        plans = [make_plan(sides[1].jobs[d.name], Path(args.out).as_posix(), d.edited)
-                 for d in diffs if d.status != "removed"]
+        planned = [sides[1].jobs[d.name] for d in diffs if d.status != "removed"]
+        plans = [make_plan(o, Path(args.out).as_posix(), d.edited)
+                 for o, d in zip(planned, [d for d in diffs if d.status != "removed"])]
+        if args.submitted:
+            _ask(planned, plans, args)
         removed = [{"name": d.name, "spec": d.spec} for d in diffs if d.status == "removed"]
         summary = summarise(sides[0].jobs, sides[1].jobs, diffs)
         rerun = _rerun(args, "--format", "text")
@@ -37,7 +40,22 @@ def command(args: argparse.Namespace) -> int:
         errors, warnings = _report(bad, False)
         _err(_summary(len(files), errors, warnings))
         return 1
-    print(plan_document([make_plan(o, Path(args.out).as_posix()) for o in outcomes], [], args.format,
+    plans = [make_plan(o, Path(args.out).as_posix()) for o in outcomes]
+    if args.submitted:
+        _ask(outcomes, plans, args)
+    print(plan_document(plans, [], args.format,
                         max_chars=args.max_chars, rerun=_rerun(args, "--format", "text")))
     return 0
 
+
+
+def _ask(outcomes, plans, args: argparse.Namespace) -> None:
+    """--submitted: what submit would do with each job, asked of its platform (with the
+    environment's login and addresses: AZUREML_*, KUBECONFIG, RAY_ADDRESS, HPCPACK_REST_URL)."""
+    from trainspec.jobs.command import Options, what_submit_does
+
+    options = Options(out=args.out)
+    for outcome, data in zip(outcomes, plans):
+        artifacts = {a.target: a for a in outcome.artifacts}
+        for target in data["targets"]:
+            target["job"]["submitted"] = what_submit_does(outcome, artifacts[target["target"]], options)

@@ -115,15 +115,63 @@ def context_for(outcome: Optional[Outcome], target: str, options: Options) -> Co
 
 
 def digest_of(outcome: Outcome, artifact: Artifact) -> str:
+    """The digest of what was compiled for ``artifact``'s target, whatever folder it is written to
+    and whatever the spec file is called: the job compiled again for one canonical folder beside
+    the spec (a compiled job names its code relative to where it is written), its files without
+    provenance, and the code folder's files (what the job runs: a changed train.py is a new job)."""
+    from trainspec.compile.write import landing
     from trainspec.review.outputs import without_provenance
 
-    return api.compiled_digest([(f.path, without_provenance(f.data, outcome)) for f in artifact.files])
+    valid = outcome.valid
+    canonical = valid.source.dir.resolve() / "build" / valid.name / artifact.target
+    compiled = target_of(artifact.target).lower(valid, landing(canonical))
+    files = [(f.path, without_provenance(f.data, outcome)) for f in compiled.files]
+    return api.compiled_digest(files + _code_files(valid))
+
+
+def _code_files(valid) -> List[Tuple[str, bytes]]:
+    """The code folder's regular files (read without following a link), each as ("code/<path>",
+    its bytes); none when the code is not a local folder."""
+    from trainspec.core.files import list_folder, read_regular
+
+    code = valid.spec.code
+    if not code:
+        return []
+    folder = valid.resolve(code)
+    if not folder.is_dir():
+        return []
+    files = []
+    for name in list_folder(folder).files:
+        try:
+            files.append((f"code/{name}", read_regular(folder / name)))
+        except OSError:
+            continue
+    return files
 
 
 def platform_name(outcome: Outcome, artifact: Artifact) -> str:
     """The name ``submit`` gives this compiled job on its platform (and ``plan`` shows)."""
     limit = target_of(artifact.target).job_name_limit(outcome.valid)
     return api.job_name(outcome.valid.name, digest_of(outcome, artifact), limit)
+
+
+def what_submit_does(outcome: Outcome, artifact: Artifact, options: Options) -> str:
+    """`plan --submitted`: ask the platform whether this compiled job is there (new, or already
+    submitted and in which state), as submit would."""
+    name = platform_name(outcome, artifact)
+    scheduler = None
+    try:
+        scheduler = scheduler_for(artifact.target, context_for(outcome, artifact.target, options))
+        job = scheduler.find(name)
+        if job is None:
+            return "new: submit creates it"
+        state = scheduler.status(job)
+        return f"already submitted ({job.id}), {_state_text(state)}: submit follows it and starts nothing"
+    except SubmitError as exc:
+        return f"unknown: {exc}"
+    finally:
+        if scheduler is not None:
+            scheduler.close()
 
 
 def prepare(files: Sequence[str], options: Options, printer: Printer,

@@ -29,6 +29,8 @@ def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = ()) -> Di
     """A reviewer's view of one spec: per target, who runs where with which environment
     (``out``: the output directory as the user names it, for the submit commands; ``edited``:
     its committed outputs that are not what it compiles to, which CI would submit)."""
+    from trainspec.jobs.command import platform_name
+
     valid = outcome.valid
     spec = valid.spec
     targets = []
@@ -44,6 +46,8 @@ def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = ()) -> Di
             "launcher": launcher,
             "files": [f.path for f in artifact.files],
             "submit": artifact.submit.format(dir=shlex.quote(f"{out}/{valid.name}/{artifact.target}")),
+            # the name `trainspec submit` gives it there: what it finds instead of submitting twice
+            "job": {"name": platform_name(outcome, artifact), "submitted": None},
             "image": module.plan_image(valid),  # what this target runs, which may differ from environment.image
             "settings": module.plan_settings(valid),
             "secrets": base.secret_lines(valid, artifact.target),
@@ -192,6 +196,14 @@ def _hardware_text(target: Dict[str, Any], sku: str) -> str:
     return f"sku not enforced on {target['target']}: {found['by']}" + (f" ({found['hint']})" if found["hint"] else "")
 
 
+def _job_text(job: Dict[str, Any]) -> str:
+    """What `trainspec submit` would do with a job: unknown unless plan --submitted asked the platform."""
+    found = job.get("submitted")
+    if found is None:
+        return "(trainspec submit creates it, or follows it if it is already there; plan --submitted asks)"
+    return f"({found})"
+
+
 def render_plan(data: Dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(data, indent=2, sort_keys=True)
@@ -226,6 +238,8 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
                 f"process(es), launcher {t['launcher']}")
         lines += ["", f"### {text(head)}" if md else head, ""]
         lines += [f"- submit: {code(t['submit'])}" if md else f"  submit: {vis(t['submit'])}"]
+        about = _job_text(t["job"])
+        lines.append(f"- job: {code(t['job']['name'])} {text(about)}" if md else f"  job: {t['job']['name']} {about}")
         # what runs: the spec's command, its templates rendered as this target's job has them
         lines.append(f"- command: {code(value(t['command']))}" if md else f"  command: {value(t['command'])}")
         lines.append(f"- image: {code(value(t['image']))}" if md else f"  image: {value(t['image'])}")
