@@ -140,45 +140,73 @@ def test_comment_step_on_a_pull_request_branch(repo):
 
 
 def planned(repo, before, tmp_path):
-    """What the submit job's plan step leaves for the submit step: the plan's Azure ML submit commands."""
+    """What the submit job's plan step leaves for the submit step: plan.json, and how many Azure ML
+    jobs it lists (the step's output, which decides whether to log in and submit)."""
     output = tmp_path / "github_output"
     output.write_text("")
     proc = run_step("submit", "Jobs the plan lists for this push", repo, BEFORE=before, GITHUB_OUTPUT=str(output))
     assert proc.returncode == 0, proc.stderr
-    commands = (repo / "submit.txt").read_text().splitlines()
-    assert output.read_text() == f"count={len(commands)}\n"
-    return commands
+    return json.loads((repo / "plan.json").read_text()), output.read_text()
 
 
-def submitted(repo, before, tmp_path):
-    """The job files the submit job hands to `az ml job create` for a push from ``before`` (az
-    itself needs Azure: a stand-in on PATH records its arguments)."""
-    planned(repo, before, tmp_path)
-    stub = tmp_path / "bin" / "az"
-    stub.parent.mkdir(exist_ok=True)
-    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$AZ_LOG"\n')
-    stub.chmod(0o755)
-    log = tmp_path / "az.log"
-    log.write_text("")
-    proc = run_step("submit", "Submit them to Azure ML", repo, AZ_LOG=str(log), AZUREML_RESOURCE_GROUP="rg",
-                    AZUREML_WORKSPACE="ws")
-    assert proc.returncode == 0, proc.stderr
-    lines = log.read_text().splitlines()
-    assert lines[0] == "extension add -n ml --only-show-errors"
-    files = []
-    for line in lines[1:]:
-        words = line.split()
-        assert words[:4] == ["ml", "job", "create", "--file"] and words[5:] == ["--resource-group", "rg",
-                                                                              "--workspace-name", "ws"], line
-        files.append(words[4])
-    return files
+# A platform for `trainspec submit` in the step's own process (Azure itself is not reachable here):
+# sitecustomize, on the step's PYTHONPATH, gives jobs/command.py a scheduler that records every
+# submitted job in $PLATFORM_LOG and finds the ones recorded there, as Azure ML finds a job by name.
+RECORDER = r"""
+import json, os
+from pathlib import Path
+from trainspec.jobs import api, command
+
+class Recorder(api.Scheduler):
+    def _jobs(self):
+        log = Path(os.environ["PLATFORM_LOG"])
+        return [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
+    def find(self, name):
+        for job in self._jobs():
+            if job["name"] == name:
+                return api.Job(job["target"], name, name, "https://ml.azure.com/runs/" + name)
+    def submit(self, job_dir, name):
+        with open(os.environ["PLATFORM_LOG"], "a") as log:
+            log.write(json.dumps({"target": self.target, "name": name, "dir": str(job_dir)}) + "\n")
+        return api.Job(self.target, name, name, "https://ml.azure.com/runs/" + name)
+    def status(self, job):
+        return api.Status(api.State.COMPLETED, "Completed")
+
+def scheduler_for(target, context):
+    found = Recorder(context)
+    found.target = target
+    return found
+
+command.scheduler_for = scheduler_for
+"""
+
+
+def submitted(repo, before, tmp_path, log=None):
+    """The job folders the submit job submits for a push from ``before`` (``log``: the platform's
+    record of the jobs it holds, kept between runs to re-run a workflow)."""
+    plan, _ = planned(repo, before, tmp_path)
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(RECORDER)
+    log = log or tmp_path / "platform.log"
+    done = log.read_text().splitlines() if log.exists() else []
+    summary = tmp_path / "summary.md"
+    proc = run_step("submit", "Submit them to Azure ML and wait for their end", repo, PLATFORM_LOG=str(log),
+                    PYTHONPATH=os.pathsep.join([str(site), str(REPO)]), GITHUB_STEP_SUMMARY=str(summary),
+                    AZUREML_RESOURCE_GROUP="rg", AZUREML_WORKSPACE="ws", AZUREML_SUBSCRIPTION_ID="sub")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    jobs = [json.loads(l) for l in log.read_text().splitlines()[len(done):]] if log.exists() else []
+    assert all(job["target"] == "azureml" for job in jobs)
+    if jobs:
+        assert summary.read_text().count("completed (Completed)") >= len(jobs)
+    return sorted(job["dir"] for job in jobs)
 
 
 def plan_lists(repo, before):
-    """The Azure ML job files `trainspec plan --git BEFORE` lists, read from its JSON independently."""
+    """The Azure ML job folders `trainspec plan --git BEFORE` lists, read from its JSON independently."""
     data = json.loads(ts("plan", "--git", before, "specs/", "--format", "json", cwd=repo, check=True).stdout)
-    return [f"build/{job['name']}/azureml/job.yml" for job in data["jobs"]
-            for target in job["targets"] if target["target"] == "azureml"]
+    return sorted(f"build/{job['name']}/azureml" for job in data["jobs"]
+                  for target in job["targets"] if target["target"] == "azureml")
 
 
 def test_submit_only_the_jobs_a_merge_changed(repo, tmp_path):
@@ -194,11 +222,14 @@ def test_submit_only_the_jobs_a_merge_changed(repo, tmp_path):
     git("commit", "-q", "-m", "change jobs", cwd=repo)
     git("checkout", "-q", "main", cwd=repo)
     git("merge", "-q", "--no-ff", "-m", "merge", "change", cwd=repo)
-    jobs = ["build/mnist-lightning/azureml/job.yml", "build/one-more/azureml/job.yml"]
-    assert submitted(repo, first, tmp_path) == jobs == plan_lists(repo, first)
-    assert planned(repo, first, tmp_path) == [f"az ml job create --file {job}" for job in jobs]  # as plan prints it
+    jobs = ["build/mnist-lightning/azureml", "build/one-more/azureml"]
+    log = tmp_path / "platform.log"
+    assert submitted(repo, first, tmp_path, log) == jobs == plan_lists(repo, first)
+    assert planned(repo, first, tmp_path)[1] == "count=2\n"
+    # the workflow run again: the jobs are found on the platform, nothing new is submitted
+    assert submitted(repo, first, tmp_path, log) == []
     # the first push of a branch (before = zeros): every Azure ML job
-    assert submitted(repo, "0" * 40, tmp_path) == jobs
+    assert submitted(repo, "0" * 40, tmp_path, tmp_path / "fresh.log") == jobs
     # a push that changes only a spec's comment: what the plan lists
     head = git("rev-parse", "HEAD", cwd=repo).strip()
     edit(repo / "specs" / "mnist-lightning.yaml", "# The Lightning trap", "# The trap")
@@ -211,7 +242,8 @@ def test_the_submit_job_submits_only_outputs_that_check_passed(repo, tmp_path):
     the submit job runs check before it lists or submits anything, and stops there."""
     names = [s.get("name") or s.get("uses") for s in workflow()["jobs"]["submit"]["steps"]]
     gate = names.index("Gate - submit only outputs that check passed")
-    assert gate < names.index("Jobs the plan lists for this push") < names.index("Submit them to Azure ML")
+    assert gate < names.index("Jobs the plan lists for this push") < \
+        names.index("Submit them to Azure ML and wait for their end")
     assert not any("always()" in str(s.get("if", "")) for s in workflow()["jobs"]["submit"]["steps"])
     first = git("rev-parse", "HEAD", cwd=repo).strip()
     edit(repo / "build" / "mnist-lightning" / "azureml" / "job.yml", "instance_count: 2\n", "instance_count: 30\n")
@@ -224,7 +256,7 @@ def test_the_submit_job_submits_only_outputs_that_check_passed(repo, tmp_path):
     ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
     git("commit", "-q", "-am", "more nodes", cwd=repo)
     assert run_step("submit", "Gate - submit only outputs that check passed", repo).returncode == 0
-    assert submitted(repo, first, tmp_path) == ["build/mnist-lightning/azureml/job.yml"]
+    assert submitted(repo, first, tmp_path) == ["build/mnist-lightning/azureml"]
 
 
 def team_repo(repo):
@@ -246,7 +278,7 @@ def test_a_conda_file_change_submits_the_jobs_the_plan_lists(repo, tmp_path):
     with open(repo / "examples" / "ddp" / "environment.yml", "a") as fh:
         fh.write("# pinned differently\n")
     git("commit", "-q", "-am", "conda", cwd=repo)
-    jobs = [f"build/job-{x}/azureml/job.yml" for x in "abc"]
+    jobs = [f"build/job-{x}/azureml" for x in "abc"]
     assert plan_lists(repo, before) == jobs  # the plan lists them (the jobs read the file) ...
     assert submitted(repo, before, tmp_path) == jobs  # ... and exactly those are submitted
 
@@ -256,7 +288,7 @@ def test_a_base_change_submits_every_job_on_it(repo, tmp_path):
     edit(repo / "bases" / "gpu.yaml", "nodes: 2", "nodes: 3")
     ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
     git("commit", "-q", "-am", "bigger base", cwd=repo)
-    assert submitted(repo, before, tmp_path) == [f"build/job-{x}/azureml/job.yml" for x in "abc"] \
+    assert submitted(repo, before, tmp_path) == [f"build/job-{x}/azureml" for x in "abc"] \
         == plan_lists(repo, before)
 
 

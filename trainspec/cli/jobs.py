@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Callable, Optional, Set, Tuple
+from typing import Dict, List, Optional
 
 from trainspec.cli.output import UsageError, _specs
 
@@ -28,33 +28,36 @@ def command(args: argparse.Namespace) -> int:
             raise UsageError("--id names one job: give exactly one -t TARGET and no spec")
         files = []
     else:
-        wanted, paths = _from_plan(getattr(args, "plan", None), args.paths)
-        if wanted is not None and not paths:
-            print("trainspec: the plan lists no job; nothing to submit")
+        listed = _from_plan(getattr(args, "plan", None), args.paths, args.targets)
+        if listed is not None and not listed:
+            print("trainspec: the plan lists no job for these targets; nothing to submit")
             return api.EXIT_COMPLETED
-        files = _specs(paths or ["."]) if paths or wanted is None else []
+        files = list(listed) if listed is not None else _specs(args.paths or ["."])
     run = {"submit": jobs.submit, "status": jobs.status, "logs": jobs.logs, "cancel": jobs.cancel}[args.command]
     try:
         if args.command == "submit" and options.job_id is None:
-            return jobs.submit(files, options, wanted)
+            return jobs.submit(files, options, listed)
         return run(files, options)
     except jobs.Interrupted:
         return api.EXIT_INTERRUPTED
 
 
-def _from_plan(plan: Optional[str], paths) -> Tuple[Optional[Callable[[str, str], bool]], list]:
-    """--plan FILE: the specs the plan's JSON lists, and a filter for its (spec, target) pairs."""
+def _from_plan(plan: Optional[str], paths, targets) -> Optional[Dict[str, List[str]]]:
+    """--plan FILE: each spec the plan's JSON lists, with the targets it lists for it (those of -t
+    only, when given)."""
     if plan is None:
-        return None, list(paths)
+        return None
     if paths:
         raise UsageError("--plan names the jobs: give no SPEC with it")
     try:
         document = json.loads(Path(plan).read_text(encoding="utf-8"))
-        pairs: Set[Tuple[str, str]] = {(job["spec"], item["target"]) for job in document["jobs"]
-                                       for item in job["targets"]}
+        listed: Dict[str, List[str]] = {}
+        for job in document["jobs"]:
+            for item in job["targets"]:
+                if not targets or item["target"] in targets:
+                    listed.setdefault(str(job["spec"]), []).append(str(item["target"]))
     except OSError as exc:
         raise UsageError(f"--plan {plan}: {exc.strerror}") from None
     except (ValueError, KeyError, TypeError):
         raise UsageError(f"--plan {plan}: not what `trainspec plan --format json` writes") from None
-    specs = sorted({spec for spec, _ in pairs})
-    return (lambda spec, target: (spec, target) in pairs), specs
+    return listed

@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from trainspec.build import Outcome, build_all, target as target_of
 from trainspec.compile.base import Artifact
@@ -175,11 +175,19 @@ def what_submit_does(outcome: Outcome, artifact: Artifact, options: Options) -> 
 
 
 def prepare(files: Sequence[str], options: Options, printer: Printer,
-            wanted: Optional[Callable[[str, str], bool]] = None) -> Tuple[List[Tuple[Outcome, Artifact]], int]:
+            listed: Optional[Dict[str, List[str]]] = None) -> Tuple[List[Tuple[Outcome, Artifact]], int]:
     """The compiled jobs to act on, each (outcome, artifact); and 0, or the exit code when the
-    specs are invalid (1) or, with --out, the committed outputs are not what they compile to (1)."""
+    specs are invalid (1) or, with --out, the committed outputs are not what they compile to (1).
+    ``listed``: the targets of each spec that a plan listed (--plan), narrowed by -t."""
+    from trainspec.build import build, claim_names
+
     out = Path(options.out) if options.out else STAGE
-    outcomes = build_all(files, out, options.targets or None, sets=options.sets, variables=options.variables)
+    if listed is None:
+        outcomes = build_all(files, out, options.targets or None, sets=options.sets, variables=options.variables)
+    else:
+        outcomes = [build(f, out, [t for t in listed[f] if not options.targets or t in options.targets],
+                          sets=options.sets, variables=options.variables) for f in files]
+        claim_names(outcomes)
     bad = [o for o in outcomes if not o.ok]
     if bad:
         found = [d for o in bad for d in o.diagnostics]
@@ -204,8 +212,7 @@ def prepare(files: Sequence[str], options: Options, printer: Printer,
             printer.error(f"{len(findings)} committed output(s) in {options.out} are not what their specs compile "
                           "to; nothing submitted")
             return [], api.EXIT_INVALID
-    jobs = [(o, a) for o in outcomes for a in o.artifacts if wanted is None or wanted(o.valid.source.display, a.target)]
-    return jobs, 0
+    return [(o, a) for o in outcomes for a in o.artifacts], 0
 
 
 def job_folder(outcome: Outcome, artifact: Artifact, options: Options, name: str) -> Path:
@@ -224,9 +231,9 @@ def job_folder(outcome: Outcome, artifact: Artifact, options: Options, name: str
 
 # --- submit --------------------------------------------------------------------------------------
 
-def submit(files: Sequence[str], options: Options, wanted=None) -> int:
+def submit(files: Sequence[str], options: Options, listed: Optional[Dict[str, List[str]]] = None) -> int:
     printer = Printer(options.fmt)
-    prepared, code = prepare(files, options, printer, wanted)
+    prepared, code = prepare(files, options, printer, listed)
     if code:
         return code
     if not prepared:
