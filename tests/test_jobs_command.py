@@ -30,6 +30,7 @@ class Platform:
         self.refuse = refuse
         self.interrupt_at = interrupt_at
         self.canceled = []
+        self.blips = set()  # the polls at which the platform does not answer
 
 
 class FakeScheduler(api.Scheduler):
@@ -54,6 +55,8 @@ class FakeScheduler(api.Scheduler):
         if self.platform.interrupt_at is not None and polls >= self.platform.interrupt_at:
             self.platform.interrupt_at = None  # once: the user pressed Ctrl-C
             raise KeyboardInterrupt
+        if polls in self.platform.blips:
+            raise SubmitError("the platform did not answer (HTTP 503)")
         if job.id in self.platform.canceled:
             return Status(State.CANCELED, "CANCELLED")
         state = self.platform.states[min(polls - 1, len(self.platform.states) - 1)]
@@ -264,3 +267,16 @@ def test_a_target_without_a_scheduler_is_refused_in_one_line(spec, capsys, monke
     assert main("submit", str(spec)) == 3
     err = capsys.readouterr().err
     assert "cannot submit to this target yet" in err and "Traceback" not in err
+
+
+def test_a_wait_outlasts_a_platform_blip_but_not_a_platform_gone(spec, platform, capsys):
+    platform.blips = {2, 3}
+    assert main("submit", str(spec), "--wait") == 0
+    err = capsys.readouterr().err
+    assert err.count("HTTP 503") == 1 and "asking again" in err  # said once, not every poll
+    platform.blips = set(range(1, 100))
+    assert main("status", str(spec), "--wait") == 3
+    assert "HTTP 503" in capsys.readouterr().err
+    platform.states = [State.RUNNING]
+    assert main("submit", str(spec), "--wait", "--max-wait", "30") == 3
+    assert "lost track of the job: the platform did not answer (HTTP 503)" in capsys.readouterr().err

@@ -46,6 +46,8 @@ class Tracked:
     error: Optional[SubmitError] = None
     cursor: Any = None
     scheduler: Optional[Scheduler] = None
+    failures: int = 0  # status calls refused in a row
+    log_errors: set = field(default_factory=set)  # each logs error is said once
 
     @property
     def exit(self) -> int:
@@ -268,8 +270,8 @@ def submit(files: Sequence[str], options: Options, listed: Optional[Dict[str, Li
                     _after(item, printer)
         else:
             for item in tracked:
-                if item.job is not None:
-                    _poll_status(item, printer, quiet=True)
+                if item.job is not None:  # the state for --format json; submitted is the outcome
+                    _quiet_status(item)
         return finish(tracked, options, printer, waited=options.wait or options.follow)
     finally:
         for item in tracked:
@@ -318,7 +320,7 @@ def wait_for(tracked: Sequence[Tracked], options: Options, printer: Printer) -> 
             for item in open_:
                 if options.follow:
                     _print_logs(item, options, printer, many)
-                _poll_status(item, printer)
+                _poll_status(item, printer, patient=True)
                 if options.follow and item.status and item.status.state.final:
                     _print_logs(item, options, printer, many)  # what was written before it ended
             if not [t for t in tracked if not (t.status and t.status.state.final) and t.error is None]:
@@ -353,17 +355,35 @@ def cancel_command(item: Tracked) -> str:
     return shlex.join(["trainspec", "cancel", "-t", item.target, "--id", item.job.id])
 
 
-def _poll_status(item: Tracked, printer: Printer, quiet: bool = False) -> None:
+LOST_AFTER = 5  # consecutive failed polls before a wait gives up on a job (a blip is not an outcome)
+
+
+def _poll_status(item: Tracked, printer: Printer, quiet: bool = False, patient: bool = False) -> None:
+    """Ask for the job's state; print it when it changed (unless ``quiet``). A refusal is the
+    job's error at once, or (``patient``, while waiting) after LOST_AFTER in a row."""
     try:
         status = item.scheduler.status(item.job)
     except SubmitError as exc:
-        item.error = exc
-        printer.error(f"{item.label()}: {exc}")
+        item.failures += 1
+        if patient and item.failures < LOST_AFTER:
+            if item.failures == 1:
+                printer.error(f"{item.label()}: {exc}; asking again")
+            return
+        item.error = SubmitError(f"lost track of the job: {exc.message}" if patient else exc.message, exc.hint)
+        printer.error(f"{item.label()}: {item.error}")
         return
+    item.failures = 0
     changed = item.status is None or (status.state, status.detail) != (item.status.state, item.status.detail)
     item.status = status
     if changed and not quiet:
         printer.say(f"{item.label()}: {_state_text(status)}")
+
+
+def _quiet_status(item: Tracked) -> None:
+    try:
+        item.status = item.scheduler.status(item.job)
+    except SubmitError:
+        item.status = None
 
 
 def _state_text(status: Status) -> str:
@@ -374,7 +394,9 @@ def _print_logs(item: Tracked, options: Options, printer: Printer, many: bool) -
     try:
         lines, item.cursor = item.scheduler.logs(item.job, item.cursor, options.all_ranks)
     except SubmitError as exc:
-        printer.error(f"{item.label()}: logs: {exc}")
+        if str(exc) not in item.log_errors:
+            item.log_errors.add(str(exc))
+            printer.error(f"{item.label()}: logs: {exc}")
         return
     for line in lines:
         prefix = (f"[{item.name}/{item.target}] " if many else "") + (f"[node {line.node}] " if options.all_ranks else "")
