@@ -280,3 +280,48 @@ def test_a_wait_outlasts_a_platform_blip_but_not_a_platform_gone(spec, platform,
     platform.states = [State.RUNNING]
     assert main("submit", str(spec), "--wait", "--max-wait", "30") == 3
     assert "lost track of the job: the platform did not answer (HTTP 503)" in capsys.readouterr().err
+
+
+# A platform whose jobs run until canceled, given to the `trainspec` process through sitecustomize
+# on its PYTHONPATH: for what only a real process shows (a real SIGINT from the terminal).
+FOREVER = r"""
+from trainspec.jobs import api, command
+
+class Forever(api.Scheduler):
+    def find(self, name):
+        return None
+    def submit(self, job_dir, name):
+        return api.Job("slurm", name, "7", "squeue -j 7")
+    def status(self, job):
+        return api.Status(api.State.RUNNING, "RUNNING")
+    def logs(self, job, cursor, all_ranks):
+        return [], cursor
+
+command.scheduler_for = lambda target, context: Forever(context)
+"""
+
+
+def test_ctrl_c_in_a_real_terminal_leaves_the_job_running(spec, tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    from conftest import trainspec_cmd
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(FOREVER)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]), TRAINSPEC_POLL_SECONDS="0.1")
+    proc = subprocess.Popen([*trainspec_cmd(), "submit", str(spec), "--follow"], cwd=spec.parent, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline() + proc.stdout.readline()  # submitted, then running: it is waiting
+        assert "submitted (7)" in first and "running (RUNNING)" in first, first + proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert proc.returncode == 130, err
+    assert "stopped waiting; the job goes on. Cancel it with: trainspec cancel -t slurm --id 7" in first + out
+    assert "Traceback" not in err
