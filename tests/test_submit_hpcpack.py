@@ -421,3 +421,17 @@ def test_the_name_is_set_through_the_xml_and_every_value_survives():
     assert task.get("CommandLine") == old.get("CommandLine") == 'echo "x\ny"'
     value = task.find(f"{SCHED}EnvironmentVariables/{SCHED}Variable/{SCHED}Value").text
     assert value == "a\r\nb <c>"
+
+
+def test_the_address_is_the_head_nodes_https_root():
+    from trainspec.jobs.api import Context, SubmitError
+    from trainspec.targets.hpcpack.submit import HPCPackScheduler
+
+    def base(address):
+        return HPCPackScheduler(Context(address=address, env={}))._base()
+
+    assert base("head.contoso.com") == "https://head.contoso.com"
+    assert base("https://head:8443/WindowsHPC/") == "https://head:8443"
+    assert base("https://me:pw@head") == "https://head"  # never sent nor printed
+    with pytest.raises(SubmitError, match="must be https://"):
+        base("http://head")

@@ -161,7 +161,8 @@ class HPCPackScheduler(Scheduler):
         path = parts.path.rstrip("/")
         if path.lower().endswith("/windowshpc"):
             path = path[:-len("/windowshpc")]
-        return urllib.parse.urlunsplit(("https", parts.netloc, path, "", ""))
+        netloc = parts.netloc.rpartition("@")[2]  # a user:password@ in the address is never used nor printed
+        return urllib.parse.urlunsplit(("https", netloc, path, "", ""))
 
     def _head(self) -> str:
         return urllib.parse.urlsplit(self._base()).hostname or ""
@@ -210,9 +211,12 @@ class HPCPackScheduler(Scheduler):
             raise SubmitError(f"cannot reach the HPC Pack REST service at {where}: {reason}",
                               "check --address / HPCPACK_REST_URL, that the head node's HPC web service is "
                               "running and that its HTTPS port is open from here") from None
-        except (TimeoutError, OSError) as exc:
-            raise SubmitError(f"no answer from the HPC Pack REST service at {where} within "
-                              f"{HTTP_SECONDS:.0f} s: {exc}", "check that the head node is up and reachable") from None
+        except TimeoutError:
+            raise SubmitError(f"no answer from the HPC Pack REST service at {where} within {HTTP_SECONDS:.0f} s",
+                              "check that the head node is up and reachable") from None
+        except OSError as exc:
+            raise SubmitError(f"the connection to the HPC Pack REST service at {where} failed: {exc}",
+                              "check that the head node is up and reachable") from None
 
     def _refusal(self, code: int, reason: str, message: str, missing: str) -> SubmitError:
         said = f" ({message})" if message else ""
@@ -293,8 +297,8 @@ class HPCPackScheduler(Scheduler):
                               "submit from a machine that mounts it, or set TRAINSPEC_SHARED_DIR to where it is "
                               "mounted here")
         try:
-            proc = subprocess.run(["bash", STAGE_FILE], cwd=job_dir, env=dict(env), capture_output=True, text=True,
-                                  timeout=STAGE_SECONDS)
+            proc = subprocess.run(["bash", STAGE_FILE], cwd=job_dir, capture_output=True, text=True,
+                                  env={k: v for k, v in env.items() if k != "HPCPACK_PASSWORD"}, timeout=STAGE_SECONDS)
         except subprocess.TimeoutExpired:
             raise SubmitError(f"staging the code did not end within {STAGE_SECONDS:.0f} s: bash {stage}",
                               "a smaller code folder, or stage it by hand and submit job.xml") from None
@@ -373,6 +377,8 @@ class HPCPackScheduler(Scheduler):
                     handle.seek(offset)
                     data = handle.read(LOG_CHUNK)
                 end = len(data) if final and len(data) < LOG_CHUNK else data.rfind(b"\n") + 1
+                if end == 0 and len(data) == LOG_CHUNK:  # one line longer than a chunk: in pieces
+                    end = len(data)
                 text = data[:end].decode("utf-8", "replace")
                 lines += [LogLine(node, line) for line in text.splitlines()]
                 cursor[node] = offset + end
