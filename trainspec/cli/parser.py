@@ -18,7 +18,7 @@ Examples:
   trainspec compile specs/ -o build/              write build/<name>/<target>/...
   trainspec compile specs/mnist-lightning.yaml --set resources.nodes=4
   trainspec run specs/mnist-lightning.yaml --local --procs-per-node 2
-  trainspec submit specs/slurm-ddp.yaml -t slurm --follow   submit, stream the logs, exit with the outcome
+  trainspec submit specs/mnist-lightning.yaml --follow   submit, stream the logs, exit with the outcome
   trainspec schema > trainspec.schema.json        JSON Schema for editors
 """
 # Each command: its module (trainspec/cli/<module>.py, imported only when the command runs) and
