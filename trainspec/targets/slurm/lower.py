@@ -303,7 +303,9 @@ def _script(valid: ValidSpec, code: str) -> str:
         command = base.torchrun_line(valid, command, python=shlex.join(python))
     shim = f'{shlex.join([*python, *base.SHIM_FLAGS])} "$job_dir"/{base.SHIM_FILE}'
     shim = base.with_secrets(valid, shim, shlex.join(python), f'"$job_dir"/{base.SECRETS_FILE}')
-    srun = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={tasks_per_node(valid)}"]
+    # --label: every line a task writes starts with its task id, so `trainspec logs` tells rank 0's
+    # lines (and each node's) apart in the one output file
+    srun = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={tasks_per_node(valid)}", "--label"]
     image = container_image(valid)
     if image:
         # every input (read-only) and output location, and each secret's file (read-only: the helper
