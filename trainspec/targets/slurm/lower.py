@@ -48,6 +48,7 @@ LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface"
              "deepspeed": "per-process"}
 JOB_FILE = "job.sbatch"
 SUBMIT = "sbatch {dir}/" + JOB_FILE
+OUTPUT, ERROR = "%x-%j.out", "%x-%j.err"  # the job's output and error files (under targets.slurm.logs)
 # sbatch parses --time into seconds in a C int (src/common/parse_time.c, time_str2secs) and
 # rounds up to a minute with +59: the longest limit it reads back is 35791393 minutes
 MAX_TIME = 35791393 * 60
@@ -268,7 +269,7 @@ def sbatch_options(valid: ValidSpec) -> List[str]:
         options.append("--exclusive")
     options.append("--requeue" if settings.requeue else "--no-requeue")
     logs = (settings.logs.rstrip("/") + "/") if settings.logs else ""
-    options += [f"--output={logs}%x-%j.out", f"--error={logs}%x-%j.err"]
+    options += [f"--output={logs}{OUTPUT}", f"--error={logs}{ERROR}"]
     return options
 
 

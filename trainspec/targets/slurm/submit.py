@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from trainspec.jobs.api import Job, LogLine, Scheduler, State, Status, SubmitError
-from trainspec.targets.slurm.lower import JOB_FILE
+from trainspec.targets.slurm.lower import ERROR, JOB_FILE, OUTPUT
 from trainspec.targets.slurm.settings import NAME
 
 COMMAND_TIMEOUT = 60  # s: slurmctld answers in MessageTimeout (10 s by default); a client retries a few times
@@ -183,7 +183,7 @@ class SlurmScheduler(Scheduler):
         targets.slurm.logs put them, under the folder it was submitted from."""
         folder = getattr(self.context.settings, "logs", None) or ""
         base = Path(workdir or ".") / folder
-        out, err = (str(base / expand(f"%x-%j.{kind}", name, job_id)) for kind in ("out", "err"))
+        out, err = (str(base / expand(pattern, name, job_id)) for pattern in (OUTPUT, ERROR))
         return self._job(job_id, name, out, err, "")
 
     def submit(self, job_dir: Path, name: str) -> Job:
