@@ -8,6 +8,7 @@ state's mapping is shown by the table, not by a job."""
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -126,12 +127,16 @@ targets:
     return path
 
 
-def trainspec(cluster, folder: Path, *args: str, timeout: float = BOUND) -> subprocess.CompletedProcess:
-    """The command line in the controller's namespace (a login node), from the spec's folder: this
-    worktree's trainspec, the venv's python first on PATH (the nodes run the job's `python`)."""
+def environment():
+    """trainspec's command line as a user on a login node runs it: this worktree's trainspec, the
+    venv's python first on PATH (the nodes run the job's `python`), quick polls."""
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
-    return cluster.run(["env", f"PATH={path}", f"PYTHONPATH={REPO}", "TRAINSPEC_POLL_SECONDS=0.2",
-                        *trainspec_cmd(), *args], cwd=folder, timeout=timeout)
+    return ["env", f"PATH={path}", f"PYTHONPATH={REPO}", "TRAINSPEC_POLL_SECONDS=0.2", *trainspec_cmd()]
+
+
+def trainspec(cluster, folder: Path, *args: str, timeout: float = BOUND) -> subprocess.CompletedProcess:
+    """The command in the controller's namespace (a login node), from the spec's folder."""
+    return cluster.run([*environment(), *args], cwd=folder, timeout=timeout)
 
 
 def job_ids(cluster, name: str):
@@ -192,19 +197,32 @@ def test_a_failing_command_exits_4_with_slurms_state_and_exit_code(cluster, tmp_
     assert any(line.startswith("srun: error:") for line in done.stdout.splitlines()), done.stdout  # the batch step's
 
 
-def test_cancel_of_a_running_job_then_status_says_canceled(cluster, tmp_path):
+def test_ctrl_c_leaves_the_job_running_then_cancel_and_status_says_canceled(cluster, tmp_path):
+    """Ctrl-C during --wait: exit 130, the job goes on (status: running, exit 7; --max-wait passes:
+    exit 7 too); cancel; status --id --wait: canceled, exit 5."""
     path = spec(tmp_path, "sleeper", script=SLEEPER)
-    done = trainspec(cluster, tmp_path, "submit", str(path), "-t", "slurm")
-    assert done.returncode == 0, done.stdout + done.stderr
-    job_id = submitted_id(done.stdout)
-    deadline = time.monotonic() + BOUND
-    while True:  # running, and rank 0 has said so (logs --follow would wait for the end)
-        logs = trainspec(cluster, tmp_path, "logs", str(path), "-t", "slurm")
-        if "sleeping rank 0" in logs.stdout:
-            break
-        assert time.monotonic() < deadline, logs.stdout + logs.stderr
-    status = trainspec(cluster, tmp_path, "status", str(path), "-t", "slurm")
+    log = tmp_path / "submit.log"
+    command = ["nsenter", f"--net=/run/netns/{cluster.net.netns(0)}", *environment(), "submit", str(path),
+               "-t", "slurm", "--wait", "--max-wait", "2m"]
+    with log.open("w") as out:  # nsenter and env exec: the signal reaches trainspec itself
+        waiting = subprocess.Popen(command, cwd=tmp_path, env=cluster.env(), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + BOUND
+        while "running (RUNNING)" not in log.read_text():
+            assert waiting.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        waiting.send_signal(signal.SIGINT)
+        assert waiting.wait(timeout=30) == 130, log.read_text()
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+    job_id = submitted_id(log.read_text())
+    assert f"stopped waiting; the job goes on. Cancel it with: trainspec cancel -t slurm --id {job_id}" \
+        in log.read_text()
+    status = trainspec(cluster, tmp_path, "status", str(path), "-t", "slurm", "--wait", "--max-wait", "1s")
     assert status.returncode == 7 and "running (RUNNING)" in status.stdout, status.stdout + status.stderr
+    assert "still running after --max-wait 1s; not waiting longer (it goes on)" in status.stdout, status.stdout
     cancel = trainspec(cluster, tmp_path, "cancel", str(path), "-t", "slurm")
     assert cancel.returncode == 0 and f"cancel requested ({job_id})" in cancel.stdout, cancel.stdout + cancel.stderr
     final = trainspec(cluster, tmp_path, "status", "-t", "slurm", "--id", job_id, "--wait", "--max-wait", "1m")
