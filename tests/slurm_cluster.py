@@ -50,11 +50,12 @@ def missing() -> Optional[str]:
 
 
 class SlurmCluster:
-    def __init__(self, workdir: Path, nodes: int = 2, slurmd_timeout: int = 10) -> None:
+    def __init__(self, workdir: Path, nodes: int = 2, slurmd_timeout: int = 10, min_job_age: int = 16) -> None:
         self.dir = Path(workdir)
         self.nodes = nodes
         self.names = [f"n{i + 1}" for i in range(nodes)]
         self.slurmd_timeout = slurmd_timeout
+        self.min_job_age = min_job_age  # s a finished job stays in slurmctld's memory (sbatch below)
         self.net = Namespaces(nodes + 1)  # 0: the controller; 1..nodes: the nodes
         self.daemons: List[subprocess.Popen] = []
         self.conf = self.dir / "slurm.conf"
@@ -126,7 +127,7 @@ SlurmdTimeout={self.slurmd_timeout}
 MessageTimeout=5
 KillWait=5
 InactiveLimit=0
-MinJobAge=16
+MinJobAge={self.min_job_age}
 EnforcePartLimits=ALL
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP

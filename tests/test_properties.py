@@ -716,7 +716,7 @@ def test_slurm_script_passes_bash_n_and_srun_gets_the_intended_argv_and_env(work
         mounts = ",".join([f"{folder}:{folder}", f"{code}:{code}", *dict.fromkeys(data)])
         container = [f"--container-image={PYXIS[image]}", f"--container-mounts={mounts}",
                      f"--container-workdir={code}"] if image else []
-        assert argv == ["--kill-on-bad-exit=1", f"--ntasks-per-node={tasks}", *container, *python, "-I", "-S",
+        assert argv == ["--kill-on-bad-exit=1", f"--ntasks-per-node={tasks}", "--label", *container, *python, "-I", "-S",
                         f"{folder}/trainspec_shim.py", "--", *tail]
     finally:
         shutil.rmtree(spec.parent, ignore_errors=True)

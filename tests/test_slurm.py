@@ -76,9 +76,10 @@ def test_time_is_rounded_up_to_whole_minutes_as_slurm_counts(tmp_path):
 def test_srun_starts_every_rank_or_one_torchrun_per_node(tmp_path, launcher, tasks, tail):
     script = compiled(tmp_path, body=f"distribution: {{launcher: {launcher}}}", settings="{python: python3.11}")
     words = srun(script)
-    assert words[:3] == ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={tasks}"]
-    assert words[3:8] == ["python3.11", "-I", "-S", "$job_dir/trainspec_shim.py", "--"]
-    assert words[8:] == tail
+    # --label: each line of the output names its task (what trainspec logs reads)
+    assert words[:4] == ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={tasks}", "--label"]
+    assert words[4:9] == ["python3.11", "-I", "-S", "$job_dir/trainspec_shim.py", "--"]
+    assert words[9:] == tail
     assert f"--ntasks-per-node={tasks}" in sbatch(script)
     assert f"export TRAINSPEC_LAUNCHER={launcher}" in script and "export TRAINSPEC_MASTER_PORT=6105" in script
 

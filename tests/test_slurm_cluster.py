@@ -25,7 +25,7 @@ pytest.importorskip("lightning", reason="lightning is a test extra")
 
 pytestmark = pytest.mark.realproc
 
-RESULT = re.compile(r"^TRAINSPEC_RESULT (\{.*\})$", re.M)
+RESULT = re.compile(r"^ *\d+: TRAINSPEC_RESULT (\{.*\})$", re.M)  # srun --label: the task id first
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def test_the_input_is_read_and_the_checkpoint_left_where_the_volumes_say(cluster
                  extra=volumes)
     code_, _, stdout, stderr = submit(cluster, folder, tmp_path)
     assert code_ == 0, stdout[-3000:] + stderr[-3000:]
-    assert sorted(re.findall(r"^TRAINSPEC_READ (\d) tokens of the corpus$", stdout, re.M)) == ["0", "1", "2", "3"]
+    assert sorted(re.findall(r"^ *\d+: TRAINSPEC_READ (\d) tokens of the corpus$", stdout, re.M)) == ["0", "1", "2", "3"]
     import torch
 
     checkpoint = torch.load(shared / "checkpoints" / "ft" / "step-1.pt")

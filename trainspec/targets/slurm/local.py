@@ -62,7 +62,7 @@ def srun(argv: List[str]) -> int:
         option = argv.pop(0)
         if option.startswith("--ntasks-per-node="):
             per_node = int(option.split("=", 1)[1])
-        elif option != "--kill-on-bad-exit=1":
+        elif option not in ("--kill-on-bad-exit=1", "--label"):  # each task's output is prefixed anyway
             print(f"trainspec: error: the local srun does not know {option}", file=sys.stderr)
             return 2
     nodes = int(os.environ["SLURM_JOB_NUM_NODES"])

@@ -48,6 +48,7 @@ LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface"
              "deepspeed": "per-process"}
 JOB_FILE = "job.sbatch"
 SUBMIT = "sbatch {dir}/" + JOB_FILE
+OUTPUT, ERROR = "%x-%j.out", "%x-%j.err"  # the job's output and error files (under targets.slurm.logs)
 # sbatch parses --time into seconds in a C int (src/common/parse_time.c, time_str2secs) and
 # rounds up to a minute with +59: the longest limit it reads back is 35791393 minutes
 MAX_TIME = 35791393 * 60
@@ -268,7 +269,7 @@ def sbatch_options(valid: ValidSpec) -> List[str]:
         options.append("--exclusive")
     options.append("--requeue" if settings.requeue else "--no-requeue")
     logs = (settings.logs.rstrip("/") + "/") if settings.logs else ""
-    options += [f"--output={logs}%x-%j.out", f"--error={logs}%x-%j.err"]
+    options += [f"--output={logs}{OUTPUT}", f"--error={logs}{ERROR}"]
     return options
 
 
@@ -303,7 +304,9 @@ def _script(valid: ValidSpec, code: str) -> str:
         command = base.torchrun_line(valid, command, python=shlex.join(python))
     shim = f'{shlex.join([*python, *base.SHIM_FLAGS])} "$job_dir"/{base.SHIM_FILE}'
     shim = base.with_secrets(valid, shim, shlex.join(python), f'"$job_dir"/{base.SECRETS_FILE}')
-    srun = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={tasks_per_node(valid)}"]
+    # --label: every line a task writes starts with its task id, so `trainspec logs` tells rank 0's
+    # lines (and each node's) apart in the one output file
+    srun = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={tasks_per_node(valid)}", "--label"]
     image = container_image(valid)
     if image:
         # every input (read-only) and output location, and each secret's file (read-only: the helper
