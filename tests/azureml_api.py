@@ -24,6 +24,7 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
@@ -44,6 +45,7 @@ class FakeJob:
     body: dict
     statuses: List[str]  # each GET moves one step; the last one stays
     error: Optional[Tuple[str, str]] = None  # (code, message) in the run history once final
+    ran: Optional[int] = None  # seconds between the run's start and end, once final
     logs: Dict[str, List[str]] = field(default_factory=dict)  # file name -> its lines, growing per step
     seen: int = 0
 
@@ -170,7 +172,8 @@ class Fake:
             return 400, {"error": {"code": "UserError", "message": f"A job with name {name} already exists."}}, {}
         plan = dict(self.default, **self.script.get(name, {}))
         properties["status"] = "NotStarted"
-        self.jobs[name] = FakeJob(name, body, list(plan["statuses"]), plan.get("error"), dict(plan.get("logs", {})))
+        self.jobs[name] = FakeJob(name, body, list(plan["statuses"]), plan.get("error"), plan.get("ran"),
+                                 dict(plan.get("logs", {})))
         return 201, self._job_body(self.jobs[name], base), {}
 
     def _job_body(self, job: FakeJob, base: str) -> dict:
@@ -189,6 +192,10 @@ class Fake:
             job = self.jobs[match.group(1)]
             files = {name: f"https://{STORE}/logs/{job.name}/{name}?sv=2023&sig=fake" for name in job.logs}
             details = {"runId": job.name, "status": job.status, "logFiles": files, "target": "gpu-cluster"}
+            if job.ran is not None and job.status in ("Completed", "Failed", "Canceled"):
+                details["startTimeUtc"] = "2026-11-26T10:00:00.000Z"
+                details["endTimeUtc"] = (datetime(2026, 11, 26, 10, 0, tzinfo=timezone.utc)
+                                         + timedelta(seconds=job.ran)).isoformat().replace("+00:00", "Z")
             if job.error and job.status in ("Failed", "Canceled"):
                 details["error"] = {"error": {"code": job.error[0], "message": job.error[1]}}
             return 200, details, {}

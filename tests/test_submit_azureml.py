@@ -161,10 +161,18 @@ def test_logs_of_a_finished_job(azure, capsys):
      api.EXIT_FAILED, "the image could not be pulled: FailedPullingImage: Unable to pull docker image"),
 ])
 def test_every_final_state_has_its_exit_code(azure, capsys, final, error, exit_code, words):
-    azure.default = {"statuses": ["Queued", "Running", final], "error": error}
+    azure.default = {"statuses": ["Queued", "Running", final], "error": error, "ran": 60}
     code, out, err = submit(capsys, "--wait")
     assert code == exit_code, out + err
     assert words in out
+
+
+@pytest.mark.parametrize("ran, exit_code", [(3600, api.EXIT_TIMED_OUT), (3599, api.EXIT_CANCELED)])
+def test_a_job_stopped_after_its_timeout_is_timed_out(azure, capsys, ran, exit_code):
+    # whatever words Azure ML uses: a job canceled once it ran the spec's timeout (1h) timed out
+    azure.default = {"statuses": ["Queued", "Running", "Canceled"], "ran": ran}
+    code, out, err = submit(capsys, "--wait")
+    assert code == exit_code, out + err
 
 
 def test_cancel_then_status(azure, capsys):

@@ -162,29 +162,31 @@ class AzureMLScheduler(api.Scheduler):
         state = STATES.get(word, State.RUNNING)
         detail = word
         if state in (State.FAILED, State.CANCELED):
-            error = self._run_error(job.id)
+            error, ran = self._run_error(job.id)
             if error:
                 detail = f"{word}: {error}"
             if state is State.FAILED and any(w.lower() in error.lower() for w in IMAGE_PULL):
                 detail = f"{word}: the image could not be pulled: {error} (hint: check the image name and " \
                          "that the workspace's identity can pull from the registry (AcrPull))"
-            if any(w.lower() in error.lower() for w in TIMEOUT):
+            if timed_out(error, ran, _limit(remote)):
                 state = State.TIMED_OUT
         return Status(state, detail)
 
-    def _run_error(self, name: str) -> str:
-        """The run history's error for the job: its code and message, on one line."""
+    def _run_error(self, name: str) -> Tuple[str, Optional[float]]:
+        """The run history's error for the job (its code and message, on one line) and how long it
+        ran, in seconds (None when not known)."""
         try:
             details = self.client().jobs._runs_operations.get_run_details(name)
         except Exception:  # the state is known already; the error's words are a courtesy
-            return ""
-        error = getattr(details, "error", None)
-        inner = getattr(error, "error", None)
+            return "", None
+        start, end = getattr(details, "start_time_utc", None), getattr(details, "end_time_utc", None)
+        ran = (end - start).total_seconds() if start and end else None
+        inner = getattr(getattr(details, "error", None), "error", None)
         if inner is None:
-            return ""
+            return "", ran
         code = getattr(inner, "code", "") or ""
         message = getattr(inner, "message", "") or ""
-        return one_line(f"{code}: {message}" if code and message else code or message)
+        return one_line(f"{code}: {message}" if code and message else code or message), ran
 
     def logs(self, job: Job, cursor: Any, all_ranks: bool) -> Tuple[List[LogLine], Any]:
         printed: Dict[str, int] = dict(cursor or {})
@@ -260,6 +262,22 @@ def _word(status) -> str:
     """The platform's word for the state: a JobStatus enum's value (str() of it is 'JobStatus.X'
     on Python 3.11), or the string itself."""
     return str(getattr(status, "value", status) or "NotStarted")
+
+
+def timed_out(error: str, ran: Optional[float], limit: Optional[float]) -> bool:
+    """A job Azure ML stopped at its limits.timeout: the error says so, or it ran that long (the
+    exact words Azure ML uses are not verified here: docs/targets/azureml.md)."""
+    if any(w.lower() in error.lower() for w in TIMEOUT):
+        return True
+    return bool(limit and ran is not None and ran >= limit)
+
+
+def _limit(remote) -> Optional[float]:
+    timeout = getattr(getattr(remote, "limits", None), "timeout", None)
+    try:
+        return float(timeout) if timeout else None
+    except (TypeError, ValueError):
+        return None
 
 
 def log_files(files: Dict[str, str], all_ranks: bool) -> List[Tuple[str, str]]:
