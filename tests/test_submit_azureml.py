@@ -10,6 +10,7 @@ without DNS (azureml.md §7), and importing azure-ai-ml once keeps the file fast
 """
 
 import json
+import logging
 import sys
 import textwrap
 
@@ -97,6 +98,16 @@ def test_submit_wait_uploads_the_code_and_ends_completed(azure, capsys):
     uploaded = {path.rsplit("/", 1)[-1] for path in azure.uploads}
     assert {"train.py", "trainspec_shim.py"} <= uploaded  # the code folder and the shim, through storage
     assert azure.jobs[name].body["properties"]["computeId"].endswith("/computes/gpu-cluster")
+
+
+def test_json_keeps_stdout_for_the_document(azure, capsys):
+    azure.default["logs"] = {"user_logs/std_log_process_0.txt": ["a line"]}
+    code, out, err = submit(capsys, "--follow", "--format", "json")
+    assert code == api.EXIT_COMPLETED, out + err
+    document = json.loads(out)  # the upload's progress and the job's lines went to stderr
+    (job,) = document["jobs"]
+    assert (job["state"], job["submitted"], job["exit"]) == ("completed", "submitted", 0)
+    assert job["where"].startswith("https://ml.azure.com/runs/") and "a line" in err
 
 
 def test_a_second_submit_finds_the_job_and_submits_nothing(azure, capsys):
@@ -223,12 +234,14 @@ def test_workspace_not_found(azure, capsys):
     assert "workspace not found: ResourceNotFound: The Resource 'Microsoft.MachineLearningServices/workspaces/other'" in line
 
 
-def test_not_logged_in(azure, capsys):
+def test_not_logged_in(azure, capsys, caplog):
     write_az(azure.bin, logged_in=False)
     code, out, err = submit(capsys, "--wait")
     assert code == api.EXIT_NOT_SUBMITTED
     line = one_error(err)
     assert "azureml: not logged in:" in line and "az login" in line
+    # azure-identity's own multi-line warning is not said again above it
+    assert not [r for r in caplog.records if r.name.startswith("azure.identity") and r.levelno >= logging.WARNING]
     assert azure.job_puts == 0
 
 

@@ -42,7 +42,6 @@ LEGACY_LOG = re.compile(r"azureml-logs/\d{2}.+\.txt$")
 # which process or node a log file is: std_log_process_3.txt, std_log_node_1_rank_2.txt,
 # 70_driver_log_0.txt, 70_driver_log_worker_1.txt
 FILE_RANK = re.compile(r"(?:process|rank|worker|log)_(\d+)\.txt$")
-LOG_LIMIT = 64 << 20  # a log file larger than this is not downloaded again on every poll
 
 # what Azure ML says, and what to do (submit.md §4): matched on the error's code and message
 QUOTA = ("JobNodeCountExceedsCoreQuota", "ClusterMinNodesExceedCoreQuota", "exceeding quota limits",
@@ -64,6 +63,7 @@ class AzureMLScheduler(api.Scheduler):
     def __init__(self, context: api.Context) -> None:
         super().__init__(context)
         self._ml = None
+        self._levels: Dict[str, int] = {}
 
     # --- the client ------------------------------------------------------------------------------
 
@@ -75,7 +75,7 @@ class AzureMLScheduler(api.Scheduler):
             from azure.identity import DefaultAzureCredential
         except ImportError:
             raise api.MissingClient(NAME, NAME, "azure-ai-ml") from None
-        _quiet(logging.getLogger("azure.ai.ml"))
+        self._levels = _quiet()
         credential = DefaultAzureCredential()
         workspace = self.workspace()
         if len(workspace) < 3:
@@ -118,6 +118,9 @@ class AzureMLScheduler(api.Scheduler):
         return workspace
 
     def close(self) -> None:
+        for name, level in self._levels.items():
+            logging.getLogger(name).setLevel(level)
+        self._levels = {}
         if self._ml is not None:
             try:
                 self._ml.close()
@@ -248,14 +251,20 @@ WORKSPACE_VARIABLES = {"subscription_id": "AZUREML_SUBSCRIPTION_ID", "resource_g
                        "workspace": "AZUREML_WORKSPACE"}
 
 
-def _quiet(logger: logging.Logger) -> None:
+def _quiet() -> Dict[str, int]:
     """azure-ai-ml says its progress at INFO on stderr ("Proceeding with no tenant id appended to
-    studio URL" on every jobs.get): kept to its warnings, so the job's own log lines stand out."""
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith(logger.name) and logging.getLogger(name).level == logging.INFO:
-            logging.getLogger(name).setLevel(logging.WARNING)
-    if logger.level in (logging.NOTSET, logging.INFO):
-        logger.setLevel(logging.WARNING)
+    studio URL" on every jobs.get): kept to its warnings, so the job's own log lines stand out.
+    Not at all: its warnings about its own experimental classes, and azure-identity's multi-line
+    warning when no credential works (the one-line error says it, with Azure's words). Returns
+    the levels before, for close() to put back."""
+    wanted = {"azure.ai.ml._utils._experimental": logging.ERROR, "azure.identity": logging.ERROR}
+    for name in [n for n in logging.root.manager.loggerDict if n.startswith("azure.ai.ml")] + ["azure.ai.ml"]:
+        if logging.getLogger(name).level in (logging.NOTSET, logging.INFO) and name not in wanted:
+            wanted[name] = logging.WARNING
+    before = {name: logging.getLogger(name).level for name in wanted}
+    for name, level in wanted.items():
+        logging.getLogger(name).setLevel(level)
+    return before
 
 
 def _word(status) -> str:
