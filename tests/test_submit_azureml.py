@@ -6,7 +6,8 @@ and storage request is answered by the fake and none reaches the network.
 
 In-process rather than a subprocess: the code and input uploads go through azure-storage-blob's
 own pipeline to <account>.blob.core.windows.net, which a loopback server cannot stand in for
-without DNS (azureml.md §7), and importing azure-ai-ml once keeps the file fast.
+without DNS (azureml.md §7), and importing azure-ai-ml once keeps the file fast. The Ctrl-C test
+runs the command as its own process, with the same fake inside it.
 """
 
 import json
@@ -292,3 +293,58 @@ def test_compiling_never_imports_azure_ai_ml(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+RUN_WITH_FAKE = """
+import atexit, json, os, sys
+sys.path.insert(0, {tests!r})
+import azureml_api
+
+class Patch:
+    def setattr(self, owner, name, value):
+        setattr(owner, name, value)
+
+fake = azureml_api.Fake()
+fake.default = {{"statuses": ["Queued", "Running"]}}  # runs until canceled
+azureml_api.patch_requests(Patch(), fake)
+atexit.register(lambda: open("fake.json", "w").write(json.dumps({{"cancels": fake.cancels, "jobs": list(fake.jobs)}})))
+from trainspec.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_ctrl_c_while_waiting_leaves_the_job_running(azure, tmp_path):
+    """The real process: SIGINT during --wait ends trainspec with 130 and cancels nothing."""
+    import os
+    import select
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    script = RUN_WITH_FAKE.format(tests=str(Path(__file__).parent))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-c", script, "submit", "spec.yaml", "-t", "azureml", *WORKSPACE,
+                             "--wait"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 60
+        seen = ""
+        while "running" not in seen and time.monotonic() < deadline:  # it is waiting: the job is running
+            if not select.select([proc.stdout], [], [], max(deadline - time.monotonic(), 0))[0]:
+                break
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen += line
+        assert "running" in seen, seen + proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == api.EXIT_INTERRUPTED, seen + out + err
+    assert "stopped waiting; the job goes on. Cancel it with: trainspec cancel -t azureml --id az-smoke-" in seen + out
+    record = json.loads((tmp_path / "fake.json").read_text())
+    assert record["cancels"] == [] and len(record["jobs"]) == 1
