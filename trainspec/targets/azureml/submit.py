@@ -112,8 +112,8 @@ class AzureMLScheduler(api.Scheduler):
         if missing:
             flags = ", ".join(f"--{k.replace('_id', '').replace('_', '-')} or {WORKSPACE_VARIABLES[k]}"
                               for k in missing)
-            raise SubmitError(f"azureml: no workspace: the {' and '.join(k.replace('_', ' ') for k in missing)} "
-                              "is not known",
+            parts = " and ".join(k.replace("_", " ") for k in missing)
+            raise SubmitError(f"azureml: no workspace: the {parts} {'is' if len(missing) == 1 else 'are'} not known",
                               f"give {flags}, or write config.json (`az ml workspace show` has the values)")
         return workspace
 
