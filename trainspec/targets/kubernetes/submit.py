@@ -406,12 +406,11 @@ class Kubernetes(Scheduler):
         problem = pod_problem(pods)
         if problem:
             return Status(state.state if state else State.QUEUED, problem)
-        if state is not None and kind.kind == "PyTorchJob":
+        if state is not None:  # Suspended (Kueue), or a PyTorchJob's Created/Running/Restarting
             return state
-        if state is not None and state.state == State.QUEUED and "Suspended" in state.detail:
-            return state
+        # a TrainJob says nothing until it ends: its pods do (none yet right after apply)
         phases = sorted({(pod.get("status") or {}).get("phase", "Pending") for pod in pods})
-        if "Running" in phases:
+        if set(phases) - {"Pending"}:
             return Status(State.RUNNING, f"pods: {', '.join(phases)}")
         return Status(State.QUEUED, f"pods: {', '.join(phases)}" if pods else "no pods yet")
 
