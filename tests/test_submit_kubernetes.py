@@ -204,13 +204,17 @@ def test_refusals_are_one_line_and_exit_3(tmp_path, cluster, setup, expected):
         assert "install Kubeflow Trainer v2.3" in line
 
 
-def test_a_queue_that_does_not_exist_is_refused_before_applying(tmp_path, cluster):
-    fake = cluster(queues=())
+@pytest.mark.parametrize("setup, expected", [
+    (dict(queues=()), "the Kueue LocalQueue 'team-a' does not exist in namespace 'ml'"),
+    (dict(apis=("trainjobs", "pytorchjobs")), "the cluster has no Kueue (kueue.x-k8s.io/v1beta1)"),
+])
+def test_a_queue_that_does_not_exist_is_refused_before_applying(tmp_path, cluster, setup, expected):
+    fake = cluster(**setup)
     folder = workspace(tmp_path, extra=", queue: team-a")
     proc = trainspec(folder, fake, "submit", "tiny.yaml", "-t", "kubernetes")
     assert proc.returncode == 3
     [line] = errors(proc)
-    assert "the Kueue LocalQueue 'team-a' does not exist in namespace 'ml'" in line
+    assert expected in line and "suspended for ever" in line
     assert fake.applied == []
 
 
