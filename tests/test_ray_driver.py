@@ -143,6 +143,7 @@ def cluster():
         env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])  # the actors' `python` is this one
         started = ns.run([BIN / "ray", "start", "--head", "--port", GCS_PORT, "--num-cpus", "2", "--num-gpus", "0",
                           "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp,
+                          "--log-color", "false",  # plain text to read, even with colorful (ray[default]) installed
                           "--object-store-memory", "100000000"],
                          env=env, capture_output=True, text=True, timeout=600)
         assert started.returncode == 0, started.stdout + started.stderr

@@ -103,6 +103,7 @@ class Options:
     grace: float
     placement_timeout: float
     timeout_said: str = ""  # the limit and who set it, for the one line that says it fired
+    home: Optional[str] = None  # HOME of every process (--home); None: the node's own
 
     def __getattr__(self, name: str):  # options.nodes: the request's
         if name == "request":  # not set yet (copy, unpickling): no recursion
@@ -164,6 +165,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--grace", type=_seconds, default=10.0,
                         help="seconds the others get to end by themselves after the first failure, and between "
                              "SIGTERM and SIGKILL when processes are stopped (default 10)")
+    parser.add_argument("--home", metavar="DIR", default=None,
+                        help="HOME of every process: the folder holding trainspec/ (the command finds the shim "
+                             "at $HOME/trainspec). Default: the node's own HOME, where `ray up`'s file_mounts put "
+                             "it; a job submitted through Ray's job API ships it in its working_dir instead")
     parser.add_argument("--placement-timeout", type=_seconds, default=1200.0,
                         help="seconds to wait for the cluster to place the bundles; workers may still be "
                              "booting after `ray up` (default 1200)")
@@ -180,7 +185,8 @@ def parse_args(argv: Sequence[str]) -> Options:
         timeout = args.timeout or 0.0
         said = "--timeout %g s" % timeout
     return Options(request=request, address=args.address, timeout=timeout, grace=args.grace,
-                   placement_timeout=args.placement_timeout, timeout_said=said)
+                   placement_timeout=args.placement_timeout, timeout_said=said,
+                   home=os.path.abspath(args.home) if args.home else None)
 
 
 def duration_text(seconds: int) -> str:
@@ -243,6 +249,8 @@ def process_env(options: Options, slot: Slot, master_addr: str, master_port: int
     for torchrun or Lightning, which start the workers.
     """
     env = {"PYTHONUNBUFFERED": "1"}  # lines as they are printed, not at exit; the request may say otherwise
+    if options.home:
+        env["HOME"] = options.home
     env.update(options.env)
     world_size, local_world_size = (options.nodes, 1) if options.per_node else (
         options.nodes * options.procs_per_node, options.procs_per_node)
@@ -666,13 +674,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ImportError as error:
         _say("error: cannot import ray (%s); install it where this driver runs: pip install ray" % error)
         return 2
+    import ray.cloudpickle
+
     if __name__ != "__main__":
         # Imported (not run as a script): send the actor class by value, so that the Ray
         # workers need this file's code only, not this module on their path.
-        import ray.cloudpickle
-
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-        ray.cloudpickle.register_pickle_by_value(procs)
+    # procs too: a job submitted with a working_dir does not hand the driver's sys.path (this
+    # folder) to the workers, so they could not import trainspec_procs by name
+    ray.cloudpickle.register_pickle_by_value(procs)
     driver = Driver(options)
     try:
         return driver.execute()
