@@ -268,3 +268,20 @@ def test_dashboard_address(given, expected):
 def test_a_ray_client_address_is_refused():
     with pytest.raises(SubmitError, match="not the address of a Ray dashboard"):
         ray_submit.dashboard_address("ray://h:10001")
+
+
+def test_status_without_a_cluster_address_says_where_to_look(tmp_path):
+    """Without --address or RAY_ADDRESS, status cannot ask anything: it says so (exit 3), never
+    "not submitted", which would send the user to submit the job again."""
+    import os
+
+    from conftest import REPO, ts
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"version: 1\nname: ask\ncode: {REPO / 'examples' / 'ddp'}\ncommand: python train.py\n"
+                    "resources: {nodes: 1, sku: Standard_D4s_v5, gpus_per_node: 0, procs_per_node: 1}\n"
+                    "targets: {ray: {location: eastus, resource_group: rg}}\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = ts("status", str(spec), "-t", "ray", cwd=tmp_path, env=env)
+    assert proc.returncode == 3, proc.stderr
+    assert "no cluster to ask" in proc.stderr and "not submitted" not in proc.stderr

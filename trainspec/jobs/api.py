@@ -130,6 +130,7 @@ class Context:
     address: Optional[str] = None  # --address: a Ray dashboard, the HPC Pack head node's REST service
     workspace: Mapping[str, str] = field(default_factory=dict)  # Azure ML: subscription_id, resource_group, workspace
     env: Mapping[str, str] = field(default_factory=dict)  # the environment trainspec runs in
+    submitting: bool = False  # find() for submit (may answer "not there yet") or for status/logs/cancel
 
 
 class Scheduler:

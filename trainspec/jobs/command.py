@@ -78,6 +78,7 @@ class Options:
     fmt: str = "text"
     summary: Optional[str] = None  # a file to append a markdown table of the jobs to ($GITHUB_STEP_SUMMARY)
     job_id: Optional[str] = None  # status/logs/cancel --id
+    submitting: bool = False  # the command is submit
 
 
 class Printer:
@@ -108,12 +109,13 @@ def scheduler_for(target: str, context: Context) -> Scheduler:
     return module.SCHEDULER(context)
 
 
-def context_for(outcome: Optional[Outcome], target: str, options: Options) -> Context:
+def context_for(outcome: Optional[Outcome], target: str, options: Options, submitting: bool = False) -> Context:
     import os
 
     settings = getattr(outcome.valid.spec.targets, target, None) if outcome and outcome.valid else None
     return Context(settings=settings, spec_name=outcome.valid.name if outcome and outcome.valid else "",
-                   address=options.address, workspace=dict(options.workspace), env=dict(os.environ))
+                   address=options.address, workspace=dict(options.workspace), env=dict(os.environ),
+                   submitting=submitting)
 
 
 def digest_of(outcome: Outcome, artifact: Artifact) -> str:
@@ -196,7 +198,8 @@ def prepare(files: Sequence[str], options: Options, printer: Printer,
         for diagnostic in found:
             print(diagnostic.render(), file=sys.stderr)
         errors = sum(d.is_error for d in found)
-        printer.error(f"{errors} error(s) in {len(bad)} spec(s); nothing submitted")
+        printer.error(f"{errors} error(s) in {len(bad)} spec(s); " + ("nothing submitted" if listed is not None
+                                                                      or options.submitting else "nothing asked"))
         return [], api.EXIT_INVALID
     if options.out:
         from trainspec.review.check import check_outputs
@@ -234,6 +237,7 @@ def job_folder(outcome: Outcome, artifact: Artifact, options: Options, name: str
 # --- submit --------------------------------------------------------------------------------------
 
 def submit(files: Sequence[str], options: Options, listed: Optional[Dict[str, List[str]]] = None) -> int:
+    options = replace(options, submitting=True)
     printer = Printer(options.fmt)
     prepared, code = prepare(files, options, printer, listed)
     if code:
@@ -248,7 +252,8 @@ def submit(files: Sequence[str], options: Options, listed: Optional[Dict[str, Li
                            limit=outcome.valid.spec.timeout)
             tracked.append(item)
             try:
-                item.scheduler = scheduler_for(artifact.target, context_for(outcome, artifact.target, options))
+                item.scheduler = scheduler_for(artifact.target, context_for(outcome, artifact.target, options,
+                                                                            submitting=True))
                 item.job = item.scheduler.find(item.name)
                 if item.job is not None:
                     item.how = "found"
@@ -261,7 +266,7 @@ def submit(files: Sequence[str], options: Options, listed: Optional[Dict[str, Li
                     printer.say(f"{item.label()}: submitted ({item.job.id}); watch: {item.job.where}")
             except SubmitError as exc:
                 item.error = exc
-                printer.error(f"{item.label()}: {exc}")
+                printer.error(f"{item.label()}: {_own(item, exc)}")
         if options.wait or options.follow:
             waiting = [t for t in tracked if t.job is not None]
             wait_for(waiting, options, printer)
@@ -283,7 +288,7 @@ def _after(item: Tracked, printer: Printer) -> None:
     try:
         item.scheduler.after(item.job, item.status)
     except SubmitError as exc:
-        printer.error(f"{item.label()}: {exc}")
+        printer.error(f"{item.label()}: {_own(item, exc)}")
 
 
 def default_wait(tracked: Iterable[Tracked]) -> float:
@@ -370,13 +375,20 @@ def _poll_status(item: Tracked, printer: Printer, quiet: bool = False, patient: 
                 printer.error(f"{item.label()}: {exc}; asking again")
             return
         item.error = SubmitError(f"lost track of the job: {exc.message}" if patient else exc.message, exc.hint)
-        printer.error(f"{item.label()}: {item.error}")
+        printer.error(f"{item.label()}: {_own(item, item.error)}")
         return
     item.failures = 0
     changed = item.status is None or (status.state, status.detail) != (item.status.state, item.status.detail)
     item.status = status
     if changed and not quiet:
         printer.say(f"{item.label()}: {_state_text(status)}")
+
+
+def _own(item: Tracked, exc: SubmitError) -> str:
+    """A scheduler's message after the job's label ("x-3f9a on slurm: "), without its target's name
+    said twice."""
+    text = str(exc)
+    return text[len(item.target) + 2:] if text.startswith(f"{item.target}: ") else text
 
 
 def _quiet_status(item: Tracked) -> None:
@@ -488,10 +500,10 @@ def existing(files: Sequence[str], options: Options, printer: Printer) -> Tuple[
             if item.job is None:
                 item.error = SubmitError("not submitted (no job of this name on the platform)",
                                          f"submit it: trainspec submit {outcome.file} -t {artifact.target}")
-                printer.error(f"{item.label()}: {item.error}")
+                printer.error(f"{item.label()}: {_own(item, item.error)}")
         except SubmitError as exc:
             item.error = exc
-            printer.error(f"{item.label()}: {exc}")
+            printer.error(f"{item.label()}: {_own(item, exc)}")
     return found, 0
 
 
@@ -552,7 +564,7 @@ def cancel(files: Sequence[str], options: Options) -> int:
                     printer.say(f"{item.label()}: cancel requested ({item.job.id})")
                 codes.append(api.EXIT_COMPLETED)
             except SubmitError as exc:
-                printer.error(f"{item.label()}: {exc}")
+                printer.error(f"{item.label()}: {_own(item, exc)}")
                 codes.append(api.EXIT_NOT_SUBMITTED)
         if options.wait:
             wait_for([t for t in tracked if t.job is not None and t.error is None], options, printer)

@@ -126,6 +126,8 @@ class RayJobs(Scheduler):
     def find(self, name: str) -> Optional[Job]:
         given = self.context.address or self.context.env.get("RAY_ADDRESS")
         if not given and self._address is None:
+            if not self.context.submitting:  # status/logs/cancel: there is nothing to ask
+                raise SubmitError("ray: no cluster to ask: no --address and no RAY_ADDRESS", _ADDRESS_HINT)
             return None  # no cluster yet: submit brings one up, and nothing on it can be this job
         return self._find(self.address(), name)
 
