@@ -325,3 +325,17 @@ def test_ctrl_c_in_a_real_terminal_leaves_the_job_running(spec, tmp_path):
     assert proc.returncode == 130, err
     assert "stopped waiting; the job goes on. Cancel it with: trainspec cancel -t slurm --id 7" in first + out
     assert "Traceback" not in err
+
+
+def test_plan_submitted_says_what_submit_would_do(spec, platform, capsys):
+    assert main("plan", str(spec), "--submitted") == 0
+    assert "(new: submit creates it)" in capsys.readouterr().out
+    assert main("submit", str(spec)) == 0
+    capsys.readouterr()
+    platform.states = [State.RUNNING]
+    assert main("plan", str(spec), "--submitted") == 0
+    assert "(already submitted (100), running (RUNNING): submit follows it and starts nothing)" in \
+        capsys.readouterr().out
+    assert main("plan", str(spec)) == 0  # without --submitted nothing is asked
+    assert "plan --submitted asks" in capsys.readouterr().out
+    assert [c[0] for c in platform.calls].count("find") == 3
