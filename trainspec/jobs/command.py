@@ -507,49 +507,43 @@ def existing(files: Sequence[str], options: Options, printer: Printer) -> Tuple[
     return found, 0
 
 
-def status(files: Sequence[str], options: Options) -> int:
+def _on_existing(files: Sequence[str], options: Options, act) -> int:
+    """Find the jobs (existing) and ``act(tracked, printer)`` on them; every client is closed."""
     printer = Printer(options.fmt)
     tracked, code = existing(files, options, printer)
     try:
-        if code:
-            return code
+        return code or act(tracked, printer)
+    finally:
+        _close(tracked)
+
+
+def status(files: Sequence[str], options: Options) -> int:
+    def act(tracked: List[Tracked], printer: Printer) -> int:
         for item in tracked:
             if item.job is not None:
                 _poll_status(item, printer, quiet=True)
                 if item.status is not None and options.fmt == "text":
                     printer.say(f"{item.label()}: {_state_text(item.status)} ({item.job.id}); watch: {item.job.where}")
         if options.wait:
-            wait_for([t for t in tracked if t.job is not None and t.error is None], options, printer)
-        return finish(tracked, replace(options, summary=options.summary), printer, waited=True)
-    finally:
-        _close(tracked)
+            wait_for(_live(tracked), options, printer)
+        return finish(tracked, options, printer, waited=True)
+    return _on_existing(files, options, act)
 
 
 def logs(files: Sequence[str], options: Options) -> int:
-    printer = Printer(options.fmt)
-    tracked, code = existing(files, options, printer)
-    try:
-        if code:
-            return code
-        live = [t for t in tracked if t.job is not None and t.error is None]
+    def act(tracked: List[Tracked], printer: Printer) -> int:
+        live = _live(tracked)
         if options.follow:
             wait_for(live, replace(options, follow=True), printer)
-        else:
-            for item in live:
-                _print_logs(item, options, printer, len(live) > 1)
-                _poll_status(item, printer, quiet=True)
-        return api.overall_exit([t.exit if options.follow else
-                                 (api.EXIT_NOT_SUBMITTED if t.job is None or t.error else 0) for t in tracked])
-    finally:
-        _close(tracked)
+            return api.overall_exit([t.exit for t in tracked])
+        for item in live:
+            _print_logs(item, options, printer, len(live) > 1)
+        return api.overall_exit([api.EXIT_NOT_SUBMITTED if t.job is None or t.error else 0 for t in tracked])
+    return _on_existing(files, options, act)
 
 
 def cancel(files: Sequence[str], options: Options) -> int:
-    printer = Printer(options.fmt)
-    tracked, code = existing(files, options, printer)
-    try:
-        if code:
-            return code
+    def act(tracked: List[Tracked], printer: Printer) -> int:
         codes = []
         for item in tracked:
             if item.job is None or item.error is not None:
@@ -567,10 +561,13 @@ def cancel(files: Sequence[str], options: Options) -> int:
                 printer.error(f"{item.label()}: {_own(item, exc)}")
                 codes.append(api.EXIT_NOT_SUBMITTED)
         if options.wait:
-            wait_for([t for t in tracked if t.job is not None and t.error is None], options, printer)
+            wait_for(_live(tracked), options, printer)
         return api.overall_exit(codes)
-    finally:
-        _close(tracked)
+    return _on_existing(files, options, act)
+
+
+def _live(tracked: Sequence[Tracked]) -> List[Tracked]:
+    return [t for t in tracked if t.job is not None and t.error is None]
 
 
 def _close(tracked: Sequence[Tracked]) -> None:
