@@ -149,12 +149,15 @@ def test_schema_is_json_schema_of_the_spec():
     assert schema["additionalProperties"] is False
 
 
-def test_compile_imports_no_heavy_library(tmp_path):
-    """compile must not pay for torch, ray, azure-ai-ml or lightning (timing lives in benchmarks/)."""
+@pytest.mark.parametrize("command", [["compile", "specs", "-o", "OUT"], ["plan", "specs", "--format", "json"]])
+def test_compile_imports_no_heavy_library(tmp_path, command):
+    """compile (and plan, which names the job submit would make) must not pay for torch, ray,
+    azure-ai-ml, kubernetes or lightning (timing lives in benchmarks/)."""
+    argv = [str(tmp_path) if word == "OUT" else word for word in command]
     code = ("import sys; from trainspec.cli import main\n"
-            "try:\n    main(['compile', 'specs', '-o', %r])\nexcept SystemExit as e:\n    assert e.code in (0, None)\n"
-            "print('HEAVY:' + ','.join(m for m in ('torch', 'ray', 'azure.ai.ml', 'lightning', 'jinja2.sandbox') "
-            "if m in sys.modules))" % str(tmp_path))
+            "try:\n    main(%r)\nexcept SystemExit as e:\n    assert e.code in (0, None)\n"
+            "print('HEAVY:' + ','.join(m for m in ('torch', 'ray', 'azure.ai.ml', 'azure.identity', 'kubernetes', "
+            "'lightning', 'jinja2.sandbox') if m in sys.modules))" % argv)
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     line = [l for l in proc.stdout.splitlines() if l.startswith("HEAVY:")][0]
     heavy = [m for m in line[6:].split(",") if m and m != "jinja2.sandbox"]
