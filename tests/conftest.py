@@ -285,3 +285,10 @@ def cpu_bound(seconds: float):
     ITIMER_PROF), however busy the machine is: a guard far above the work expected, for "fails
     fast" and "grows linearly" without a timed assertion."""
     return _alarm(signal.ITIMER_PROF, signal.SIGPROF, seconds, AssertionError(f"more than {seconds} s of CPU time"))
+
+
+def sigint_default():
+    """``preexec_fn`` of a process a test interrupts as Ctrl-C would: SIGINT back to its default.
+    A suite started in the background (`cmd &` in a script, nohup, some CI runners) inherits
+    SIGINT ignored, and a Python started so never raises KeyboardInterrupt, as it should not."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

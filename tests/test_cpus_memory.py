@@ -331,7 +331,7 @@ targets:
         job_id = re.search(r"Submitted batch job (\d+)", done.stdout)
         assert done.returncode == 0 and job_id, done.stdout + done.stderr
         out = (tmp_path / f"fits-{job_id.group(1)}.out").read_text()
-        assert sorted(re.findall(r"^TASK (\d) (\S+) (\S+)$", out, re.M)) == [
+        assert sorted(re.findall(r"^(?:\d+: )?TASK (\d) (\S+) (\S+)$", out, re.M)) == [
             (str(rank), str(CPUS_PER_NODE // 2), "1") for rank in range(4)], out
         refused = cluster.run(["sbatch", str(too_big / "job.sbatch")], cwd=tmp_path, timeout=60)
         assert refused.returncode != 0 and "Submitted batch job" not in refused.stdout

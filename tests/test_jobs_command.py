@@ -306,16 +306,17 @@ def test_ctrl_c_in_a_real_terminal_leaves_the_job_running(spec, tmp_path):
     import signal
     import subprocess
 
-    from conftest import trainspec_cmd
+    from conftest import no_hang, sigint_default, trainspec_cmd
 
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(FOREVER)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]), TRAINSPEC_POLL_SECONDS="0.1")
     proc = subprocess.Popen([*trainspec_cmd(), "submit", str(spec), "--follow"], cwd=spec.parent, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
     try:
-        first = proc.stdout.readline() + proc.stdout.readline()  # submitted, then running: it is waiting
+        with no_hang(120):  # submitted, then running: it is waiting
+            first = proc.stdout.readline() + proc.stdout.readline()
         assert "submitted (7)" in first and "running (RUNNING)" in first, first + proc.stderr.read()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)

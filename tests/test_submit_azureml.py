@@ -322,11 +322,13 @@ def test_ctrl_c_while_waiting_leaves_the_job_running(azure, tmp_path):
     import time
     from pathlib import Path
 
+    from conftest import sigint_default
+
     script = RUN_WITH_FAKE.format(tests=str(Path(__file__).parent))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-c", script, "submit", "spec.yaml", "-t", "azureml", *WORKSPACE,
                              "--wait"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=sigint_default)
     try:
         deadline = time.monotonic() + 60
         seen = ""

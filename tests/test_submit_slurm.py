@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, trainspec_cmd
+from conftest import REPO, sigint_default, trainspec_cmd
 from slurm_cluster import GPUS_PER_NODE, SlurmCluster, missing
 
 from trainspec.jobs.api import State
@@ -206,7 +206,8 @@ def test_ctrl_c_leaves_the_job_running_then_cancel_and_status_says_canceled(clus
     command = ["nsenter", f"--net=/run/netns/{cluster.net.netns(0)}", *environment(), "submit", str(path),
                "-t", "slurm", "--wait", "--max-wait", "2m"]
     with log.open("w") as out:  # nsenter and env exec: the signal reaches trainspec itself
-        waiting = subprocess.Popen(command, cwd=tmp_path, env=cluster.env(), stdout=out, stderr=subprocess.STDOUT)
+        waiting = subprocess.Popen(command, cwd=tmp_path, env=cluster.env(), stdout=out, stderr=subprocess.STDOUT,
+                                   preexec_fn=sigint_default)
     try:
         deadline = time.monotonic() + BOUND
         while "running (RUNNING)" not in log.read_text():
