@@ -100,7 +100,7 @@ def head():
         ns = Namespace()
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])  # the actors' `python` is this one
-        started = ns.run([BIN / "ray", "start", "--head", "--port", "6379", "--num-cpus", "2", "--num-gpus", "0",
+        started = ns.run([BIN / "ray", "start", "--head", "--port", "6379", "--num-cpus", "8", "--num-gpus", "0",
                           "--include-dashboard=true", "--dashboard-host", "127.0.0.1", "--dashboard-port", "8265",
                           "--disable-usage-stats", "--temp-dir", temp, "--object-store-memory", "100000000"],
                          env=env, capture_output=True, text=True, timeout=600)
