@@ -139,6 +139,11 @@ def test_init_in_an_existing_repository(tmp_path):
     ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
     commit(repo, "trainspec")
     assert ts("check", "specs/", "--out", "build/", cwd=repo).returncode == 0
+    # a folder below a repository's root: GitHub would never run its workflow there, and init says so
+    sub = init("ml", "--name", "sub", cwd=repo)
+    assert sub.returncode == 0 and "git init" not in sub.stdout
+    assert f"note: ml is inside the repository {repo.resolve()}: GitHub runs only the workflows of its root's" \
+        in sub.stderr
 
 
 @pytest.mark.parametrize("name", ["My Job", "-x", "a" * 64, "job\n::error::x", ""])

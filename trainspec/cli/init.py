@@ -1,7 +1,7 @@
-"""`trainspec init`: Write a starting repository into DIR (default: here): a spec, the base it
-extends, a team catalog, its training script, the JSON Schemas, the CI workflow and the pre-commit
-hooks, ready to validate and compile as written. Never replaces a file: if one exists, it is
-named and nothing is written (--force replaces them).
+"""`trainspec init`: Start a repository of training specs in DIR (default: here). Writes a spec,
+the base it extends, a team catalog, its training script, the JSON Schemas, the CI workflow and
+the pre-commit hooks, which validate and compile as written; never replaces a file (if one
+exists, it is named and nothing is written; --force replaces them).
 """
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ def command(args: argparse.Namespace) -> int:
     for path in written:
         print(f"  {path}")
     repository_made = _git_init(root)
+    above = _repository_above(root)
+    if above is not None:
+        _err(f"note: {args.dir} is inside the repository {above}: GitHub runs only the workflows of its root's "
+             ".github/workflows/, from its root; init at the root, or move the workflow there and give its "
+             "commands this folder's paths")
     if repository_made is not None:
         print(repository_made)
     print("next:")
@@ -57,7 +62,7 @@ def command(args: argparse.Namespace) -> int:
     for line in ("trainspec validate --strict specs/", "trainspec plan specs/",
                  "trainspec compile specs/ -o build/",
                  'git add -A && git commit -m "A first training job, compiled"',
-                 "pre-commit install"):
+                 "pre-commit install   (pip install pre-commit, once)"):
         print(f"  {line}")
     print("then set the repository variable TRAINSPEC_REQUIREMENT the workflow installs trainspec with "
           "(specs/README.md says more)")
@@ -66,6 +71,14 @@ def command(args: argparse.Namespace) -> int:
 
 def _in_a_repository(root: Path) -> bool:
     return any(os.path.lexists(folder / ".git") for folder in (root.resolve(), *root.resolve().parents))
+
+
+def _repository_above(root: Path) -> Optional[Path]:
+    """The repository ``root`` is in, when ``root`` is not its top folder."""
+    here = root.resolve()
+    if os.path.lexists(here / ".git"):
+        return None
+    return next((folder for folder in here.parents if os.path.lexists(folder / ".git")), None)
 
 
 def _git_init(root: Path) -> Optional[str]:
