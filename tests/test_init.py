@@ -247,3 +247,18 @@ def test_a_built_wheel_carries_the_scaffold_and_init_runs_from_it(tmp_path):
     assert (repo / "bases" / "gpu.yaml").read_bytes() == (Path(where) / "base.yaml").read_bytes().replace(
         b"__TARGETS__\n", b"  " + DEFAULT_TARGET.encode() + b":\n" + b"".join(
             b"    " + line + b"\n" for line in (SCAFFOLD / "targets" / f"{DEFAULT_TARGET}.yaml").read_bytes().splitlines()))
+
+
+@pytest.mark.realproc
+def test_the_training_script_runs_locally_as_written(tmp_path):
+    """The printed `run --local` of specs/README.md: the job's two processes on CPU, as Azure ML would start them."""
+    pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+    repo = started(tmp_path, "--name", "ddp")
+    readme = (repo / "specs" / "README.md").read_text()
+    line = next(l for l in readme.splitlines() if l.startswith("trainspec run "))
+    args = line.split("#")[0].split()[1:]
+    assert args == ["run", "specs/ddp.yaml", "--local", "--nodes", "1", "--procs-per-node", "2"]
+    proc = ts(*args, "--timeout", "240", cwd=repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[rank 0] world 2: 100 steps, last loss" in proc.stdout + proc.stderr
+    assert "all 2 processes exited 0" in proc.stdout + proc.stderr

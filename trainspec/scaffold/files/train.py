@@ -2,7 +2,7 @@
 
 It reads only the standard variables torch reads (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 LOCAL_RANK), which trainspec's shim sets for every process on every target. Replace the model
-and the data with yours; try it here first with `trainspec run specs/<name>.yaml --local
+and the data with yours; try it here first with `trainspec run specs/__NAME__.yaml --local
 --nodes 1 --procs-per-node 2` (CPU, gloo).
 """
 
