@@ -115,7 +115,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--name", help="the job's name, and its spec's file name (default: the folder's name, "
                                     "else train)")
     sub.add_argument("-t", "--target", dest="targets", action="append", default=[], choices=sorted(TARGETS),
-                     help=f"a target the base configures (repeatable; default: {DEFAULT_TARGET})")
+                     help=f"a target the base configures (repeatable; default: {DEFAULT_TARGET}). Where a "
+                          "platform cannot run the base as written (Ray's VMs have no InfiniBand between them, HPC "
+                          "Pack runs the nodes' own software), validate warns, and --strict counts it")
     sub.add_argument("--force", action="store_true", help="replace files that exist")
 
     sub = command("validate")
