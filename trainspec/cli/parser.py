@@ -14,6 +14,7 @@ from trainspec.targets import DEFAULT_TARGET, TARGETS, display_names
 DESCRIPTION = f"Compile one training spec into the job files of {display_names()}, checked before anything runs."
 EPILOG = """\
 Examples:
+  trainspec init my-training                      start a repository: spec, base, catalog, CI, hooks
   trainspec validate specs/                       check every spec, show every problem
   trainspec compile specs/ -o build/              write build/<name>/<target>/...
   trainspec compile specs/mnist-lightning.yaml --set resources.nodes=4
@@ -24,6 +25,7 @@ Examples:
 # Each command: its module (trainspec/cli/<module>.py, imported only when the command runs) and
 # what --help says of it (the first sentence in the list of commands).
 COMMANDS = {
+    "init": ("init", "Start a repository of training specs in DIR (default: here). Writes a spec, the base it extends, a team catalog, its training script, the JSON Schemas, the CI workflow and the pre-commit hooks, which validate and compile as written; never replaces a file (if one exists, it is named and nothing is written; --force replaces them)."),
     "validate": ("validate", 'Check specs and print every problem as file:line:col: severity: message (hint).'),
     "compile": ("compile", "Validate specs and write each target's files. Nothing is written unless every spec is valid. With --prune, also remove the output folders trainspec wrote for specs that are gone."),
     "check": ("check", 'CI gate: recompile in memory and fail (exit 1) for every output under OUT that is stale (its spec changed), hand-edited, missing, orphaned (its spec is gone) or foreign (not written by trainspec), each with the command that fixes it.'),
@@ -106,6 +108,17 @@ def parser() -> argparse.ArgumentParser:
 
     def paths(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("paths", nargs="+", metavar="SPEC|DIR", help="spec files, or folders to search")
+
+    sub = command("init")
+    sub.add_argument("dir", nargs="?", default=".", metavar="DIR", help="where to write (created if missing; "
+                                                                          "default: the current folder)")
+    sub.add_argument("--name", help="the job's name, and its spec's file name (default: the folder's name, "
+                                    "else train)")
+    sub.add_argument("-t", "--target", dest="targets", action="append", default=[], choices=sorted(TARGETS),
+                     help=f"a target the base configures (repeatable; default: {DEFAULT_TARGET}). Where a "
+                          "platform cannot run the base as written (Ray's VMs have no InfiniBand between them, HPC "
+                          "Pack runs the nodes' own software), validate warns, and --strict counts it")
+    sub.add_argument("--force", action="store_true", help="replace files that exist")
 
     sub = command("validate")
     paths(sub)
