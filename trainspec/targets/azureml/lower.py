@@ -384,7 +384,7 @@ def _plan_priority(valid: ValidSpec, compute) -> str:
     said = []
     if tier == "spot":
         said.append("spot: job_tier spot" + ("" if valid.spec.targets.azureml is not None
-                                             and valid.spec.targets.azureml.job_tier else ", from resources.spot"))
+                                             and valid.spec.targets.azureml.job_tier else " (from resources.spot)"))
     elif tier is not None:
         said.append(f"job_tier {tier}")
     if "priority" in queue:
