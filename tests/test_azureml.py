@@ -115,7 +115,7 @@ def test_a_cpu_job_is_stated_not_guessed(tmp_path):
     assert props["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 1}
     assert props["tags"]["trainspec_backend"] == "gloo" and "TRAINSPEC_BACKEND" not in props["environmentVariables"]
     plan = subprocess.run([*trainspec_cmd(), "plan", str(spec)], capture_output=True, text=True, timeout=300)
-    assert "  GPUs           none\n" in plan.stdout and "  backend        gloo\n" in plan.stdout
+    assert "  GPUs: none\n" in plan.stdout and "  backend        gloo\n" in plan.stdout
 
 
 def test_tensorflow_is_told_one_way(compiled):
@@ -153,4 +153,4 @@ def test_plan_shows_a_clusters_gpus_without_a_sku(tmp_path):
     """`compute: gpu-cluster` + gpus_per_node: plan says the count, not "GPUs none" (issue 11, finding 1)."""
     spec = cluster_spec(tmp_path / "gpu.yaml", "gpu-job", "gpu-cluster", gpus_per_node=8)
     plan = subprocess.run([*trainspec_cmd(), "plan", str(spec)], capture_output=True, text=True, timeout=300)
-    assert "  GPUs           8 per node (model unknown: no sku)\n" in plan.stdout, plan.stdout
+    assert "  GPUs: 16 (2 nodes x 8), model unknown: no sku\n" in plan.stdout, plan.stdout

@@ -329,7 +329,7 @@ def test_plan_diff_and_check_show_the_job(tmp_path):
     text = json.dumps(target)
     assert target["target"] == "kubernetes" and target["submit"] == "kubectl apply -f build/k8s-ddp/kubernetes/job.yaml"
     assert target["settings"]["job"] == "TrainJob trainer.kubeflow.org/v1alpha1", text
-    assert target["settings"]["queue"] == "Kueue team-a (created suspended)"
+    assert target["facts"]["where"] == "namespace ml, Kueue local queue team-a (created suspended: Kueue admits it)"
     assert target["ranks"]["last"]["PET_NODE_RANK"] == "1" and target["ranks"]["last"]["MASTER_PORT"] == "29500", text
     changed = tmp_path / "k8s-ddp.yaml"
     changed.write_text((REPO / "specs" / "k8s-ddp.yaml").read_text().replace("timeout: 12h", "timeout: 13h")
@@ -360,12 +360,17 @@ def test_plan_shows_what_an_admin_checks_before_kubectl_apply(tmp_path, api):
                 "shm_size: 16g}", body="outputs:\n  checkpoints: {}")
     plan = json.loads(ts("plan", str(path), "--format", "json", cwd=tmp_path, check=True).stdout)
     settings = plan["jobs"][0]["targets"][0]["settings"]
-    assert plan["jobs"][0]["targets"][0]["image"] == "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"  # every target's
+    facts = plan["jobs"][0]["targets"][0]["facts"]
+    assert facts == {  # every target's, in the same order
+        "where": "namespace ml, Kueue local queue team-a (created suspended: Kueue admits it)",
+        "time limit": "1h30m (activeDeadlineSeconds 5400), from targets.kubernetes.timeout",
+        "priority": "the cluster's default priority class",
+        "image": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
+        "GPUs": "24 x H100 (3 nodes x 8)",
+    }
     pods = "3 (one per node)" if api == "trainjob" else "3 (Master 1 + Worker 2)"
     assert settings == {
         "job": "TrainJob trainer.kubeflow.org/v1alpha1" if api == "trainjob" else "PyTorchJob kubeflow.org/v1",
-        "namespace": "ml",
-        "queue": "Kueue team-a (created suspended)",
         "pods": pods + ", each with limits nvidia.com/gpu=8, rdma/ib=1",
         "capabilities": "IPC_LOCK",
         "node selector": "node.kubernetes.io/instance-type=Standard_ND96isr_H100_v5, agentpool=gpu",
@@ -380,7 +385,6 @@ def test_plan_shows_what_an_admin_checks_before_kubectl_apply(tmp_path, api):
         "volume trainspec-code": "PVC code at /trainspec/code (sub-path team/mnist)",
         "volume dshm": "emptyDir in memory (at most 16Gi) at /dev/shm",
         "volume out-checkpoints": "PVC runs at /trainspec/outputs/checkpoints (sub-path mnist)",
-        "deadline": "1h30m (activeDeadlineSeconds 5400), from targets.kubernetes.timeout",
         "outputs.checkpoints": "/trainspec/outputs/checkpoints",  # where the command finds it
         "shim": "python3 -I -S trainspec_shim.py (needs Python 3.8+)",
     }, settings
@@ -392,18 +396,20 @@ def test_plan_shows_what_an_admin_checks_before_kubectl_apply(tmp_path, api):
         v["name"] for v in pod["volumes"])
     text = ts("plan", str(path), cwd=tmp_path, check=True).stdout
     markdown = ts("plan", str(path), "--format", "markdown", cwd=tmp_path, check=True).stdout
-    for key, value in settings.items():
+    for key, value in [*facts.items(), *settings.items()]:
         assert f"\n  {key}: {value}\n" in text and f"\n- {key}: `{value}`\n" in markdown, key
 
 
 def test_plan_of_a_plain_job_says_what_it_does_not_set(tmp_path):
     path = spec(tmp_path, resources="{nodes: 1, gpus_per_node: 0}", settings="{code: {image: {path: /workspace}}}")
-    settings = json.loads(ts("plan", str(path), "--format", "json", cwd=tmp_path, check=True).stdout)[
-        "jobs"][0]["targets"][0]["settings"]
-    assert settings["pods"] == "1 (one per node), no resource limits" and settings["namespace"] == "(kubectl's)"
+    target = json.loads(ts("plan", str(path), "--format", "json", cwd=tmp_path, check=True).stdout)[
+        "jobs"][0]["targets"][0]
+    settings, facts = target["settings"], target["facts"]
+    assert settings["pods"] == "1 (one per node), no resource limits"
+    assert facts["where"] == "kubectl's current namespace, no queue (the pods are scheduled at once)"
     assert settings["code"] == "in the image, at /workspace"
-    assert settings["deadline"] == "none: runs until it ends (the spec's timeout, or targets.kubernetes.timeout, sets one)"
-    assert not {"queue", "capabilities", "node selector", "tolerations", "service account", "image pull secrets",
+    assert facts["time limit"] == "none: runs until it ends (the spec's timeout, or targets.kubernetes.timeout, sets one)"
+    assert not {"namespace", "queue", "deadline", "capabilities", "node selector", "tolerations", "service account", "image pull secrets",
                 "volume trainspec-code"} & set(settings)
 
 

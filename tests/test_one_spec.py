@@ -133,10 +133,10 @@ def test_plan_says_per_target_the_limit_the_image_the_hardware_and_the_secret_ne
     targets = {t["target"]: t for t in plan["jobs"][0]["targets"]}
     assert set(targets) == {"azureml", "hpcpack", "ray", "slurm", "kubernetes"}
     for name, target in targets.items():
-        limit = target["settings"].get("time limit", target["settings"].get("deadline"))
+        limit = target["facts"]["time limit"]
         assert limit.startswith("1d ") and limit.endswith("from the spec's timeout"), (name, limit)
         assert target["hardware"]["enforced"], (name, target["hardware"])  # the team catalog links every one
-    assert targets["slurm"]["image"].startswith("nvcr.io#nvidia/pytorch:24.08-py3")
-    assert targets["hpcpack"]["image"].startswith("no container")
+    assert targets["slurm"]["facts"]["image"].startswith("nvcr.io#nvidia/pytorch:24.08-py3")
+    assert targets["hpcpack"]["facts"]["image"].startswith("no container")
     assert "Key Vault https://team-kv.vault.azure.net, secret hf-token" in " ".join(targets["azureml"]["secrets"])
     assert "Secret hf, key token" in " ".join(targets["kubernetes"]["secrets"])

@@ -179,14 +179,14 @@ def test_plan_shows_what_each_target_runs_in(tmp_path):
     text = path.read_text().replace("targets:\n", "targets:\n  kubernetes: {}\n")
     path.write_text(text)
     plan = json.loads(ts("plan", str(path), "--format", "json", cwd=tmp_path, check=True).stdout)["jobs"][0]
-    images = {t["target"]: t["image"] for t in plan["targets"]}
+    images = {t["target"]: t["facts"]["image"] for t in plan["targets"]}
     assert images == {"kubernetes": "nvcr.io/nvidia/pytorch:24.08-py3",
                       "slurm": "nvcr.io#nvidia/pytorch:24.08-py3 (environment.image, as pyxis reads it)"}
     assert "  image: nvcr.io#nvidia/pytorch:24.08-py3 (environment.image, as pyxis reads it)\n" in \
         ts("plan", str(path), cwd=tmp_path, check=True).stdout
     path.write_text(text.replace("slurm: {}", "slurm: {container: false}"))
     plan = json.loads(ts("plan", str(path), "--format", "json", cwd=tmp_path, check=True).stdout)["jobs"][0]
-    assert {t["target"]: t["image"] for t in plan["targets"]}["slurm"] == "no container: the nodes' own software (targets.slurm.container: false)"
+    assert {t["target"]: t["facts"]["image"] for t in plan["targets"]}["slurm"] == "no container: the nodes' own software (targets.slurm.container: false)"
 
 
 @pytest.mark.parametrize("settings, before, after", [

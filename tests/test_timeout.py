@@ -106,7 +106,7 @@ def test_a_targets_own_limit_overrides_the_spec_there_and_plan_says_who_set_each
     assert 'RuntimeSeconds="43200"' in job_file(folder, "hpcpack", "job.xml").read_text()
     assert "activeDeadlineSeconds: 86400\n" in job_file(folder, "kubernetes", "job.yaml").read_text()  # not set there
     plan = json.loads(ts("plan", "specs/job.yaml", "--format", "json", cwd=folder, check=True).stdout)
-    limits = {t["target"]: t["settings"].get("time limit", t["settings"].get("deadline"))
+    limits = {t["target"]: t["facts"]["time limit"]
               for t in plan["jobs"][0]["targets"]}
     assert limits == {
         "azureml": "2d (limits.timeout: 172800), from targets.azureml.timeout",
@@ -120,7 +120,7 @@ def test_a_targets_own_limit_overrides_the_spec_there_and_plan_says_who_set_each
 def test_without_a_timeout_plan_says_none_is_enforced(folder):
     compile_spec(folder, SPEC.replace("timeout: 24h\n", ""))
     plan = json.loads(ts("plan", "specs/job.yaml", "--format", "json", cwd=folder, check=True).stdout)
-    limits = {t["target"]: t["settings"].get("time limit", t["settings"].get("deadline"))
+    limits = {t["target"]: t["facts"]["time limit"]
               for t in plan["jobs"][0]["targets"]}
     assert limits["slurm"].startswith("none from the spec: the partition's default limit")
     assert all(text.startswith("none") for text in limits.values()), limits

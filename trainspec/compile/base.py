@@ -90,6 +90,54 @@ class Hardware:
     hint: str = ""  # how to link the sku to this target's machines, when it is not enforced
 
 
+@dataclass(frozen=True)
+class PlanFacts:
+    """What ``plan`` says of a job on every target, the same facts in the same order (each one
+    line, read from what the target compiles, so plan cannot claim what the job does not do):
+
+    - ``where``: where it runs (an Azure ML compute or serverless and the experiment, a Slurm
+      partition, an HPC Pack node group, a Ray cluster's region and VM sizes, a Kubernetes
+      namespace and queue), the platform's default said as such;
+    - ``time_limit``: the limit the platform enforces, or that it enforces none;
+    - ``priority``: its priority, tier or QoS, and whether resources.spot is honoured ("spot");
+    - ``image``: what it runs in (``plan_image``);
+    - ``gpus``: the GPUs of the whole job, nodes x GPUs per node, with the model where the sku
+      holds (``plan_gpus``)."""
+
+    where: str
+    time_limit: str
+    priority: str
+    image: str
+    gpus: str
+
+    LABELS = ("where", "time limit", "priority", "image", "GPUs")
+
+    def as_dict(self) -> Dict[str, str]:
+        """The facts by label, in their order."""
+        return dict(zip(self.LABELS, (self.where, self.time_limit, self.priority, self.image, self.gpus)))
+
+
+def plan_gpus(valid: ValidSpec, found: "Hardware") -> str:
+    """The GPUs of the whole job: "16 x H100 (2 nodes x 8)"; the model only where the sku
+    chooses the machines (``found``: the target's hardware)."""
+    per_node = valid.gpus_per_node
+    if not per_node:
+        return "none"
+    shape = f"({valid.nodes} node{'' if valid.nodes == 1 else 's'} x {per_node})"
+    total = valid.nodes * per_node
+    sku = valid.sku
+    if sku is None or not sku.gpu:
+        return f"{total} {shape}, model unknown: no sku"
+    if not found.enforced:
+        return f"{total} {shape}, model not enforced here ({sku.gpu} only if the machines are {sku.name})"
+    return f"{total} x {sku.gpu} {shape}"
+
+
+def plan_spot_ignored(target: str, why: str) -> str:
+    """The end of a priority fact when the spec asks for spot a target cannot honour."""
+    return f"; resources.spot is not honoured on {target} ({why})"
+
+
 class Target:
     """A target's compiler side: ``targets/<name>/lower.py`` defines a subclass and one instance,
     ``TARGET``, which build.py loads by name on first use (compiling for one target never pays for
@@ -113,8 +161,12 @@ class Target:
                                                in its job (``spec_env``: the env ``plan`` shows)
     ``plan_port(valid)``                       the rendezvous port as ``plan`` shows it (default:
                                                distribution.master_port)
+    ``plan_facts(valid) -> PlanFacts``         what ``plan`` says of every target alike, in one
+                                               order: where it runs, the time limit it
+                                               enforces, its priority or spot, the image, the
+                                               GPUs in all (no default: a target says each)
     ``plan_settings(valid)``                   its own settings a reviewer should see in ``plan``
-                                               (default: none)
+                                               beyond the facts (default: none)
     ``plan_image(valid)``                      what its job runs in, as ``plan`` and ``diff``
                                                show it: the image it really runs (a target's
                                                own form or override), or the software its
@@ -154,6 +206,9 @@ class Target:
 
     def plan_port(self, valid: ValidSpec) -> str:
         return str(valid.spec.distribution.master_port)
+
+    def plan_facts(self, valid: ValidSpec) -> "PlanFacts":
+        raise NotImplementedError(f"{self.name}: plan_facts")
 
     def plan_settings(self, valid: ValidSpec) -> Dict[str, str]:
         return {}

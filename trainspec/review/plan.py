@@ -1,6 +1,7 @@
 """`plan`: what will run, for every job a spec compiles to (the world, who starts the processes,
-the environment the first and last process see, each target's own settings), as text, json
-or one markdown document.
+the same facts for every target -- where it runs, its time limit, priority or spot, image and
+GPUs in all --, the environment the first and last process see, each target's own settings),
+as text, json or one markdown document.
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = ()) -> Di
             "submit": artifact.submit.format(dir=shlex.quote(f"{out}/{valid.name}/{artifact.target}")),
             # the name `trainspec submit` gives it there: what it finds instead of submitting twice
             "job": {"name": platform_name(outcome, artifact), "submitted": None},
-            "image": module.plan_image(valid),  # what this target runs, which may differ from environment.image
-            "settings": module.plan_settings(valid),
+            # the same facts, in the same order, for every target (compile/base.py PlanFacts)
+            "facts": module.plan_facts(valid).as_dict(),
+            "settings": module.plan_settings(valid),  # its own, beyond the facts
             "secrets": base.secret_lines(valid, artifact.target),
             "hardware": _hardware(valid, artifact.target),
             "ranks": {"first": _rank_env(valid, artifact.target, 0),
@@ -222,9 +224,7 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
                   else f"  !! {about} (see diff; check fails until they are recompiled)"]
     facts = [("description", data.get("description") or "-"), ("framework", data["framework"]),
              ("sku", (data["sku"] or "-") + (f" (from {data['sku_source']})" if data.get("sku_source") else "")),
-             ("GPUs", data["gpu"] or "none"),
-             ("GPUs per node", data["gpus_per_node"]), ("backend", data["backend"]),
-             ("spot", "yes" if data["spot"] else "no"), ("environment", data["image"] or "-")]
+             ("backend", data["backend"]), ("environment", data["image"] or "-")]
     if md:
         lines += ["", "| | |", "| --- | --- |", *[f"| {k} | {cell(value(v))} |" for k, v in facts]]
     else:
@@ -242,7 +242,8 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
         lines.append(f"- job: {code(t['job']['name'])} {text(about)}" if md else f"  job: {t['job']['name']} {about}")
         # what runs: the spec's command, its templates rendered as this target's job has them
         lines.append(f"- command: {code(value(t['command']))}" if md else f"  command: {value(t['command'])}")
-        lines.append(f"- image: {code(value(t['image']))}" if md else f"  image: {value(t['image'])}")
+        for key, fact in t["facts"].items():  # where, time limit, priority, image, GPUs: every target alike
+            lines.append(f"- {text(key)}: {code(value(fact))}" if md else f"  {vis(key)}: {value(fact)}")
         if t.get("hardware"):
             about = _hardware_text(t, data["sku"])
             lines.append(f"- hardware: {text(value(about))}" if md else f"  hardware: {value(about)}")

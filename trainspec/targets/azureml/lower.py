@@ -356,15 +356,52 @@ def _queue_settings(valid: ValidSpec, compute) -> Dict[str, str]:
 
 # --- what plan and run --local need --------------------------------------------------------
 
+def plan_facts(valid: ValidSpec) -> base.PlanFacts:
+    """Where the job runs (a compute cluster or serverless, and its experiment), limits.timeout,
+    its queue_settings, the image and the GPUs: what job.yml says."""
+    settings = valid.spec.targets.azureml
+    compute = _compute_name(valid)
+    where = (f"compute cluster {compute}" if compute is not None else
+             f"serverless compute, instance_type {valid.sku.name if valid.sku else valid.spec.resources.sku}")
+    experiment = settings.experiment_name if settings is not None else None
+    if experiment is None and (settings is None or "experiment_name" not in settings.__pydantic_fields_set__):
+        experiment = valid.spec.name  # lower()'s default; an explicit null leaves it to Azure ML
+    where += f", experiment {experiment}" if experiment is not None else ", the workspace's default experiment"
+    limit = time_limit(valid)
+    return base.PlanFacts(
+        where=where,
+        time_limit=(limit.plan_text(f"limits.timeout: {limit.seconds}") if limit is not None
+                    else base.plan_no_time_limit("targets.azureml.timeout")),
+        priority=_plan_priority(valid, compute),
+        image=plan_image(valid),
+        gpus=base.plan_gpus(valid, hardware(valid)))
+
+
+def _plan_priority(valid: ValidSpec, compute) -> str:
+    """queue_settings as job.yml has them: job_tier (spot when resources.spot is honoured) and priority."""
+    queue = _queue_settings(valid, compute)
+    tier = queue.get("job_tier")
+    said = []
+    if tier == "spot":
+        said.append("spot: job_tier spot" + ("" if valid.spec.targets.azureml is not None
+                                             and valid.spec.targets.azureml.job_tier else " (from resources.spot)"))
+    elif tier is not None:
+        said.append(f"job_tier {tier}")
+    if "priority" in queue:
+        said.append(f"priority {queue['priority']}")
+    text = ", ".join(said) if said else "Azure ML's default (no queue_settings)"
+    if valid.spec.resources.spot and tier != "spot":
+        text += base.plan_spot_ignored(NAME, f"the cluster {compute}'s VM priority decides" if compute is not None
+                                       else f"job_tier {tier} is set")
+    return text
+
+
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
-    """What a reviewer should see of targets.azureml beyond the world: the environment build,
-    what starts the shim, identity, services, parameter servers."""
+    """What a reviewer should see of targets.azureml beyond the world and the facts: the
+    environment build, what starts the shim, identity, services, parameter servers."""
     settings = valid.spec.targets.azureml
     shown: Dict[str, str] = {"environment": environment_kind(valid),
                              "shim": base.plan_shim(shlex.join(_python_words(valid)))}
-    limit = time_limit(valid)
-    shown["time limit"] = (limit.plan_text(f"limits.timeout: {limit.seconds}") if limit is not None
-                           else base.plan_no_time_limit("targets.azureml.timeout"))
     if settings is None:
         return shown
     if settings.identity is not None:
@@ -405,6 +442,7 @@ class AzureML(base.Target):
     cannot_express = staticmethod(cannot_express)
     lower = staticmethod(lower)
     refs_for = staticmethod(refs_for)
+    plan_facts = staticmethod(plan_facts)
     plan_settings = staticmethod(plan_settings)
     plan_image = staticmethod(plan_image)
     hardware = staticmethod(hardware)

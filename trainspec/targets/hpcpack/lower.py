@@ -335,14 +335,33 @@ def plan_port(valid: ValidSpec) -> str:
     return str(_settings(valid).rdzv_port)
 
 
+def plan_facts(valid: ValidSpec) -> base.PlanFacts:
+    """The job's node group (or requested nodes, template), RuntimeSeconds and Priority, as job.xml has them."""
+    attrs = _job_attributes(valid)
+    where = (f"node group {attrs['NodeGroups']}" if "NodeGroups" in attrs else "the cluster's default node group")
+    if "RequestedNodes" in attrs:
+        where += f", requested nodes {attrs['RequestedNodes']}"
+    if "JobTemplate" in attrs:
+        where += f", job template {attrs['JobTemplate']}"
+    limit = time_limit(valid)
+    priority = (f"Priority={attrs['Priority']}" if "Priority" in attrs else
+                "the job template's default priority (Normal unless it says another)")
+    if valid.spec.resources.spot:
+        priority += base.plan_spot_ignored(NAME, "the job runs on the cluster's own nodes")
+    return base.PlanFacts(
+        where=where,
+        time_limit=(limit.plan_text(f"RuntimeSeconds={limit.seconds}") if limit is not None
+                    else base.plan_no_time_limit("targets.hpcpack.runtime")),
+        priority=priority,
+        image=plan_image(valid),
+        gpus=base.plan_gpus(valid, hardware(valid)))
+
+
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     attrs = _job_attributes(valid)
     chosen = [f"{key}={attrs[key]}" + (" MB" if key == "MinMemory" else "") for key in ("MinCoresPerNode", "MinMemory")
               if key in attrs]
     lines = {"nodes with at least": ", ".join(chosen)} if chosen else {}
-    limit = time_limit(valid)
-    lines["time limit"] = (limit.plan_text(f"RuntimeSeconds={limit.seconds}") if limit is not None
-                           else base.plan_no_time_limit("targets.hpcpack.runtime"))
     lines.update(base.plan_data(valid, refs_for(valid)))  # where the data is: a volume's, the spec's, shared_dir
     lines["shim"] = base.plan_shim(_settings(valid).python)
     return lines
@@ -386,6 +405,7 @@ class HPCPack(base.Target):
     lower = staticmethod(lower)
     refs_for = staticmethod(refs_for)
     plan_port = staticmethod(plan_port)
+    plan_facts = staticmethod(plan_facts)
     plan_settings = staticmethod(plan_settings)
     plan_image = staticmethod(plan_image)
     hardware = staticmethod(hardware)

@@ -509,29 +509,48 @@ def plan_port(valid: ValidSpec) -> str:
     return str(TRAINJOB_PORT if _settings(valid).api == "trainjob" else valid.spec.distribution.master_port)
 
 
+def plan_facts(valid: ValidSpec) -> base.PlanFacts:
+    """The namespace and queue, activeDeadlineSeconds, the pods' priority class, the image and the
+    GPUs, read from the compiled job document (so plan cannot disagree with job.yaml)."""
+    job = job_document(valid)
+    meta, pod = job["metadata"], pod_template(job)
+    policy = job["spec"] if job["kind"] == "TrainJob" else job["spec"]["runPolicy"]
+    where = (f"namespace {meta['namespace']}" if "namespace" in meta else "kubectl's current namespace")
+    queue = meta["labels"].get("kueue.x-k8s.io/queue-name")
+    where += (f", Kueue local queue {queue}" + (" (created suspended: Kueue admits it)" if policy.get("suspend") else "")
+              if queue else ", no queue (the pods are scheduled at once)")
+    deadline, limit = policy.get("activeDeadlineSeconds"), time_limit(valid)
+    priority = (f"priority class {pod['priorityClassName']}" if pod.get("priorityClassName") else
+                "the cluster's default priority class")
+    if valid.spec.resources.spot:
+        priority += base.plan_spot_ignored(NAME, "the node pool decides")
+    return base.PlanFacts(
+        where=where,
+        time_limit=(limit.plan_text(f"activeDeadlineSeconds {deadline}") if deadline is not None else
+                    base.plan_no_time_limit("targets.kubernetes.timeout")),
+        priority=priority,
+        image=plan_image(valid),
+        gpus=base.plan_gpus(valid, hardware(valid)))
+
+
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
-    """What a cluster admin checks before ``kubectl apply``, read from the compiled job document
-    (so plan cannot disagree with job.yaml): the kind, namespace and queue, the pods and
-    what each asks for, where they may run, who they run as, every volume, the deadline."""
+    """What a cluster admin checks before ``kubectl apply`` beyond the facts, read from the
+    compiled job document (so plan cannot disagree with job.yaml): the kind, the pods and what
+    each asks for, where they may run, who they run as, every volume."""
     settings = _settings(valid)
     job = job_document(valid)
-    meta, spec, pod = job["metadata"], job["spec"], pod_template(job)
+    spec, pod = job["spec"], pod_template(job)
     if job["kind"] == "TrainJob":
         trainer = spec["trainer"]
         resources = trainer.get("resourcesPerNode", {})
         pods = f"{trainer['numNodes']} (one per node)"
-        policy = spec
     else:
         replicas = spec["pytorchReplicaSpecs"]
         resources = pod["containers"][0].get("resources", {})
         kinds = " + ".join(f"{kind} {replica['replicas']}" for kind, replica in replicas.items())
         pods = f"{sum(replica['replicas'] for replica in replicas.values())} ({kinds})"
-        policy = spec["runPolicy"]
     container = pod["containers"][0]
-    lines = {"job": f"{job['kind']} {job['apiVersion']}", "namespace": meta.get("namespace", "(kubectl's)")}
-    queue = meta["labels"].get("kueue.x-k8s.io/queue-name")
-    if queue:
-        lines["queue"] = f"Kueue {queue}" + (" (created suspended)" if policy.get("suspend") else "")
+    lines = {"job": f"{job['kind']} {job['apiVersion']}"}
     limits, requests = resources.get("limits", {}), resources.get("requests", {})
     if requests:
         lines["pods"] = f"{pods}, each with requests {_pairs(requests)}, limits {_pairs(limits)}"
@@ -555,9 +574,6 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     lines["code"] = f"at {CODE_DIR} (volume {code})" if code else f"in the image, at {settings.code.image.path}"
     for volume in pod.get("volumes", []):
         lines[f"volume {volume['name']}"] = _volume_text(volume, [m for m in mounts if m["name"] == volume["name"]])
-    deadline, limit = policy.get("activeDeadlineSeconds"), time_limit(valid)
-    lines["deadline"] = (limit.plan_text(f"activeDeadlineSeconds {deadline}") if deadline is not None else
-                         base.plan_no_time_limit("targets.kubernetes.timeout"))
     lines.update(base.plan_data(valid, refs_for(valid)))
     lines["shim"] = base.plan_shim(settings.python)
     return lines
@@ -644,6 +660,7 @@ class Kubernetes(base.Target):
     lower = staticmethod(lower)
     refs_for = staticmethod(refs_for)
     plan_port = staticmethod(plan_port)
+    plan_facts = staticmethod(plan_facts)
     plan_settings = staticmethod(plan_settings)
     plan_image = staticmethod(plan_image)
     hardware = staticmethod(hardware)

@@ -436,6 +436,35 @@ def plan_port(valid: ValidSpec) -> str:
     return "<free port on node 0>"  # the driver picks it when the job starts
 
 
+def plan_facts(valid: ValidSpec) -> base.PlanFacts:
+    """The cluster's region, its VM sizes and head, the driver's time limit, which nodes are spot,
+    the image and the GPUs, as cluster.yaml and the job request have them."""
+    settings = valid.spec.targets.ray
+    size = valid.sku.name if valid.sku else valid.spec.resources.sku
+    workers = valid.nodes - 1 if settings.head == "worker" else valid.nodes
+    head = ("head: training node 0 (targets.ray.head worker)" if settings.head == "worker" else
+            f"head: a {_head_sku(valid).name} CPU VM, no training (targets.ray.head cpu)")
+    where = (f"Azure region {settings.location} (resource group {settings.resource_group}), {valid.nodes} x {size}"
+             f" ({workers} worker{'' if workers == 1 else 's'}), {head}")
+    limit = job_request(valid).timeout
+    spot = valid.spec.resources.spot and workers > 0
+    if spot:
+        priority = (f"spot: {workers} of {valid.nodes} training nodes (priority Spot, evicted VMs deleted); "
+                    "the head is regular" if settings.head == "worker" else
+                    "spot: every training node (priority Spot, evicted VMs deleted); the CPU head is regular")
+    else:
+        priority = "regular VMs (priority Regular)" + (
+            base.plan_spot_ignored(NAME, "a one-node cluster is all head, never spot")
+            if valid.spec.resources.spot else "")
+    return base.PlanFacts(
+        where=where,
+        time_limit=(base.TimeLimit(limit, ("timeout",)).plan_text("the driver stops every process, exit 124")
+                    if limit is not None else "none: runs until it ends (the spec's timeout sets one)"),
+        priority=priority,
+        image=plan_image(valid),
+        gpus=base.plan_gpus(valid, hardware(valid)))
+
+
 def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     """What the job does to the VMs it starts: how long it may run, whether they outlive it, and
     where its data is (a volume's URL or path, the spec's own, a folder file_mounts uploads)."""
@@ -443,9 +472,6 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     if valid.spec.resources.cpus_per_node is not None:
         lines["bundle per node"] = f"CPU {_bundle_cpus(valid)}" + (f", GPU {valid.gpus_per_node}"
                                                                    if valid.gpus_per_node else "")
-    limit = base.time_limit(valid, NAME, "timeout")  # Ray has no setting of its own: the spec's timeout
-    lines["time limit"] = (limit.plan_text("the driver stops every process, exit 124")
-                           if limit is not None else "none: runs until it ends (the spec's timeout sets one)")
     lines["cluster"] = (f"kept after the job (targets.ray.keep_cluster): `ray down -y {CLUSTER_FILE}` in the job's "
                         "folder deletes it" if valid.spec.targets.ray.keep_cluster else
                         f"torn down when the job ends, however it ends (launch.sh runs `ray down -y {CLUSTER_FILE}`)")
@@ -482,6 +508,7 @@ class Ray(base.Target):
     lower = staticmethod(lower)
     refs_for = staticmethod(refs_for)
     plan_port = staticmethod(plan_port)
+    plan_facts = staticmethod(plan_facts)
     plan_settings = staticmethod(plan_settings)
     plan_image = staticmethod(plan_image)
     hardware = staticmethod(hardware)

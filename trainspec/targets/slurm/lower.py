@@ -347,14 +347,32 @@ def _secret_files(valid: ValidSpec) -> List[str]:
 
 # --- what plan and run --local need --------------------------------------------------------
 
-def plan_settings(valid: ValidSpec) -> Dict[str, str]:
-    """The #SBATCH lines a cluster admin reviews, the time limit, where the data is, and what starts
-    the shim."""
+# the #SBATCH options plan says as facts (where, time limit, priority), not again in its sbatch line
+_FACT_OPTIONS = ("--time=", "--partition=", "--account=", "--qos=")
+
+
+def plan_facts(valid: ValidSpec) -> base.PlanFacts:
+    """The partition (and account), --time, --qos, the image and the GPUs, as job.sbatch has them."""
+    settings = _settings(valid)
+    where = f"partition {settings.partition}" if settings.partition else "the cluster's default partition"
+    where += f", account {settings.account}" if settings.account else ", the user's default account"
     limit = time_limit(valid)
-    return {"sbatch": " ".join(sbatch_options(valid)),
-            "time limit": (limit.plan_text(f"--time={_slurm_time(limit.seconds)}") if limit is not None else
-                           "none from the spec: the partition's default limit (the spec's timeout, or "
-                           "targets.slurm.time, sets one)"),
+    priority = f"qos {settings.qos}" if settings.qos else "the account's default qos"
+    if valid.spec.resources.spot:
+        priority += base.plan_spot_ignored(NAME, "the partition decides")
+    return base.PlanFacts(
+        where=where,
+        time_limit=(limit.plan_text(f"--time={_slurm_time(limit.seconds)}") if limit is not None else
+                    "none from the spec: the partition's default limit (the spec's timeout, or "
+                    "targets.slurm.time, sets one)"),
+        priority=priority,
+        image=plan_image(valid),
+        gpus=base.plan_gpus(valid, hardware(valid)))
+
+
+def plan_settings(valid: ValidSpec) -> Dict[str, str]:
+    """The other #SBATCH lines a cluster admin reviews, where the data is, and what starts the shim."""
+    return {"sbatch": " ".join(o for o in sbatch_options(valid) if not o.startswith(_FACT_OPTIONS)),
             **base.plan_data(valid, refs_for(valid)),
             "shim": base.plan_shim(_settings(valid).python)}
 
@@ -405,6 +423,7 @@ class Slurm(base.Target):
     cannot_express = staticmethod(cannot_express)
     lower = staticmethod(lower)
     refs_for = staticmethod(refs_for)
+    plan_facts = staticmethod(plan_facts)
     plan_settings = staticmethod(plan_settings)
     plan_image = staticmethod(plan_image)
     hardware = staticmethod(hardware)
