@@ -185,3 +185,54 @@ def test_the_shared_change_is_not_what_is_cut_first():
     assert len(cut) <= 4_500 and "Cut to fit one comment" in cut
     assert "SHARED_149" in cut and "OWN_149" not in cut  # the shared diff whole, the lone job's cut
     assert "left out for length" in cut.split("## lone")[1]
+
+
+def test_a_fix_to_one_catalog_entry_is_said_once_for_the_jobs_on_that_size(tmp_path):
+    repo = team_repo(tmp_path)
+    (repo / "trainspec-skus.yaml").write_text(
+        "skus:\n  Standard_ND96isr_H100_v5:\n    gpus: 8\n    gpu: H100\n    vcpus: 96\n    memory_gb: 1900\n"
+        "    infiniband: true\n")
+    git("rm", "-q", "-r", "specs/mnist-lightning.yaml", "build/mnist-lightning", cwd=repo)  # 8 GPUs a node of it
+    commit(repo, "the team's catalog")
+    edit(repo / "trainspec-skus.yaml", "    gpus: 8\n", "    gpus: 4\n")
+    data = json.loads(ts("diff", "--git", "HEAD", "--format", "json", cwd=repo, check=True).stdout)
+    [shared] = data["shared"]
+    assert shared["jobs"] == TEAM  # the other specs are on other sizes
+    assert [j["name"] for j in data["jobs"]] == TEAM and {j["shared"] for j in data["jobs"]} == {"A"}
+    assert shared["summary"].startswith("size Standard_ND96isr_H100_v5: gpus 8 → 4 (in trainspec-skus.yaml); world 16 → 8")
+    text = ts("diff", "--git", "HEAD", cwd=repo, check=True).stdout
+    assert text.count("size Standard_ND96isr_H100_v5: gpus 8 → 4") == 1
+    assert text.count("-  process_count_per_instance: 8\n+  process_count_per_instance: 4\n") == 1
+
+
+def test_one_runtime_version_is_said_once_for_the_jobs_it_changes(monkeypatch, tmp_path):
+    """Two jobs compiled by an older trainspec with another shim: the same new shim and the same
+    version line in each, said once; the shim's one line, never its source."""
+    import shutil
+
+    import trainspec
+    from conftest import REPO
+    from trainspec.build import build
+    from trainspec.compile import base as compile_base
+    from trainspec.review.diff import diff_outcomes, render_diffs, said_once
+
+    specs = [str(REPO / "specs" / name) for name in ("mnist-lightning.yaml", "single-node.yaml")]
+    new = [build(spec, REPO / "build") for spec in specs]
+    older = tmp_path / "runtime"
+    older.mkdir()
+    shim = (REPO / "trainspec" / "runtime" / "shim.py").read_text()
+    assert "class HPCPack(Detector):" in shim
+    (older / "shim.py").write_text(shim.replace("class HPCPack(Detector):", "class OldHPCPack(Detector):"))
+    shutil.copy(REPO / "trainspec" / "runtime" / "kubeflow.py", older / "kubeflow.py")
+    monkeypatch.setattr(compile_base, "SHIM_SOURCE", older / "shim.py")
+    monkeypatch.setattr(trainspec, "__version__", "0.0.9")
+    old = [build(spec, REPO / "build") for spec in specs]
+    monkeypatch.undo()
+    diffs = [diff_outcomes(a, b, "build") for a, b in zip(old, new)]
+    groups, pointers = said_once(diffs)
+    assert [g.jobs for g in groups] == [["mnist-lightning", "single-node"]]
+    assert set(pointers) == {"mnist-lightning", "single-node"}
+    text = render_diffs(diffs, "text")
+    assert text.count("changed: trainspec runtime v0.0.9 -> v0.1.0") == 1 and "OldHPCPack" not in text
+    assert "no spec field changed; outputs changed: azureml/trainspec_shim.py\n" in text
+    assert text.count("\nchange A (said once above, for 2 jobs) and nothing else") == 2
