@@ -160,6 +160,10 @@ def test_a_shared_change_is_grouped_only_when_every_changed_line_is_the_same():
     text = render_diffs([job("a", same), job("b", same), job("c", same, extra), job("d", other)], "text")
     assert "\nchange A (said once above, for 3 jobs), and: outputs changed: slurm/job.sbatch\n" in text
     assert "== d (specs/d.yaml)\nenv.A 1 → 2 (in bases/b.yaml)\n" in text
+    # two jobs that change only by hand edits share nothing: each edit is the job's own
+    edits = [JobDiff(n, f"specs/{n}.yaml", "changed", edits=[OutputDiff("p", "azureml/job.yml", "+x")], edited=["p"])
+             for n in "xy"]
+    assert said_once([*edits, job("a", same), job("b", same)])[1].keys() == {"a", "b"}
     # an output that cannot be compared (no key) is never grouped
     loose = [JobDiff(n, f"specs/{n}.yaml", "changed", files=[OutputDiff("p", "azureml/job.yml", "+x")]) for n in "xy"]
     assert said_once(loose) == ([], {})

@@ -520,8 +520,10 @@ def _change_key(change: Change) -> Tuple[str, ...]:
 
 def _signature(d: JobDiff) -> Optional[Tuple[Any, ...]]:
     """What a changed job changes, comparable across jobs; None for a job never grouped (new,
-    removed, not compiled at the base revision, an output without a key)."""
-    if d.status != "changed" or d.base_errors or any(f.key is None for f in d.files):
+    removed, not compiled at the base revision, an output without a key, or nothing to share:
+    only a hand edit, which is the job's own)."""
+    if d.status != "changed" or d.base_errors or any(f.key is None for f in d.files) \
+            or not (d.changes or d.reads or d.code or d.files):
         return None
     return (tuple(sorted(_change_key(c) for c in d.changes)), tuple(sorted(d.reads)), tuple(sorted(d.code)),
             tuple(sorted(f.key for f in d.files if f.key is not None)))
