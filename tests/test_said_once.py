@@ -67,7 +67,7 @@ def test_a_base_bump_touching_18_jobs_is_one_change_and_18_names(tmp_path):
     assert "shown for `team-01`:\n\n```diff\n--- a/build/team-01/azureml/job.yml" in change
     # each job's section points to it, and says nothing else
     for name in TEAM:
-        assert found.pop(f"## {name} (specs/{name}.yaml)") == "**change A (said once above, for 18 jobs) and nothing else**"
+        assert found.pop(f"## {name} (specs/{name}.yaml)") == "**change A (above) and nothing else**"
     # the unrelated spec changed in the same commit: its own full section, its hunk
     single = found.pop("## single-node (specs/single-node.yaml)")
     assert single.startswith("**resources.nodes 1 → 2; world 2 → 4**\n\n```diff\n")
@@ -87,7 +87,7 @@ def test_a_base_bump_touching_18_jobs_is_one_change_and_18_names(tmp_path):
     assert heads == ["== change A: the same in 18 jobs", "== single-node (specs/single-node.yaml)",
                      *(f"== {n} (specs/{n}.yaml)" for n in TEAM)]
     assert text.count("environment.image") == 1 and "\njobs (18): " + ", ".join(TEAM) + "\n" in text
-    assert text.count("\nchange A (said once above, for 18 jobs) and nothing else") == 18
+    assert text.count("\nchange A (above) and nothing else") == 18
 
     # json: the groups, and each job its whole diff and the group it is in
     data = json.loads(ts("diff", "--git", "HEAD~1", "--format", "json", cwd=repo, check=True).stdout)
@@ -158,7 +158,7 @@ def test_a_shared_change_is_grouped_only_when_every_changed_line_is_the_same():
     assert [(g.id, g.jobs) for g in groups] == [("A", ["a", "b", "c"])] and set(pointers) == {"a", "b", "c"}
     assert pointers["a"].rest.files == [] and pointers["c"].rest.files == [extra]
     text = render_diffs([job("a", same), job("b", same), job("c", same, extra), job("d", other)], "text")
-    assert "\nchange A (said once above, for 3 jobs), and: outputs changed: slurm/job.sbatch\n" in text
+    assert "\nchange A (above), and: outputs changed: slurm/job.sbatch\n" in text
     assert "== d (specs/d.yaml)\nenv.A 1 → 2 (in bases/b.yaml)\n" in text
     # two jobs that change only by hand edits share nothing: each edit is the job's own
     edits = [JobDiff(n, f"specs/{n}.yaml", "changed", edits=[OutputDiff("p", "azureml/job.yml", "+x")], edited=["p"])
@@ -239,4 +239,4 @@ def test_one_runtime_version_is_said_once_for_the_jobs_it_changes(monkeypatch, t
     text = render_diffs(diffs, "text")
     assert text.count("changed: trainspec runtime v0.0.9 -> v0.1.0") == 1 and "OldHPCPack" not in text
     assert "no spec field changed; outputs changed: azureml/trainspec_shim.py\n" in text
-    assert text.count("\nchange A (said once above, for 2 jobs) and nothing else") == 2
+    assert text.count("\nchange A (above) and nothing else") == 2

@@ -613,7 +613,7 @@ def _pointer_section(d: JobDiff, pointer: Pointer, md: bool, cut: bool) -> Secti
     """A job that makes a shared change: a pointer to it, then only what the job changes besides."""
     g = pointer.shared
     own = _own(pointer.rest)
-    said = f"change {g.id} (said once above, for {len(g.jobs)} jobs)"
+    said = f"change {g.id} (above)"
     headline = f"{said}, and: {own}" if own else f"{said} and nothing else"
     headline = md_.clip(headline, HEADLINE_LIMIT) if md or cut else headline
     head = (f"## {md_.text(d.name)} ({md_.text(d.spec)})\n**{md_.text(headline)}**" if md else
