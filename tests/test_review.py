@@ -172,10 +172,12 @@ def test_diff_git_lists_every_job_a_shared_file_changes(repo):
     proc = ts("diff", "--git", "HEAD", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     heads = [line for line in proc.stdout.splitlines() if line.startswith("== ")]
-    assert heads == ["== job-a (specs/job-a.yaml)", "== job-b (specs/job-b.yaml)"]  # the base is not a job
+    # the base is not a job; the change it makes, the same in both jobs, is said once, then each job points to it
+    assert heads == ["== change A: the same in 2 jobs", "== job-a (specs/job-a.yaml)", "== job-b (specs/job-b.yaml)"]
     summary = ("resources.nodes 2 → 3 (in bases/gpu.yaml); targets.azureml.timeout 2d → 3d (in bases/gpu.yaml); "
                "world 16 → 24; env.NCCL_DEBUG WARN → INFO (in bases/gpu.yaml)")  # why: the base; cost first
-    assert proc.stdout.count(summary + "\n") == 2
+    assert proc.stdout.count(summary + "\n") == 1
+    assert proc.stdout.count("\nchange A (above) and nothing else") == 2
     # a conda file the jobs read: both jobs change, and the summary says which output
     git("checkout", "-q", "--", "bases", cwd=repo)
     with open(repo / "examples" / "ddp" / "environment.yml", "a") as fh:
@@ -185,6 +187,7 @@ def test_diff_git_lists_every_job_a_shared_file_changes(repo):
     assert [j["name"] for j in jobs] == ["hpcpack-ddp", "job-a", "job-b"]
     assert jobs[1]["changes"] == [] and jobs[1]["files"] == []  # job.yml references the file; it is uploaded at submit
     assert jobs[1]["summary"] == "no spec field changed; the job reads changed files: examples/ddp/environment.yml"
+    assert [j["shared"] for j in jobs] == [None, "A", "A"]  # the same change in both: said once
     # the HPC Pack job does not read it as its environment, but it is in the code folder that job ships
     assert jobs[0]["summary"] == ("no spec field changed; the code folder it uploads changed "
                                   "(1 file: examples/ddp/environment.yml)")

@@ -112,14 +112,16 @@ def test_a_new_ray_job_shows_its_runtime_files_as_name_size_sha256_and_version(r
     assert len(text) < 20_000 and "Cut to fit" not in text
 
 
-def test_a_changed_job_names_its_unchanged_runtime_and_a_changed_runtime_says_which_versions(repo):
+def test_a_changed_job_lists_no_unchanged_runtime_and_a_changed_runtime_says_which_versions(repo):
     from trainspec.build import build
     from trainspec.review.diff import diff_outcomes, render_diffs
 
     edit(repo / "specs" / "single-node.yaml", "  nodes: 1\n", "  nodes: 2\n")
     commit(repo, "two nodes")
     out = ts("diff", "--git", "HEAD~1", cwd=repo, check=True).stdout
-    assert "\nbuild/single-node/azureml/trainspec_shim.py: unchanged trainspec runtime v0.1.0\n" in out + "\n"
+    assert "trainspec_shim.py" not in out and "unchanged" not in out  # an unchanged runtime file: not listed
+    assert "+  instance_count: 2" in out
+    # json still has it, with its size and digest
     data = json.loads(ts("diff", "--git", "HEAD~1", "--format", "json", cwd=repo, check=True).stdout)
     unchanged = data["jobs"][0]["runtime_unchanged"][0]["runtime"]
     shim_data = (REPO / "trainspec" / "runtime" / "shim.py").read_bytes()
@@ -141,7 +143,7 @@ def test_a_changed_job_names_its_unchanged_runtime_and_a_changed_runtime_says_wh
         shown = render_diffs([result], fmt)
         shown = render(shown).text if fmt == "markdown" else shown
         assert "changed: trainspec runtime v0.0.9 -> v0.1.0" in shown and "OldHPCPack" not in shown
-        assert "unchanged trainspec runtime v0.1.0" in shown  # the driver, procs and the request's type
+        assert "unchanged" not in shown and "trainspec_procs.py" not in shown  # the driver, procs, the request's type
     as_json = json.loads(render_diffs([result], "json"))["jobs"][0]
     assert as_json["files"][0]["runtime"]["version_before"] == "0.0.9"
     assert {Path(f["path"]).name for f in as_json["runtime_unchanged"]} == {
@@ -226,8 +228,7 @@ def test_a_changed_shim_inside_job_yaml_is_one_changed_line_and_no_hunk(monkeypa
         assert "build/k8s-ddp/kubernetes/job.yaml#trainspec_shim.py" in shown
         assert "changed: trainspec runtime v0.0.9 -> v0.1.0" in shown and "OldHPCPack" not in shown
         assert "@@" not in shown and "+++" not in shown  # no hunk: the placeholder lines are the same
-        line = next(l for l in shown.splitlines() if "job.yaml#trainspec_kubeflow.py" in l)
-        assert line.endswith(": unchanged trainspec runtime v0.1.0")  # same bytes, from another version
+        assert "trainspec_kubeflow.py" not in shown  # same bytes, from another version: not listed
     as_json = json.loads(render_diffs([result], "json"))["jobs"][0]
     assert as_json["files"][0]["runtime"]["version_before"] == "0.0.9"
     assert [f["path"] for f in as_json["runtime_unchanged"]] == ["build/k8s-ddp/kubernetes/job.yaml#trainspec_kubeflow.py"]

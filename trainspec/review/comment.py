@@ -54,6 +54,7 @@ class Part:
 
     full: str
     cut: Callable[[int], str]
+    keep: bool = False  # shown whole while every other part can make room (a change said once for many jobs)
 
 
 def whole_part(full: str, summary: str, md: bool) -> Part:
@@ -88,8 +89,12 @@ def fit(title: str, sections: Sequence[Section], budget: Optional[int], md: bool
     note = (f"*Cut to fit one comment; {md_.text(what)}: {md_.code(command)}, or each job's compiled outputs "
             "among this pull request's files.*" if md else
             f"(cut to {budget:,} characters; {what}: {command})")
-    shortest = [[p.cut(0) for p in s.parts] for s in sections]
-    fixed = len(title) + 2 + len(note) + sum(len(s.render(c)) + 2 for s, c in zip(sections, shortest))
+    fixed = 0
+    for keeping in (True, False):  # the parts to keep whole, if the rest can be cut to make room
+        shortest = [[p.full if keeping and p.keep else p.cut(0) for p in s.parts] for s in sections]
+        fixed = len(title) + 2 + len(note) + sum(len(s.render(c)) + 2 for s, c in zip(sections, shortest))
+        if fixed <= budget:
+            break
     if fixed <= budget:
         wants = [len(p.full) - len(c) for s, cuts in zip(sections, shortest) for p, c in zip(s.parts, cuts)]
         cap = _fair_share(wants, budget - fixed)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -142,6 +142,10 @@ class OutputDiff:
     output: str  # <target>/<file>
     diff: str  # a unified diff (of OutFile.reviewed); for a runtime file, its summary line
     runtime: Optional[RuntimeFile] = None
+    # what changes in it, the same in every job it is the same change in (said_once): the lines
+    # removed and added, the job's own spec path and hash aside; a runtime file's summary and
+    # digests. None: not comparable (a hand edit), never grouped.
+    key: Optional[Tuple[str, ...]] = None
 
 
 @dataclass
@@ -192,11 +196,10 @@ class JobDiff:
             return "no spec field changed; outputs changed: " + ", ".join(f.output for f in self.files)
         return "no change to what runs"
 
-    def as_json(self) -> Dict[str, Any]:
+    def as_json(self, shared: Optional[str] = None) -> Dict[str, Any]:
+        """The job's whole diff; ``shared``: the id of the change it makes with other jobs (said_once)."""
         return {"name": self.name, "spec": self.spec, "status": self.status, "summary": self.headline,
-                "changes": [{"field": c.field, "before": c.before, "after": c.after, "in": c.where or None,
-                             **({"note": c.note} if c.note else {})}
-                            for c in self.changes],
+                "shared": shared, "changes": _changes_json(self.changes),
                 "files": [_file_json(f) for f in self.files], "reads_changed": self.reads,
                 "runtime_unchanged": [_file_json(f) for f in self.runtime], "code_changed": self.code,
                 "outputs_edited": self.edited, "edits": [_file_json(f) for f in self.edits],
@@ -219,6 +222,11 @@ def costly(name: str) -> bool:
     parts = name.split(".")
     return len(parts) == 3 and parts[0] == "targets" and parts[1] in TARGETS \
         and parts[2] in getattr(settings(parts[1]), "COST_SETTINGS", ())
+
+
+def _changes_json(changes: Sequence[Change]) -> List[Dict[str, Any]]:
+    return [{"field": c.field, "before": c.before, "after": c.after, "in": c.where or None,
+             **({"note": c.note} if c.note else {})} for c in changes]
 
 
 def _file_json(item: OutputDiff) -> Dict[str, Any]:
@@ -331,7 +339,7 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
         path = f"{out}/{name}/{output}"
         if (was or now).runtime:  # the shim, the Ray driver...: summarised, not printed whole
             runtime = runtime_change(was, now, result.status)
-            shown = OutputDiff(path, output, runtime.line, runtime)
+            shown = OutputDiff(path, output, runtime.line, runtime, _runtime_key(output, runtime))
             (result.runtime if before == after else result.files).append(shown)
             continue
         # runtime files written inside this one (OutFile.embedded): summarised the same way
@@ -346,13 +354,37 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
                 text = unified(redact_bytes(shown_before or b""), redact_bytes(shown_after or b""),
                                "/dev/null" if before is None else f"a/{path}",
                                "/dev/null" if after is None else f"b/{path}")
-                result.files.append(OutputDiff(path, output, text))
+                result.files.append(OutputDiff(path, output, text,
+                                               key=_lines_key(output, shown_before, shown_after, old, new)))
         # else the same job: only the spec's path or bytes (a comment, formatting) differ
         for item, same in inner:
             (result.runtime if same else result.files).append(item)
     if result.status == "changed" and not result.files and not result.changes:
         result.status = "unchanged"
     return result
+
+
+def _lines_key(output: str, before: Optional[bytes], after: Optional[bytes], old: Optional[Outcome],
+               new: Optional[Outcome]) -> Tuple[str, ...]:
+    """What changes in an output, as OutputDiff.key: its name, then each hunk's removed and added
+    lines without context or line numbers, the job's own spec path and hash blanked on each side
+    (outputs.without_provenance). Two jobs with equal keys remove and add the same lines."""
+    import difflib
+
+    def lines(data: Optional[bytes], outcome: Optional[Outcome]) -> List[str]:
+        if data is None:
+            return []
+        return redact_bytes(without_provenance(data, outcome)).decode("utf-8", "replace").splitlines()
+
+    found = [output, "new" if before is None else "removed" if after is None else "changed"]
+    hunks = difflib.unified_diff(lines(before, old), lines(after, new), n=0, lineterm="")
+    for line in list(hunks)[2:]:  # after the ---/+++ header
+        found.append("@@" if line.startswith("@@") else line)
+    return tuple(found)
+
+
+def _runtime_key(output: str, runtime: "RuntimeFile") -> Tuple[str, ...]:
+    return (output, runtime.summary, runtime.sha256, runtime.sha256_before or "")
 
 
 EMBEDDED = "#"  # between an output and a runtime file embedded in it: build/<job>/<target>/job.yaml#trainspec_shim.py
@@ -368,7 +400,8 @@ def _embedded_changes(was: Optional[base.OutFile], now: Optional[base.OutFile], 
     for name in [*old, *(n for n in new if n not in old)]:
         a, b = old.get(name), new.get(name)
         runtime = runtime_change(a, b, status)
-        item = OutputDiff(f"{path}{EMBEDDED}{name}", f"{output}{EMBEDDED}{name}", runtime.line, runtime)
+        inner = f"{output}{EMBEDDED}{name}"
+        item = OutputDiff(f"{path}{EMBEDDED}{name}", inner, runtime.line, runtime, _runtime_key(inner, runtime))
         found.append((item, a is not None and b is not None and a.data == b.data))
     return found
 
@@ -408,15 +441,133 @@ def runtime_change(was: Optional[base.OutFile], now: Optional[base.OutFile], sta
                        before)
 
 
+# --- said once ------------------------------------------------------------------------------------
+
+@dataclass
+class Shared:
+    """A change several jobs make identically (from one base, one catalog entry, one runtime
+    version, one shared file): said once, with the jobs it touches; each of their sections points
+    to it. Identical means the same spec fields and facts changed the same way, the same changed
+    files read or uploaded, and in the same outputs the same lines removed and added (each job's
+    own spec path and hash aside: OutputDiff.key); nothing less is grouped."""
+
+    id: str  # "A", "B"...
+    example: JobDiff  # the change, as the first of its jobs makes it (its own changes aside)
+    jobs: List[str] = field(default_factory=list)  # in the order of the diff
+
+    @property
+    def headline(self) -> str:
+        return self.example.headline
+
+    def as_json(self) -> Dict[str, Any]:
+        e = self.example
+        return {"id": self.id, "jobs": self.jobs, "summary": self.headline, "shown_for": e.name,
+                "changes": _changes_json(e.changes), "files": [_file_json(f) for f in e.files],
+                "reads_changed": e.reads, "code_changed": e.code}
+
+
+@dataclass
+class Pointer:
+    """A job's place in a shared change: the change, and what the job changes besides (its own
+    fields, files, hand edits), shown in its section."""
+
+    shared: Shared
+    rest: JobDiff
+
+
+def said_once(diffs: Sequence[JobDiff]) -> Tuple[List[Shared], Dict[str, Pointer]]:
+    """The changes made identically by two jobs or more, and each of those jobs' pointer. First
+    the jobs whose whole diffs are identical (OutputDiff.key); then a job that makes one of those
+    changes exactly and more of its own joins it (the largest first), its own part shown in its
+    section. A job whose output combines a shared change with its own lines is shown whole."""
+    alike: Dict[Tuple[Any, ...], List[JobDiff]] = {}
+    for d in diffs:
+        signature = _signature(d)
+        if signature is not None:
+            alike.setdefault(signature, []).append(d)
+    groups: List[Shared] = []
+    pointers: Dict[str, Pointer] = {}
+    for members in alike.values():  # in the order of each group's first job
+        if len(members) < 2:
+            continue
+        shared = Shared(_group_id(len(groups)), replace(members[0], edits=[], edited=[], runtime=[]))
+        groups.append(shared)
+        for d in members:
+            pointers[d.name] = Pointer(shared, _without(d, shared.example))
+    by_size = sorted(groups, key=lambda g: -len(alike[_signature(g.example)]))  # stable: ties in order
+    for d in diffs:
+        if d.name in pointers or _signature(d) is None:
+            continue
+        for shared in by_size:
+            rest = _without(d, shared.example)
+            if rest is not None:
+                pointers[d.name] = Pointer(shared, rest)
+                break
+    for d in diffs:
+        if d.name in pointers:
+            pointers[d.name].shared.jobs.append(d.name)
+    return groups, pointers
+
+
+def _group_id(index: int) -> str:
+    return chr(ord("A") + index) if index < 26 else f"Z{index - 25}"
+
+
+def _change_key(change: Change) -> Tuple[str, ...]:
+    return (change.field, json.dumps(change.before, sort_keys=True, default=str),
+            json.dumps(change.after, sort_keys=True, default=str), change.where, change.note)
+
+
+def _signature(d: JobDiff) -> Optional[Tuple[Any, ...]]:
+    """What a changed job changes, comparable across jobs; None for a job never grouped (new,
+    removed, not compiled at the base revision, an output without a key, or nothing to share:
+    only a hand edit, which is the job's own)."""
+    if d.status != "changed" or d.base_errors or any(f.key is None for f in d.files) \
+            or not (d.changes or d.reads or d.code or d.files):
+        return None
+    return (tuple(sorted(_change_key(c) for c in d.changes)), tuple(sorted(d.reads)), tuple(sorted(d.code)),
+            tuple(sorted(f.key for f in d.files if f.key is not None)))
+
+
+def _without(d: JobDiff, shared: JobDiff) -> Optional[JobDiff]:
+    """``d`` without the change ``shared`` makes, when ``d`` makes all of it exactly; else None."""
+    changes = {_change_key(c) for c in shared.changes}
+    keys = {f.key for f in shared.files}
+    if not changes <= {_change_key(c) for c in d.changes} or not set(shared.reads) <= set(d.reads) \
+            or not set(shared.code) <= set(d.code) or not keys <= {f.key for f in d.files}:
+        return None
+    return replace(d, changes=[c for c in d.changes if _change_key(c) not in changes],
+                   reads=[r for r in d.reads if r not in shared.reads],
+                   code=[c for c in d.code if c not in shared.code],
+                   files=[f for f in d.files if f.key not in keys])
+
+
+def _own(rest: JobDiff) -> str:
+    """What a job changes besides its shared change, in one line ('' for nothing)."""
+    ordered = sorted(rest.changes, key=lambda c: not costly(c.field))
+    said = [*(c.render() for c in ordered), *rest.reasons]
+    if not said and rest.files:
+        said.append("outputs changed: " + ", ".join(f.output for f in rest.files))
+    return "; ".join(said)
+
+
+# --- rendering ---------------------------------------------------------------------------------------
+
 def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = None,
                  max_chars: Optional[int] = None,
                  rerun: Sequence[str] = ("trainspec", "diff", "--format", "text")) -> str:
-    """The job diffs as a document. Runtime files are summarised (RuntimeFile); markdown stays
-    within ``max_chars`` (default DIFF_BUDGET; 0: no limit) by cutting long diffs, then by naming
-    the jobs that do not fit, with a note saying where the full diff is: ``rerun`` (the command
-    line that made this document) in text."""
+    """The job diffs as a document. A change several jobs make identically is said once
+    (said_once), first, with the jobs it touches; each of their sections points to it and shows
+    only what the job changes besides. Runtime files are summarised (RuntimeFile), an unchanged
+    one not listed; markdown stays within ``max_chars`` (default DIFF_BUDGET; 0: no limit) by
+    cutting long diffs (a shared change's last), then by naming the jobs that do not fit, with a
+    note saying where the full diff is: ``rerun`` (the command line that made this document) in
+    text."""
+    groups, pointers = said_once(diffs)
     if fmt == "json":
-        return json.dumps({"base": base_rev, "jobs": [d.as_json() for d in diffs]}, indent=2, sort_keys=True)
+        return json.dumps({"base": base_rev, "shared": [g.as_json() for g in groups],
+                           "jobs": [d.as_json(pointers[d.name].shared.id if d.name in pointers else None)
+                                    for d in diffs]}, indent=2, sort_keys=True)
     md = fmt == "markdown"
     budget = budget_for(max_chars, fmt, DIFF_BUDGET)
     title = ""
@@ -424,7 +575,10 @@ def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = N
         scope = f" since {base_rev}" if base_rev else ""
         title = f"# trainspec diff{md_.text(scope)}: {len(diffs)} job{'' if len(diffs) == 1 else 's'} changed"
     command = shlex.join(rerun)
-    sections = [_diff_section(d, md, budget is not None) for d in diffs]
+    cut = budget is not None
+    sections = [_shared_section(g, md, cut) for g in groups]
+    sections += [_pointer_section(d, pointers[d.name], md, cut) if d.name in pointers else _diff_section(d, md, cut)
+                 for d in diffs]
     if not diffs:
         since = f" since {base_rev}" if base_rev else ""
         sections.append(Section([], f"no job changes{md_.text(since) if md else md_.visible(since)}"))
@@ -434,13 +588,52 @@ def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = N
 HEADLINE_LIMIT = 2_000  # characters of a job's one-line summary in the comment
 
 
+def _shared_section(g: Shared, md: bool, cut: bool) -> Section:
+    """A shared change: what it changes, its jobs, and its outputs' diffs as in its first job
+    (kept whole before any job's own diff is cut: it carries most jobs)."""
+    headline = md_.clip(g.headline, HEADLINE_LIMIT) if md or cut else g.headline
+    count = f"{len(g.jobs)} jobs"
+    shown = (f"Each job's outputs change in the same lines (its own spec path and hash aside), shown for "
+             f"{md_.code(g.example.name) if md else md_.visible(g.example.name)}:")
+    if md:
+        head = (f"## Change {g.id}: the same in {count}\n**{md_.text(headline)}**\n\n"
+                f"Jobs ({len(g.jobs)}): " + ", ".join(md_.code(n) for n in g.jobs))
+    else:
+        head = (f"== change {g.id}: the same in {count}\n{md_.visible(headline)}\n"
+                f"jobs ({len(g.jobs)}): " + ", ".join(md_.visible(n) for n in g.jobs))
+    parts = _file_parts(g.example, md)
+    if g.example.files:
+        head += ("\n\n" if md else "\n") + shown
+    for part in parts:
+        part.keep = True
+    return Section([f"change {g.id}"], head, "\n\n", parts)
+
+
+def _pointer_section(d: JobDiff, pointer: Pointer, md: bool, cut: bool) -> Section:
+    """A job that makes a shared change: a pointer to it, then only what the job changes besides."""
+    g = pointer.shared
+    own = _own(pointer.rest)
+    said = f"change {g.id} (above)"
+    headline = f"{said}, and: {own}" if own else f"{said} and nothing else"
+    headline = md_.clip(headline, HEADLINE_LIMIT) if md or cut else headline
+    head = (f"## {md_.text(d.name)} ({md_.text(d.spec)})\n**{md_.text(headline)}**" if md else
+            f"== {md_.visible(d.name)} ({md_.visible(d.spec)})\n{md_.visible(headline)}")
+    return Section([d.name], head, "\n\n", _file_parts(pointer.rest, md))
+
+
 def _diff_section(d: JobDiff, md: bool, cut: bool) -> Section:
     headline = md_.clip(d.headline, HEADLINE_LIMIT) if md or cut else d.headline
     head = (f"## {md_.text(d.name)} ({md_.text(d.spec)})\n**{md_.text(headline)}**" if md else
             f"== {md_.visible(d.name)} ({md_.visible(d.spec)})\n{md_.visible(headline)}")
-    parts = [_diff_part(item, md, EDIT_LEAD) for item in d.edits]  # what CI would submit: first
+    return Section([d.name], head, "\n\n", _file_parts(d, md))
+
+
+def _file_parts(d: JobDiff, md: bool) -> List[Part]:
+    """A job's hand edits (what CI would submit: first), its outputs' diffs, then its changed
+    runtime files in one list (an unchanged one is not listed: JSON has them)."""
+    parts = [_diff_part(item, md, EDIT_LEAD) for item in d.edits]
     parts += [_diff_part(item, md) for item in d.files if item.runtime is None]
-    runtime = [item for item in [*d.files, *d.runtime] if item.runtime is not None]
+    runtime = [item for item in d.files if item.runtime is not None]
     if runtime:
         lines = [f"- {md_.code(item.path)}: {md_.text(item.diff)}" if md else f"{item.path}: {item.diff}"
                  for item in runtime]
@@ -448,7 +641,7 @@ def _diff_section(d: JobDiff, md: bool, cut: bool) -> Section:
             lines.insert(0, "Runtime files (summarised):")
         parts.append(whole_part("\n".join(lines), f"{len(runtime)} trainspec runtime file(s), summarised in the full diff",
                             md))
-    return Section([d.name], head, "\n\n", parts)
+    return parts
 
 
 # Before the hunk of a committed output that is not what its spec compiles to (a hand edit).
