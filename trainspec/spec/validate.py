@@ -190,15 +190,16 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     valid = ValidSpec(spec=spec, source=source, gpus_per_node=gpus, procs_per_node=procs,
                       backend=backend, sku=sku, catalog=catalog.team_file, placements=placements)
     # templates are checked whatever else is wrong (every independent problem in one pass), unless
-    # a name they may use is broken (a broken string itself is gone: its stand-in renders); the Lightning check compares with the counts, so only the
-    # numbers that stand: resources.nodes (num_nodes), and the process count (devices)
+    # a name they may use is broken (a broken string itself is gone: its stand-in renders); the
+    # Lightning check compares with the counts, so only the numbers that stand: resources.nodes
+    # (num_nodes), and the process count (devices)
     if stands(("vars",), ("inputs",), ("outputs",)):
         lightning = tuple(key for key, holds in (("num_nodes", stands(("resources", "nodes")) and not any(
             d.is_error and d.path == ("resources", "nodes") for d in meaning)), ("devices", counts_stand)) if holds)
         _check_templates(valid, meaning, lightning=lightning)
     # a broken field is said once, by its structure error: nothing the meaning checks said at,
     # inside or above it (what they saw there was the default, not what the spec wrote)
-    meaning = [d for d in meaning if not any(_overlap(b, d.path) for b in broken)]
+    meaning = [d for d in meaning if not (d.path and any(_overlap(b, d.path) for b in broken))]
     diagnostics = _with_secrets([*named, *structural, *meaning], found)
     if any(d.is_error for d in diagnostics):
         return None, diagnostics
