@@ -216,3 +216,69 @@ def test_a_deeply_nested_override_exits_1_not_70(tmp_path):
     proc = ts("validate", "spec.yaml", "--set", "a=" + "[" * 5_000, cwd=tmp_path)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
     assert "error: the value is nested too deeply (limit 40 levels)" in proc.stderr
+
+
+# ---------------------------------------------------------------- paths in diagnostics (issue 30)
+
+H100_BASE = """version: 1
+name: base
+code: .
+command: python train.py
+resources:
+  nodes: 2
+  gpus_per_node: 16
+  sku: Standard_ND96isr_H100_v5
+"""
+
+
+def test_a_base_is_named_by_its_normalised_path(tmp_path):
+    """Bug: a base reached by `extends: ../bases/h100.yaml` was named `specs/../bases/h100.yaml:7:18`
+    in every format. Now the path as normpath folds it, relative to the cwd like the spec's own."""
+    import json
+
+    (tmp_path / "bases").mkdir()
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "bases" / "h100.yaml").write_text(H100_BASE)
+    (tmp_path / "specs" / "job.yaml").write_text("extends: ../bases/h100.yaml\nname: job\n")
+    where = "bases/h100.yaml:7:18"
+    text = ts("validate", "specs/job.yaml", cwd=tmp_path)
+    assert text.returncode == 1 and f"\n{where}: error: resources.gpus_per_node: 16 GPUs" in "\n" + text.stderr, \
+        text.stderr
+    assert ".." not in text.stderr, text.stderr
+    # named the long way round on the command line, the spec (and its base) still read plainly
+    dotted = ts("validate", "./specs/../specs/job.yaml", "--set", "resources.nodes=3", cwd=tmp_path)
+    assert dotted.stderr.startswith(f"{where}: error:") and ".." not in dotted.stderr, dotted.stderr
+    github = ts("validate", "specs/job.yaml", "--format", "github", cwd=tmp_path)
+    assert "::error file=bases/h100.yaml,line=7,col=18,title=resources.gpus_per_node::16 GPUs" in github.stdout, \
+        github.stdout
+    found = json.loads(ts("validate", "specs/job.yaml", "--format", "json", cwd=tmp_path).stdout)
+    assert [(d["file"], d["line"], d["col"]) for d in found if d["severity"] == "error"] == \
+        [("bases/h100.yaml", 7, 18)], found
+    # a chain of two: the middle file and the root each named plainly
+    (tmp_path / "specs" / "team").mkdir()
+    (tmp_path / "specs" / "team" / "mid.yaml").write_text("extends: ../../bases/h100.yaml\nresources:\n  nodez: 2\n")
+    (tmp_path / "specs" / "job.yaml").write_text("extends: ./team/mid.yaml\nname: job\n")
+    chain = ts("validate", "specs/job.yaml", cwd=tmp_path)
+    assert "specs/team/mid.yaml:3:3: error: resources.nodez: unknown key" in chain.stderr, chain.stderr
+    assert ".." not in chain.stderr and "/./" not in chain.stderr, chain.stderr
+
+
+def test_a_base_reached_through_a_linked_folder_keeps_the_path_that_names_it(tmp_path):
+    """No link is resolved: `bases` linked to a shared folder is still `bases/h100.yaml`; and
+    `linked/..` (the parent of the link's *target*, for the file system) is never folded into a
+    path that names another file."""
+    (tmp_path / "shared" / "bases").mkdir(parents=True)
+    (tmp_path / "shared" / "bases" / "h100.yaml").write_text(H100_BASE)
+    (tmp_path / "bases").symlink_to("shared/bases")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "job.yaml").write_text("extends: ../bases/h100.yaml\nname: job\n")
+    proc = ts("validate", "specs/job.yaml", cwd=tmp_path)
+    assert proc.stderr.startswith("bases/h100.yaml:7:18: error: resources.gpus_per_node:"), proc.stderr
+    # specs/linked -> ../team/jobs: `../base.yaml` from there is team/base.yaml, not specs/base.yaml
+    (tmp_path / "team" / "jobs").mkdir(parents=True)
+    (tmp_path / "team" / "base.yaml").write_text(H100_BASE)
+    (tmp_path / "team" / "jobs" / "job.yaml").write_text("extends: ../base.yaml\nname: job\n")
+    (tmp_path / "specs" / "linked").symlink_to("../team/jobs")
+    (tmp_path / "specs" / "base.yaml").write_text("version: 1\n")  # the file a folded path would name
+    proc = ts("validate", "specs/linked/job.yaml", cwd=tmp_path)
+    assert proc.stderr.startswith("specs/linked/../base.yaml:7:18: error: resources.gpus_per_node:"), proc.stderr

@@ -250,3 +250,93 @@ def test_the_verdict_both_runners_follow():
     verdict = procs.Verdict(1, grace=1.0, deadline=None)
     verdict.ended(0, 0)
     assert verdict.over and verdict.exit_code == 0 and not verdict.timed_out
+
+
+# ---------------------------------------------------------------- torchrun's shutdown messages (issue 30)
+
+# What node 1's torchrun (torch 2.13, per node, 2 nodes) printed after its workers were done, when
+# node 0's agent, which hosts the store, had already left the exit barrier: c10d's warning with a
+# C++ stack, then the agent's "Error waiting on exit barrier" with a Python one. Exit code 0.
+TORCHRUN_SHUTDOWN = """\
+[W1204 15:21:49.464200597 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on SocketImpl(fd=4, \
+addr=[::ffff:127.0.0.1]:32918, remote=[::ffff:127.0.0.1]:29611): Failed to recv, got 0 bytes. Connection was \
+likely closed. Did the remote server shutdown or crash?
+Exception raised from recvBytes at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/Utils.hpp:787 (most recent call first):
+frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d (0x7f7b18979b8d in torch/lib/libc10.so)
+frame #5: c10d::TCPStore::doWait(c10::ArrayRef<std::string>, std::chrono::duration<long>) + 0xc5 (0x7f7b0a542d35 in torch/lib/libtorch_cpu.so)
+<omitting python frames>
+frame #31: _start + 0x21 (0x561af84c9081 in python3)
+
+E1204 15:21:49.247000 12114 torch/distributed/elastic/agent/server/api.py:1008] Error waiting on exit barrier. Elapsed: 0.0326 seconds
+E1204 15:21:49.247000 12114 torch/distributed/elastic/agent/server/api.py:1008] Traceback (most recent call last):
+E1204 15:21:49.247000 12114 torch/distributed/elastic/agent/server/api.py:1008]   File "torch/distributed/elastic/utils/store.py", line 201, in barrier
+E1204 15:21:49.247000 12114 torch/distributed/elastic/agent/server/api.py:1008]     store.wait([last_member_key])
+E1204 15:21:49.247000 12114 torch/distributed/elastic/agent/server/api.py:1008] torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?
+"""
+# torchrun stopped by the runner (a peer failed): the agent's record, then SignalException's stack
+TORCHRUN_STOPPED = """\
+W1204 15:15:34.478000 8163 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, shutting down workers
+Traceback (most recent call last):
+  File "torch/distributed/elastic/multiprocessing/api.py", line 86, in _terminate_process_handler
+torch.distributed.elastic.multiprocessing.api.SignalException: Process 8163 got signal: 15
+"""
+# what a job prints on its own, errors included: never held
+ORDINARY = [
+    "step 99 loss 1.3624",
+    "[W1204 15:17:41.983009673 socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved. err=-3",
+    "Traceback (most recent call last):",
+    'RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 60000ms for recv operation',
+    "W1204 15:15:23.073000 8160 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 8259 closing signal SIGTERM",
+    "Error waiting on exit barrier",  # the words alone, from the user's code: not torchrun's record
+]
+
+
+def test_what_opens_torchruns_shutdown_messages():
+    from trainspec.local.machinery import starts_shutdown_noise
+
+    opening = [line for line in TORCHRUN_SHUTDOWN.splitlines() + TORCHRUN_STOPPED.splitlines()
+               if starts_shutdown_noise(line)]
+    assert [line[:40] for line in opening] == [
+        "[W1204 15:21:49.464200597 TCPStore.cpp:1",
+        "E1204 15:21:49.247000 12114 torch/distri",
+        "W1204 15:15:34.478000 8163 torch/distrib",
+    ]
+    assert not [line for line in ORDINARY if starts_shutdown_noise(line)]
+
+
+def _play(tmp_path, marker, node1_exit):
+    """Two real processes through run_and_report, as `run --local` runs them: node 1 prints its
+    result, then torchrun's shutdown messages, then exits with node1_exit."""
+    from trainspec.local.machinery import RunOutput, run_and_report
+
+    node0 = "print('TRAINSPEC_RESULT rank 0', flush=True)"
+    node1 = ("import sys\nprint('TRAINSPEC_RESULT rank 1', flush=True)\n"
+             f"sys.stdout.write({TORCHRUN_SHUTDOWN!r})\nsys.exit({node1_exit})")
+    terminal = io.StringIO()
+    with RunOutput(terminal, tmp_path / "run.log") as output:
+        code = run_and_report([proc("node 0", node0, marker), proc("node 1", node1, marker)], 600, output)
+    return code, terminal.getvalue(), (tmp_path / "run.log").read_text()
+
+
+def test_a_run_that_succeeds_keeps_torchruns_shutdown_messages_in_its_log(tmp_path, marker, capfd):
+    code, shown, log = _play(tmp_path, marker, 0)
+    assert code == 0
+    assert sorted(shown.splitlines()) == ["[node 0] TRAINSPEC_RESULT rank 0", "[node 1] TRAINSPEC_RESULT rank 1"]
+    noise = ["[node 1] " + line for line in TORCHRUN_SHUTDOWN.splitlines()]
+    assert [line for line in log.splitlines() if line.startswith("[node 1]")] == \
+        ["[node 1] TRAINSPEC_RESULT rank 1", *noise]  # the log has every line, in order
+    report = capfd.readouterr().err
+    assert "trainspec: all 2 processes exited 0" in report
+    assert f"{len(noise)} lines of torchrun's shutdown messages after the work was done" in report
+    assert str(tmp_path / "run.log") in report, report
+
+
+def test_a_run_that_fails_still_shows_torchruns_shutdown_messages(tmp_path, marker, capfd):
+    code, shown, log = _play(tmp_path, marker, 3)
+    assert code == 3
+    noise = ["[node 1] " + line for line in TORCHRUN_SHUTDOWN.splitlines()]
+    assert [line for line in shown.splitlines() if line.startswith("[node 1]")] == \
+        ["[node 1] TRAINSPEC_RESULT rank 1", *noise]
+    assert "Error waiting on exit barrier" in log
+    report = capfd.readouterr().err
+    assert "node 1 exited with code 3" in report and "shutdown messages" not in report, report

@@ -24,7 +24,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from trainspec.build import target
 from trainspec.local import netns
-from trainspec.local.machinery import LocalRun
+from trainspec.local.machinery import RUN_LOG, LocalRun, RunOutput
 from trainspec.local.netns import Loopback, Namespaces, NetnsError
 from trainspec.targets import DEFAULT_TARGET
 
@@ -89,7 +89,7 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
         print(f"trainspec: error: cannot make the work directory {options.workdir}: {exc.strerror}", file=sys.stderr)
         return 1
     try:
-        return _compile_and_play(spec_file, options, workdir, out)
+        return _compile_and_play(spec_file, options, workdir, out, removed=temporary and not options.keep)
     finally:
         if temporary and not options.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -97,7 +97,7 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
             print(f"trainspec: kept the work directory {workdir} (--keep)", file=sys.stderr)
 
 
-def _compile_and_play(spec_file: str, options: LocalOptions, workdir: Path, out) -> int:
+def _compile_and_play(spec_file: str, options: LocalOptions, workdir: Path, out, removed: bool = False) -> int:
     from trainspec.build import build
     from trainspec.compile.write import target_dir, write
 
@@ -120,11 +120,11 @@ def _compile_and_play(spec_file: str, options: LocalOptions, workdir: Path, out)
     try:
         with _sigterm_unwinds():
             if not options.netns:
-                return _play(options, job_dir, workdir, valid, out, Loopback())
+                return _play(options, job_dir, workdir, valid, out, Loopback(), removed)
             with Namespaces(valid.nodes) as hosts:
                 print(f"trainspec: {valid.nodes} simulated node(s) in network namespaces {hosts.prefix}-0.. "
                       f"at {', '.join(hosts.address(n) for n in range(valid.nodes))}", file=sys.stderr)
-                return _play(options, job_dir, workdir, valid, out, hosts)
+                return _play(options, job_dir, workdir, valid, out, hosts, removed)
     except NetnsError as exc:
         print(f"trainspec: error: {exc}", file=sys.stderr)
         return 1
@@ -164,9 +164,11 @@ def refusal_of(name: str) -> Optional[str]:
     return None if importlib.util.find_spec(f"trainspec.targets.{name}.local") is not None else target(name).local_refusal
 
 
-def _play(options: LocalOptions, job_dir: Path, workdir: Path, valid, out, hosts) -> int:
-    """The target's own play (targets/<name>/local.py: ``play_local(job_dir, run)``)."""
+def _play(options: LocalOptions, job_dir: Path, workdir: Path, valid, out, hosts, removed: bool = False) -> int:
+    """The target's own play (targets/<name>/local.py: ``play_local(job_dir, run)``), its
+    processes' lines going to the terminal (``out``) and to the run's log, WORKDIR/run.log."""
     import importlib
 
     player = importlib.import_module(f"trainspec.targets.{options.target}.local")
-    return player.play_local(job_dir, LocalRun(options, valid, workdir, hosts, out))
+    with RunOutput(out or sys.stdout, workdir / RUN_LOG, removed=removed) as output:
+        return player.play_local(job_dir, LocalRun(options, valid, workdir, hosts, output))

@@ -9,6 +9,7 @@ a target's own play is targets/<name>/local.py.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import sys
@@ -20,7 +21,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from trainspec.runtime import shim as contract
 from trainspec.runtime.procs import Master, Proc, run_all
 
-__all__ = ["LocalRun", "Master", "Proc", "base_env", "job_port", "port_taken", "run_and_report"]
+__all__ = ["LocalRun", "Master", "Proc", "RUN_LOG", "RunOutput", "base_env", "job_port", "port_taken",
+           "run_and_report", "starts_shutdown_noise"]
+
+RUN_LOG = "run.log"  # in the work directory: every line every process printed, as the terminal showed it
 
 # Variables a platform sets: never inherited from the shell that runs `trainspec run`.
 _PLATFORM_PREFIXES = ("OMPI_", "PMIX_", "AZ_BATCH", "AZUREML_", "TORCHELASTIC_", "SLURM_", "CCP_", "PL_TRAINER_",
@@ -54,12 +58,91 @@ class LocalRun:
 
 
 
+# torchrun's agent once its workers are done: the exit barrier waits on the store that node 0's
+# agent hosts, and node 0 may already have left it (c10d's TCPStore warning with a C++ stack, then
+# the agent's "Error waiting on exit barrier" with a Python one: ~35 lines per node, exit code 0);
+# or the agent was stopped (a death signal, SignalException's stack). Each starts with one of these.
+_GLOG = r"^\[?[IWEF]\d{4} [\d:.]+ +(?:\d+ +)?"  # torch's log prefix, C++ ([W1204 15:21:49.46 ...) or Python
+_SHUTDOWN_NOISE = re.compile(
+    _GLOG + r"(?:\S*/)?TCPStore\.cpp:\d+\] \[c10d\] .*(?:connection|closed|reset|broken pipe|failed to recv)"
+    "|" + _GLOG + r"\S*torch/distributed/elastic/\S+\] (?:Error waiting on exit barrier|Received \d+ death signal"
+    r"|Got termination signal)", re.IGNORECASE)
+
+
+def starts_shutdown_noise(line: str) -> bool:
+    """Whether ``line`` (as a process printed it) opens torchrun's shutdown messages: a store
+    connection gone at the exit barrier, or the agent told to stop. Its workers are done by then."""
+    return bool(_SHUTDOWN_NOISE.match(line))
+
+
+class RunOutput:
+    """Where the processes' lines go: every line to the run's log (``log``) as it comes, and to
+    the terminal -- except torchrun's shutdown messages. From the line that opens them
+    (``starts_shutdown_noise``) a process's further lines are held: a run that succeeds never
+    shows them (they are in the log), a run that fails shows them once it has ended, before its
+    report. Written to by one thread at a time (run_all's lock), a whole line per write."""
+
+    def __init__(self, terminal, log: Path, removed: bool = False) -> None:
+        self.terminal = terminal
+        self.log_path = log
+        self.removed = removed  # the log goes with a temporary work directory
+        self._log = None
+        self._held: Dict[str, List[str]] = {}  # prefix ("[node 1] ") -> its held lines
+
+    def __enter__(self) -> "RunOutput":
+        self._log = open(self.log_path, "a", encoding="utf-8", errors="backslashreplace")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def write(self, text: str) -> int:
+        if self._log is not None:
+            self._log.write(text)
+        prefix, _, line = text.partition("] ")
+        key = prefix + "] " if prefix.startswith("[") and _ else ""
+        held = self._held.get(key)
+        if held is None and starts_shutdown_noise(line if key else text):
+            held = self._held[key] = []
+        if held is not None:
+            held.append(text)
+        else:
+            self.terminal.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._log is not None:
+            self._log.flush()
+        self.terminal.flush()
+
+    def finish(self, succeeded: bool) -> int:
+        """The run has ended: if it failed, show what was held; the number of lines not shown."""
+        held = [text for lines in self._held.values() for text in lines]
+        self._held = {}
+        if succeeded:
+            return len(held)
+        for text in held:
+            self.terminal.write(text)
+        self.terminal.flush()
+        return 0
+
+    def where(self) -> str:
+        return str(self.log_path) + (" (removed with the temporary work directory: --keep keeps it)"
+                                     if self.removed else "")
+
+
 def run_and_report(procs: List[Proc], timeout: float, out, master: Optional[Master] = None) -> int:
     started = time.monotonic()
     result = run_all(procs, timeout=timeout, out=out or sys.stdout, master=master)
     elapsed = time.monotonic() - started
+    hidden = out.finish(result.exit_code == 0) if isinstance(out, RunOutput) else 0
     if result.exit_code == 0:
         print(f"trainspec: all {len(procs)} processes exited 0 in {elapsed:.1f} s", file=sys.stderr)
+        if hidden:
+            print(f"trainspec: {hidden} lines of torchrun's shutdown messages after the work was done (its exit "
+                  f"barrier, or a stop) are not shown; they are in the run's log, {out.where()}", file=sys.stderr)
         return 0
     if result.master_silent:
         assert master is not None

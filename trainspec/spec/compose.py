@@ -72,7 +72,7 @@ def _chain(file: str) -> List[Document]:
             raw = read_bounded(current)
         except ReadProblem as exc:
             if via is None:  # the spec itself, as the command line named it
-                raise SpecError([error((), exc.message, exc.hint).at(current, 1, 1)]) from None
+                raise SpecError([error((), exc.message, exc.hint).at(named(current), 1, 1)]) from None
             parent, text = via
             if exc.missing:
                 raise SpecError([parent.locate(error(("extends",), f"extended file '{text}' does not exist",
@@ -87,7 +87,7 @@ def _chain(file: str) -> List[Document]:
         if len(seen) >= MAX_CHAIN:
             doc, _ = via
             raise SpecError([doc.locate(error(("extends",), f"extends chain longer than {MAX_CHAIN} files"))])
-        doc = load_bytes(raw, current, resolved)
+        doc = load_bytes(raw, named(current), resolved)
         seen.append(resolved)
         docs.append(doc)
         parent_ref = doc.data.get("extends") if isinstance(doc.data, dict) else None
@@ -108,6 +108,28 @@ def _chain(file: str) -> List[Document]:
         current = os.path.join(os.path.dirname(current), parent_ref)
         via = (doc, parent_ref)
     return list(reversed(docs))
+
+
+def named(path: str) -> str:
+    """``path`` as diagnostics name it: ``.`` parts and ``folder/..`` folded away, as
+    ``os.path.normpath`` does (``specs/../bases/h100.yaml`` -> ``bases/h100.yaml``), except after a
+    folder that is a symbolic link: the file system reads ``link/..`` as the parent of the link's
+    target, so that part is kept as written. No link is resolved: a base reached through a linked
+    folder keeps the path that names it."""
+    absolute = path.startswith("/")
+    out: List[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if absolute and not out:
+                continue  # /.. is /
+            if out and out[-1] != ".." and not os.path.islink(("/" if absolute else "") + "/".join(out)):
+                out.pop()
+                continue
+        out.append(part)
+    text = "/".join(out)
+    return ("/" + text) if absolute else (text or ".")
 
 
 def _spec_stays_inside(file: str, resolved: Path) -> None:

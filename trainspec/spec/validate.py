@@ -131,7 +131,11 @@ def neutral_refs(kind: str, name: str) -> str:
 
 
 def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
-    """Structure (pydantic), then meaning. Returns the ValidSpec only when there is no error."""
+    """Structure (pydantic), then meaning. Returns the ValidSpec only when there is no error.
+
+    Every problem of the file in one run: when the structure is wrong, the meaning is checked on
+    what stands (``_what_stands``: the spec without its broken fields), and a check that reads a
+    broken field is skipped rather than run on a default the spec did not write."""
     display = _display_path(doc.path)
     named = _path_problems(doc.file, display)  # whatever else is wrong: every problem in one run
     if not isinstance(doc.data, dict):
@@ -140,39 +144,135 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     # whatever else is wrong: a credential is never compiled, and its message never holds it
     found = [error(path, message, secrets.HINT, on_key=on_key)
              for path, message, on_key in secrets.secrets_in(doc.data)]
+    structural: List[Diagnostic] = []
+    broken: Tuple[SpecPath, ...] = ()
     try:
         spec = structure.parse(doc.data)
     except ValidationError as exc:
         from trainspec.spec import explain  # the pydantic models, for hints: only when something is wrong
 
-        return None, [*named, *_with_secrets([explain.diagnostic(e) for e in explain.merge_union_branches(exc.errors())],
-                                             found)]
+        errors = explain.merge_union_branches(exc.errors())
+        structural = [explain.diagnostic(e) for e in errors]
+        spec, broken = _what_stands(doc.data, errors)
+        if spec is None:
+            return None, [*named, *_with_secrets(structural, found)]
 
-    catalog, diagnostics = skus.catalog_for(doc.path.parent)
-    diagnostics = [*named, *diagnostics]
-    sku = _check_sku(spec, catalog, diagnostics)
-    sku, placements = _check_hardware(spec, catalog, sku, diagnostics)
-    gpus, procs, backend = _resolve_counts(spec, sku, diagnostics)
-    _check_cpus_and_memory(spec, sku, diagnostics)
-    _check_infiniband_env(spec, sku, diagnostics)
-    _check_names(spec, diagnostics)
-    _check_secrets(spec, diagnostics)
-    _check_environment(spec, doc, diagnostics)
-    _check_image_vendor(spec, sku, diagnostics)
-    _check_paths(spec, doc, diagnostics)
-    _check_data(spec, diagnostics)
-    _check_io_fields(spec, diagnostics)
-    _check_target_settings(spec, diagnostics)
+    def stands(*fields: SpecPath) -> bool:
+        return not any(_overlap(b, f) for b in broken for f in fields)
+
+    catalog, meaning = skus.catalog_for(doc.path.parent)
+    # the size: resources.sku, or (without one) what the targets' places map to in the team catalog
+    sized = stands(("resources", "sku"), ("resources", "gpus_per_node"),
+                   *([("targets",)] if spec.resources.sku is None else []))
+    counted = sized and stands(("resources", "procs_per_node"), ("framework",),
+                               ("distribution", "launcher"), ("distribution", "backend"))
+    sku, placements, gpus, procs, backend = None, (), 0, 1, "gloo"  # unless counted: no ValidSpec leaves
+    if sized:
+        sku = _check_sku(spec, catalog, meaning)
+        sku, placements = _check_hardware(spec, catalog, sku, meaning)
+    if counted:
+        gpus, procs, backend = _resolve_counts(spec, sku, meaning)
+    counts_stand = counted and not any(d.is_error for d in meaning)
+    if sized:
+        _check_cpus_and_memory(spec, sku, meaning)
+        _check_infiniband_env(spec, sku, meaning)
+        _check_image_vendor(spec, sku, meaning)
+    _check_names(spec, meaning)
+    if stands(("secrets",)):
+        _check_secrets(spec, meaning)
+    _check_environment(spec, doc, meaning)
+    if stands(("code",)):
+        _check_paths(spec, doc, meaning)
+    _check_data(spec, meaning)
+    _check_io_fields(spec, meaning)
+    _check_target_settings(spec, meaning, skip={b[1] for b in broken if b[:1] == ("targets",) and len(b) > 1})
     source = Source(file=doc.file, path=doc.path, display=display, digest=digest(spec))
     valid = ValidSpec(spec=spec, source=source, gpus_per_node=gpus, procs_per_node=procs,
                       backend=backend, sku=sku, catalog=catalog.team_file, placements=placements)
-    # templates are checked whatever else is wrong (every independent problem in one pass); the
-    # Lightning check compares with the counts, so only when they stand
-    _check_templates(valid, diagnostics, counts_stand=not any(d.is_error for d in diagnostics))
-    diagnostics = _with_secrets(diagnostics, found)
+    # templates are checked whatever else is wrong (every independent problem in one pass), unless
+    # a name they may use is broken (a broken string itself is gone: its stand-in renders); the
+    # Lightning check compares with the counts, so only the numbers that stand: resources.nodes
+    # (num_nodes), and the process count (devices)
+    if stands(("vars",), ("inputs",), ("outputs",)):
+        lightning = tuple(key for key, holds in (("num_nodes", stands(("resources", "nodes")) and not any(
+            d.is_error and d.path == ("resources", "nodes") for d in meaning)), ("devices", counts_stand)) if holds)
+        _check_templates(valid, meaning, lightning=lightning)
+    # a broken field is said once, by its structure error: nothing the meaning checks said at,
+    # inside or above it (what they saw there was the default, not what the spec wrote)
+    meaning = [d for d in meaning if not (d.path and any(_overlap(b, d.path) for b in broken))]
+    diagnostics = _with_secrets([*named, *structural, *meaning], found)
     if any(d.is_error for d in diagnostics):
         return None, diagnostics
     return valid, diagnostics
+
+
+# what a required field that is broken reads as while the rest is checked: its checks are skipped
+_STAND_INS = {"version": 1, "name": "job", "code": ".", "command": "true"}
+_REPAIRS = 4  # a removed field can reveal another error (a required key of the mapping above it)
+
+
+def _overlap(a: SpecPath, b: SpecPath) -> bool:
+    """One path is the other, or inside it."""
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+def _what_stands(data: Dict[str, Any], errors: List[Dict[str, Any]]) -> Tuple[Any, Tuple[SpecPath, ...]]:
+    """The spec without its broken fields (validated: a Record tree), and their paths. An unknown
+    key is dropped (as if not written: nothing depends on it); a value of the wrong type or range
+    is dropped, so its default stands in, and its path is broken; a list with a bad item goes
+    whole; a required top-level field gets a stand-in. None when what is left is no spec."""
+    import copy
+
+    data = copy.deepcopy(data)
+    broken: List[SpecPath] = []
+    for _ in range(_REPAIRS):
+        cut: List[SpecPath] = []
+        for err in errors:
+            loc = tuple(err["loc"])
+            if any(loc[:len(c)] == c for c in cut):
+                continue  # a second error inside what is already gone
+            if err["type"] == "missing":
+                if loc[:-1] == () and loc[-1] in _STAND_INS:
+                    data[loc[-1]] = _STAND_INS[loc[-1]]
+                    broken.append(loc)
+                    continue
+                loc = loc[:-1]  # a mapping without its required key: the mapping is broken
+            path = _cut(data, loc)
+            if path is None:
+                return None, tuple(broken)
+            cut.append(path)
+            if err["type"] != "extra_forbidden" or path != loc:
+                broken.append(path)
+        try:
+            return structure.parse(data), tuple(broken)
+        except ValidationError as exc:
+            errors = exc.errors()
+    return None, tuple(broken)
+
+
+def _cut(data: Dict[str, Any], loc: SpecPath) -> Optional[SpecPath]:
+    """Remove the value at ``loc`` (or the list, or the deepest mapping key, that holds it) from
+    ``data``; the path removed, None when it is the whole spec."""
+    node: Any = data
+    for depth, part in enumerate(loc):
+        if not isinstance(node, dict) or part not in node:
+            loc = loc[:depth]
+            break
+        if isinstance(node[part], list) and depth + 1 < len(loc):
+            loc = loc[:depth + 1]  # an item of a list: the list goes (its indices stay its own)
+            break
+        node = node[part]
+    if not loc:
+        return None
+    parent: Any = data
+    for part in loc[:-1]:
+        parent = parent[part]
+    if len(loc) == 1 and loc[0] in _STAND_INS:
+        parent[loc[0]] = _STAND_INS[loc[0]]
+    else:
+        del parent[loc[-1]]
+    return loc
 
 
 def _with_secrets(diagnostics: List[Diagnostic], found: List[Diagnostic]) -> List[Diagnostic]:
@@ -712,20 +812,24 @@ def _check_io_fields(spec: Spec, out: List[Diagnostic]) -> None:
                              "set outputs.%s.name, the data asset Azure ML registers" % name))
 
 
-def _check_target_settings(spec: Spec, out: List[Diagnostic]) -> None:
+def _check_target_settings(spec: Spec, out: List[Diagnostic], skip: frozenset = frozenset()) -> None:
     """Each configured target's own rules for its settings (targets/<name>/settings.py, settings_errors),
-    checked whatever is compiled: a spec is correct or not, not correct for one target only."""
+    checked whatever is compiled: a spec is correct or not, not correct for one target only. The
+    targets in ``skip`` have a broken setting: their rules would judge its default."""
     from trainspec.targets import TARGETS
     from trainspec.targets.vocabulary import settings
 
     for name in TARGETS:
-        if getattr(spec.targets, name, None) is not None:
+        if name not in skip and getattr(spec.targets, name, None) is not None:
             out.extend(settings(name).settings_errors(spec))
 
 
 # --- templates and the Lightning trap -------------------------------------------------------
 
-def _check_templates(valid: ValidSpec, out: List[Diagnostic], counts_stand: bool = True) -> None:
+def _check_templates(valid: ValidSpec, out: List[Diagnostic],
+                     lightning: Tuple[str, ...] = ("num_nodes", "devices")) -> None:
+    """Every templated string renders; the command is a shell command; a Lightning command's
+    num_nodes/devices (those in ``lightning``: whose numbers stand) match the launcher's."""
     spec = valid.spec
     ctx = valid.template_context(neutral_refs)
     strings: List[Tuple[SpecPath, str]] = [(("command",), spec.command)]
@@ -749,8 +853,8 @@ def _check_templates(valid: ValidSpec, out: List[Diagnostic], counts_stand: bool
     except ValueError as exc:
         out.append(error(("command",), f"is not a valid shell command: {exc}", "close the quote"))
         return
-    if spec.framework == "lightning" and counts_stand:
-        _check_lightning(valid, command, out)
+    if spec.framework == "lightning" and lightning:
+        _check_lightning(valid, command, out, lightning)
 
 
 _LIGHTNING_FLAG = re.compile(r"^--?(?:[\w-]+\.)*(num[_-]nodes|devices)$")
@@ -776,11 +880,14 @@ def lightning_settings(command: str) -> List[Tuple[str, str]]:
     return found
 
 
-def _check_lightning(valid: ValidSpec, command: str, out: List[Diagnostic]) -> None:
+def _check_lightning(valid: ValidSpec, command: str, out: List[Diagnostic],
+                     keys: Tuple[str, ...] = ("num_nodes", "devices")) -> None:
     expected = {"num_nodes": (valid.nodes, "resources.nodes"),
                 "devices": (valid.procs_per_node, "resources.procs_per_node"
                             if valid.spec.resources.procs_per_node is not None else "resources.gpus_per_node")}
     for key, value in lightning_settings(command):
+        if key not in keys:
+            continue
         want, source = expected[key]
         if value.lstrip("-").isdigit():
             if int(value) != want:

@@ -40,9 +40,12 @@ def play_local(job_dir: Path, run) -> int:
                SIMULATED_NETNS=",".join(hosts.netns(n) or "" for n in range(nodes)),
                SIMULATED_TIMEOUT=str(run.options.timeout),
                SIMULATED_RDZV_TIMEOUT=str(run.options.rendezvous_timeout))
+    log = getattr(run.out, "log_path", None)  # the run's log: srun's tasks write to it (machinery.RunOutput)
+    if log is not None:
+        env.update(SIMULATED_LOG=str(log), SIMULATED_LOG_REMOVED="1" if run.out.removed else "")
     print(f"trainspec: running {run.valid.name} locally as Slurm would: {JOB_FILE} through bash, srun on "
           f"{nodes} simulated node(s); workdir {run.workdir}", file=sys.stderr)
-    out = run.out or sys.stdout
+    out = getattr(run.out, "terminal", run.out) or sys.stdout
     sys.stdout.flush()
     done = subprocess.run(["bash", str(job_dir / JOB_FILE)], env=env, cwd=str(job_dir), stdin=subprocess.DEVNULL,
                           stdout=out if hasattr(out, "fileno") else None)
@@ -55,7 +58,7 @@ def srun(argv: List[str]) -> int:
     node count and host list), output prefixed, the first failure stopping all (--kill-on-bad-exit)."""
     import os
 
-    from trainspec.local.machinery import Master, Proc, run_and_report
+    from trainspec.local.machinery import Master, Proc, RunOutput, run_and_report
 
     per_node = 1
     while argv and argv[0].startswith("-"):
@@ -81,7 +84,11 @@ def srun(argv: List[str]) -> int:
     port = int(os.environ.get(contract.ENV_MASTER_PORT) or contract.AZUREML_MASTER_PORT)
     master = (Master(hosts[0], port, procs[0].label, float(os.environ["SIMULATED_RDZV_TIMEOUT"]),
                      namespaces[0] or None) if world > 1 else None)
-    return run_and_report(procs, float(os.environ["SIMULATED_TIMEOUT"]), sys.stdout, master)
+    if not os.environ.get("SIMULATED_LOG"):
+        return run_and_report(procs, float(os.environ["SIMULATED_TIMEOUT"]), sys.stdout, master)
+    with RunOutput(sys.stdout, Path(os.environ["SIMULATED_LOG"]), removed=bool(os.environ.get("SIMULATED_LOG_REMOVED"))) \
+            as output:
+        return run_and_report(procs, float(os.environ["SIMULATED_TIMEOUT"]), output, master)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["srun"]:
