@@ -212,12 +212,27 @@ def load_file(file: str) -> Document:
     return load_bytes(raw, file, path)
 
 
+# Documents this process has read, by (bytes, name, resolved path): `check` of a repository reads
+# each spec twice (to find the bases, then to compose it) and a shared base once per spec; parsing
+# is most of a cold check (docs/speed.md). A Document's data and positions are never changed after
+# loading (compose copies what it merges), so the same one serves every reader of the same bytes.
+_LOADED: Dict[Tuple[bytes, str, Path], Document] = {}
+
+
 def load_bytes(raw: bytes, file: str, path: Optional[Path] = None) -> Document:
     if path is None:
         try:
             path = real_path(file)
         except ReadProblem:
             path = Path(os.path.abspath(file))
+    key = (raw, file, path)
+    doc = _LOADED.get(key)
+    if doc is None:
+        doc = _LOADED[key] = _load(raw, file, path)
+    return replace(doc, origins={}, overrides={})
+
+
+def _load(raw: bytes, file: str, path: Path) -> Document:
 
     def fail(message: str, hint: Optional[str] = None, line: int = 1, col: int = 1) -> SpecError:
         return SpecError([error((), message, hint).at(file, line, col)])
