@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -263,6 +264,97 @@ def _load(raw: bytes, file: str, path: Path) -> Document:
 
 
 def _parse(text: str, fail) -> Any:
+    fast = _libyaml_parse(text)
+    if fast is not _DECLINED:
+        return fast
+    return _ruamel_parse(text, fail)
+
+
+# --- libyaml's parser, for the documents it reads exactly as ruamel's does --------------------
+#
+# ruamel.yaml's pure-Python parser is most of a cold `check` (issue 30). ruamel.yaml.clib, which
+# trainspec installs for its emitter, holds libyaml's parser too: it composes the same nodes,
+# with their marks, ~10x faster. The tags are resolved by ruamel's YAML 1.2 resolver and the
+# values built by the constructor above, as on ruamel's path; libyaml parses YAML 1.1, so what
+# the two versions read differently is declined before or after parsing and read by ruamel:
+# directives, NEL and the Unicode line and paragraph separators (line breaks in 1.1 only), any
+# tag but the core schema's (timestamps, merge keys, binary, local tags), aliases, keys that are
+# not scalars, an empty value (libyaml and ruamel place it differently), nesting deeper than
+# MAX_DEPTH (ruamel says where it starts). Anything
+# libyaml refuses is read by ruamel, so every message about invalid YAML is ruamel's.
+# tests/test_loader.py holds both paths to the same data and positions over every YAML file in
+# the repository and the fuzzer's mutants.
+
+_DECLINED = object()
+_UNLIKE_RUAMEL = re.compile(r"^%|[\x85\u2028\u2029]|^[ ?:-]{" + str(2 * MAX_DEPTH) + ",}", re.MULTILINE)
+_MAX_BRACKETS = 400  # libyaml's composer recurses in C: a bound on how deep a flow collection can go
+_CORE_TAGS = frozenset("tag:yaml.org,2002:" + name for name in ("str", "int", "float", "bool", "null", "map", "seq"))
+_LIBYAML_LOADER: Any = None
+
+
+def _libyaml_loader() -> Any:
+    global _LIBYAML_LOADER
+    if _LIBYAML_LOADER is None:
+        from _ruamel_yaml import CParser
+        from ruamel.yaml.resolver import VersionedResolver
+
+        constructor = _constructor()
+
+        class Loader(CParser, constructor, VersionedResolver):
+            def __init__(self, text: str) -> None:
+                CParser.__init__(self, text)
+                self._parser = self._composer = self
+                constructor.__init__(self, loader=self)
+                VersionedResolver.__init__(self, version=(1, 2), loadumper=self)
+                self.allow_duplicate_keys = False
+                self.comment_handling = None
+
+        _LIBYAML_LOADER = Loader
+    return _LIBYAML_LOADER
+
+
+def _libyaml_parse(text: str) -> Any:
+    """The document as ruamel's round-trip loader reads it, or _DECLINED."""
+    if _UNLIKE_RUAMEL.search(text) or text.count("[") + text.count("{") > _MAX_BRACKETS:
+        return _DECLINED
+    try:
+        loader = _libyaml_loader()(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if not _core_tree(node):
+            return _DECLINED
+        return loader.construct_document(node)
+    except Exception:  # noqa: BLE001 - invalid YAML, a duplicate key, no libyaml: ruamel reads it and says why
+        return _DECLINED
+
+
+def _core_tree(root: Any) -> bool:
+    """Every node of the tree carries a core-schema tag, appears once (no alias), keys are
+    scalars, and no value is an empty plain scalar."""
+    from ruamel.yaml.nodes import MappingNode, ScalarNode
+
+    seen = set()
+    pending = [(root, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if id(node) in seen or node.tag not in _CORE_TAGS or depth > MAX_DEPTH:
+            return False
+        seen.add(id(node))
+        if isinstance(node, ScalarNode):
+            if node.value == "" and not node.style:  # plain: None from ruamel, "" from libyaml
+                return False
+        elif isinstance(node, MappingNode):
+            for key, value in node.value:
+                if not isinstance(key, ScalarNode):
+                    return False
+                pending += ((key, depth + 1), (value, depth + 1))
+        else:
+            pending += ((item, depth + 1) for item in node.value)
+    return True
+
+
+def _ruamel_parse(text: str, fail) -> Any:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
