@@ -1,7 +1,8 @@
 """Load a spec file: bytes -> plain Python data + a map from spec path to (line, col).
 
-This module knows YAML and positions and nothing about training. One loader: ruamel.yaml's
-round-trip loader (YAML 1.2), which gives every key and value its position. Everything that
+This module knows YAML and positions and nothing about training. What a spec means is what
+ruamel.yaml's round-trip loader (YAML 1.2) reads, every key and value with its position; libyaml's
+parser reads the documents it reads the same way, faster (see _libyaml_parse). Everything that
 can go wrong before a mapping exists (size, encoding, tabs, duplicate keys, alias bombs,
 absurd nesting) becomes a Diagnostic with a position, never a traceback.
 """
@@ -176,7 +177,7 @@ def read_bounded(file, limit: int = MAX_BYTES) -> bytes:
     try:
         shown = os.path.abspath(text)
         if any(shown == p or shown.startswith(p) for p in _STREAMS) \
-                or any(real_path(text).as_posix().startswith(p) for p in _KERNEL):
+                or real_path(text).as_posix().startswith(_KERNEL):  # resolved once, not once per prefix
             raise ReadProblem("names a device or a process's stream, not a file",
                               "a spec and the files it names are regular files")
         _regular(os.stat(text))
