@@ -255,3 +255,19 @@ def test_libyaml_reads_the_fuzzers_mutants_as_ruamel_does(tmp_path):
         if len(text) <= 200_000:
             taken += _same_as_ruamel(file.name, text)
     assert taken > 100  # most mutants are still YAML libyaml reads
+
+
+def test_the_same_bytes_are_parsed_once_per_process(monkeypatch):
+    """check reads each spec twice (its bases, then the spec) and a shared base once per spec:
+    the second read of the same bytes under the same name is the first one's result, in a
+    Document of its own (compose fills a composed Document's origins, never a loaded one's)."""
+    parsed = []
+    real = loader._parse
+    monkeypatch.setattr(loader, "_parse", lambda text, fail: parsed.append(text) or real(text, fail))
+    raw = b"version: 1\nname: once-" + os.urandom(8).hex().encode() + b"\n"
+    first, second = loader.load_bytes(raw, "a.yaml"), loader.load_bytes(raw, "a.yaml")
+    assert len(parsed) == 1 and first is not second and first.data == second.data
+    first.origins[("name",)] = first
+    assert second.origins == {}
+    loader.load_bytes(raw, "b.yaml")  # another name: its own Document, messages name it
+    assert len(parsed) == 2
