@@ -1,6 +1,8 @@
-"""The loader: ruamel.yaml's YAML 1.2 round-trip loader, one path for every document (issue 12
-retired the libyaml fast path: it bought ~8 ms of a cold compile and ~1.6x batch throughput,
-both beyond their targets without it; benchmarks/run.py, README "Speed").
+"""The loader: ruamel.yaml's YAML 1.2 round-trip loader decides what a document means; libyaml's
+parser (ruamel.yaml.clib) reads the documents it reads exactly the same way (issue 30: parsing
+was most of a cold `check`; issue 12 had retired an earlier fast path that chose by what libyaml
+accepted). The last tests hold the two paths equal, data and positions, over every YAML file in
+the repository and the fuzzer's mutants.
 
 These tests pin what a spec means (YAML 1.2, not 1.1), that every key and value has its
 position, and that every error is located.
@@ -182,3 +184,90 @@ def test_deep_flow_nesting_is_refused_at_the_first_bracket_too_deep_before_it_co
     assert d.message == "document is nested too deeply (limit 40 levels)", d
     brackets = [i for i, c in enumerate(text) if c in "[{"]
     assert (d.line, d.col) == (1, brackets[40] + 1), d  # the 41st
+
+
+# ---------------------------------------------------------------- libyaml's parser (issue 30)
+
+
+def _fail(message, hint=None, line=1, col=1):
+    return SpecError([])
+
+
+_fail.file = "x.yaml"
+
+
+def _read(parse, text: str):
+    """(data, key positions, value positions) as the loader builds them from ``parse``'s result,
+    ('declined',) or ('error', the exception's type)."""
+    fail = _fail
+    try:
+        parsed = parse(text)
+        if parsed is loader._DECLINED:
+            return ("declined",)
+        positions = loader.Positions()
+        data = loader._walk(parsed, (), positions, [loader.MAX_NODES], 0, fail)
+        return (repr(data), positions.keys, positions.values)
+    except (SpecError, loader.NestedTooDeeply, loader._DuplicateKey, RecursionError) as exc:
+        return ("error", type(exc).__name__)
+
+
+def _same_as_ruamel(name: str, text: str) -> bool:
+    """libyaml's path either declines ``text`` or reads exactly what ruamel's reads, places
+    included; True when it read it."""
+    fast = _read(loader._libyaml_parse, text)
+    if fast == ("declined",):
+        return False
+    assert fast == _read(lambda t: loader._ruamel_parse(t, _fail), text), name
+    return True
+
+
+def _repository_yaml():
+    found = []
+    for pattern in ("*.yaml", "*.yml"):
+        found += [p for p in REPO.rglob(pattern) if not {".git", ".venv", ".venvs", "site"} & set(p.parts)]
+    return sorted(found)
+
+
+def test_libyaml_reads_every_yaml_file_of_the_repository_as_ruamel_does():
+    taken = [p.relative_to(REPO) for p in _repository_yaml()
+             if _same_as_ruamel(str(p), p.read_bytes().decode("utf-8", errors="replace").lstrip("\ufeff"))]
+    taken += [name for name, text in PROBES.items() if _same_as_ruamel(name, text)]
+    # the fast path is real: every example spec takes it, and so do the ordinary probes
+    assert {p for p in SPECS.glob("*.yaml")} <= {REPO / p for p in taken if not isinstance(p, str)}
+    assert {"scalars", "strings", "nested", "long", "indentless seq"} <= set(taken)
+    # and what YAML 1.1 reads otherwise is ruamel's: a directive, an alias, a merge key, a date, a
+    # colon in a flow mapping (libyaml refuses it), an empty value
+    assert not {"directive", "anchors", "merge", "date", "flow colon (1.2 only)", "empty values"} & set(taken)
+
+
+def test_libyaml_reads_the_fuzzers_mutants_as_ruamel_does(tmp_path):
+    """Every mutant test_fuzz.py makes (byte flips, unicode, deep nesting, huge integers, long
+    keys, splices...) is declined or read the same; the 900 KB long lines are left out (ruamel
+    takes seconds over each), the 100 KB ones are in."""
+    import test_fuzz
+
+    test_fuzz.arena(tmp_path)
+    taken = 0
+    for kind, file, _ in test_fuzz.mutants(tmp_path):
+        if kind == "argument":
+            continue
+        text = file.read_bytes().decode("utf-8", errors="replace").lstrip("\ufeff")
+        if len(text) <= 200_000:
+            taken += _same_as_ruamel(file.name, text)
+    assert taken > 100  # most mutants are still YAML libyaml reads
+
+
+def test_the_same_bytes_are_parsed_once_per_process(monkeypatch):
+    """check reads each spec twice (its bases, then the spec) and a shared base once per spec:
+    the second read of the same bytes under the same name is the first one's result, in a
+    Document of its own (compose fills a composed Document's origins, never a loaded one's)."""
+    parsed = []
+    real = loader._parse
+    monkeypatch.setattr(loader, "_parse", lambda text, fail: parsed.append(text) or real(text, fail))
+    raw = b"version: 1\nname: once-" + os.urandom(8).hex().encode() + b"\n"
+    first, second = loader.load_bytes(raw, "a.yaml"), loader.load_bytes(raw, "a.yaml")
+    assert len(parsed) == 1 and first is not second and first.data == second.data
+    first.origins[("name",)] = first
+    assert second.origins == {}
+    loader.load_bytes(raw, "b.yaml")  # another name: its own Document, messages name it
+    assert len(parsed) == 2

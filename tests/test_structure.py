@@ -167,3 +167,25 @@ def test_compile_never_imports_pydantic_and_a_bad_spec_still_gets_its_hints(tmp_
                            text=True, timeout=300)
     assert "EXIT:1" in wrong.stdout
     assert "bad.yaml:5:13: error: resources.nodez: unknown key 'nodez' (hint: did you mean 'nodes'?)" in wrong.stderr
+
+
+def test_compile_loads_pydantic_cores_compiled_module_without_its_package():
+    """Issue 30: `import pydantic_core` builds core_schema's typed dicts (~40 ms of every start);
+    the stored schema needs only the compiled module. A later import of pydantic (hints for a bad
+    spec, `trainspec schema`) finds that same module: one ValidationError class, models work."""
+    code = ("import sys; from trainspec.cli import main\n"
+            "try:\n    main(['compile', 'specs/mnist-lightning.yaml', '-o', sys.argv[1]])\n"
+            "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'typing_extensions'))))\n"
+            "from trainspec.spec import structure\n"
+            "import pydantic, pydantic_core\n"
+            "class M(pydantic.BaseModel):\n    n: int\n"
+            "try:\n    M(n='x')\nexcept structure.ValidationError as exc:\n    print('caught', exc.error_count())\n"
+            "print(pydantic_core.SchemaValidator is structure._core.SchemaValidator)\n")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as out:
+        proc = subprocess.run([sys.executable, "-c", code, out], cwd=REPO, capture_output=True, text=True,
+                              timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-3:] == ["['pydantic_core._pydantic_core']", "caught 1", "True"], proc.stdout

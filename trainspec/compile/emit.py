@@ -57,6 +57,7 @@ def _yaml():
     """ruamel.yaml with libyaml's emitter (ruamel.yaml.clib): 4x faster than the pure-Python
     one, and the one emitter every install uses, so the bytes never depend on what is installed."""
     from ruamel.yaml import YAML
+    from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
     from ruamel.yaml.representer import SafeRepresenter
     from ruamel.yaml.tag import Tag
 
@@ -65,6 +66,30 @@ def _yaml():
     tags = {name: Tag(suffix=f"tag:yaml.org,2002:{name}") for name in ("str", "int", "bool", "null", "map", "seq")}
 
     class Representer(SafeRepresenter):
+        def represent(self, data: Any) -> None:
+            self.serializer.serialize(self.node(data))
+            self.represented_objects, self.object_keeper, self.alias_key = {}, [], None
+
+        def node(self, value: Any) -> Any:
+            """The node the methods below make for ``value``, made directly for the plain types
+            (ruamel's generic dispatch and alias bookkeeping was a fifth of a cold `check`):
+            every mapping and list of ``_plain``'s output is a new object, so none is an alias."""
+            kind = type(value)
+            if kind is str:
+                return ScalarNode(tags["str"], value, style=_style(value))
+            if kind is dict:
+                return MappingNode(tags["map"], [(self.node(k), self.node(v)) for k, v in value.items()],
+                                   flow_style=False)
+            if kind is list:
+                return SequenceNode(tags["seq"], [self.node(v) for v in value], flow_style=False)
+            if kind is bool:
+                return ScalarNode(tags["bool"], "true" if value else "false")
+            if kind is int:
+                return ScalarNode(tags["int"], str(value))
+            if value is None:
+                return ScalarNode(tags["null"], "null")
+            return self.represent_data(value)
+
         def represent_str(self, value: str):
             return self.represent_scalar(tags["str"], value, style=_style(value))
 

@@ -1,7 +1,8 @@
 """Load a spec file: bytes -> plain Python data + a map from spec path to (line, col).
 
-This module knows YAML and positions and nothing about training. One loader: ruamel.yaml's
-round-trip loader (YAML 1.2), which gives every key and value its position. Everything that
+This module knows YAML and positions and nothing about training. What a spec means is what
+ruamel.yaml's round-trip loader (YAML 1.2) reads, every key and value with its position; libyaml's
+parser reads the documents it reads the same way, faster (see _libyaml_parse). Everything that
 can go wrong before a mapping exists (size, encoding, tabs, duplicate keys, alias bombs,
 absurd nesting) becomes a Diagnostic with a position, never a traceback.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -175,7 +177,7 @@ def read_bounded(file, limit: int = MAX_BYTES) -> bytes:
     try:
         shown = os.path.abspath(text)
         if any(shown == p or shown.startswith(p) for p in _STREAMS) \
-                or any(real_path(text).as_posix().startswith(p) for p in _KERNEL):
+                or real_path(text).as_posix().startswith(_KERNEL):  # resolved once, not once per prefix
             raise ReadProblem("names a device or a process's stream, not a file",
                               "a spec and the files it names are regular files")
         _regular(os.stat(text))
@@ -212,12 +214,27 @@ def load_file(file: str) -> Document:
     return load_bytes(raw, file, path)
 
 
+# Documents this process has read, by (bytes, name, resolved path): `check` of a repository reads
+# each spec twice (to find the bases, then to compose it) and a shared base once per spec; parsing
+# is most of a cold check (docs/speed.md). A Document's data and positions are never changed after
+# loading (compose copies what it merges), so the same one serves every reader of the same bytes.
+_LOADED: Dict[Tuple[bytes, str, Path], Document] = {}
+
+
 def load_bytes(raw: bytes, file: str, path: Optional[Path] = None) -> Document:
     if path is None:
         try:
             path = real_path(file)
         except ReadProblem:
             path = Path(os.path.abspath(file))
+    key = (raw, file, path)
+    doc = _LOADED.get(key)
+    if doc is None:
+        doc = _LOADED[key] = _load(raw, file, path)
+    return replace(doc, origins={}, overrides={})
+
+
+def _load(raw: bytes, file: str, path: Path) -> Document:
 
     def fail(message: str, hint: Optional[str] = None, line: int = 1, col: int = 1) -> SpecError:
         return SpecError([error((), message, hint).at(file, line, col)])
@@ -248,6 +265,97 @@ def load_bytes(raw: bytes, file: str, path: Optional[Path] = None) -> Document:
 
 
 def _parse(text: str, fail) -> Any:
+    fast = _libyaml_parse(text)
+    if fast is not _DECLINED:
+        return fast
+    return _ruamel_parse(text, fail)
+
+
+# --- libyaml's parser, for the documents it reads exactly as ruamel's does --------------------
+#
+# ruamel.yaml's pure-Python parser is most of a cold `check` (issue 30). ruamel.yaml.clib, which
+# trainspec installs for its emitter, holds libyaml's parser too: it composes the same nodes,
+# with their marks, ~10x faster. The tags are resolved by ruamel's YAML 1.2 resolver and the
+# values built by the constructor above, as on ruamel's path; libyaml parses YAML 1.1, so what
+# the two versions read differently is declined before or after parsing and read by ruamel:
+# directives, NEL and the Unicode line and paragraph separators (line breaks in 1.1 only), any
+# tag but the core schema's (timestamps, merge keys, binary, local tags), aliases, keys that are
+# not scalars, an empty value (libyaml and ruamel place it differently), nesting deeper than
+# MAX_DEPTH (ruamel says where it starts). Anything
+# libyaml refuses is read by ruamel, so every message about invalid YAML is ruamel's.
+# tests/test_loader.py holds both paths to the same data and positions over every YAML file in
+# the repository and the fuzzer's mutants.
+
+_DECLINED = object()
+_UNLIKE_RUAMEL = re.compile(r"^%|[\x85\u2028\u2029]|^[ ?:-]{" + str(2 * MAX_DEPTH) + ",}", re.MULTILINE)
+_MAX_BRACKETS = 400  # libyaml's composer recurses in C: a bound on how deep a flow collection can go
+_CORE_TAGS = frozenset("tag:yaml.org,2002:" + name for name in ("str", "int", "float", "bool", "null", "map", "seq"))
+_LIBYAML_LOADER: Any = None
+
+
+def _libyaml_loader() -> Any:
+    global _LIBYAML_LOADER
+    if _LIBYAML_LOADER is None:
+        from _ruamel_yaml import CParser
+        from ruamel.yaml.resolver import VersionedResolver
+
+        constructor = _constructor()
+
+        class Loader(CParser, constructor, VersionedResolver):
+            def __init__(self, text: str) -> None:
+                CParser.__init__(self, text)
+                self._parser = self._composer = self
+                constructor.__init__(self, loader=self)
+                VersionedResolver.__init__(self, version=(1, 2), loadumper=self)
+                self.allow_duplicate_keys = False
+                self.comment_handling = None
+
+        _LIBYAML_LOADER = Loader
+    return _LIBYAML_LOADER
+
+
+def _libyaml_parse(text: str) -> Any:
+    """The document as ruamel's round-trip loader reads it, or _DECLINED."""
+    if _UNLIKE_RUAMEL.search(text) or text.count("[") + text.count("{") > _MAX_BRACKETS:
+        return _DECLINED
+    try:
+        loader = _libyaml_loader()(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if not _core_tree(node):
+            return _DECLINED
+        return loader.construct_document(node)
+    except Exception:  # noqa: BLE001 - invalid YAML, a duplicate key, no libyaml: ruamel reads it and says why
+        return _DECLINED
+
+
+def _core_tree(root: Any) -> bool:
+    """Every node of the tree carries a core-schema tag, appears once (no alias), keys are
+    scalars, and no value is an empty plain scalar."""
+    from ruamel.yaml.nodes import MappingNode, ScalarNode
+
+    seen = set()
+    pending = [(root, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if id(node) in seen or node.tag not in _CORE_TAGS or depth > MAX_DEPTH:
+            return False
+        seen.add(id(node))
+        if isinstance(node, ScalarNode):
+            if node.value == "" and not node.style:  # plain: None from ruamel, "" from libyaml
+                return False
+        elif isinstance(node, MappingNode):
+            for key, value in node.value:
+                if not isinstance(key, ScalarNode):
+                    return False
+                pending += ((key, depth + 1), (value, depth + 1))
+        else:
+            pending += ((item, depth + 1) for item in node.value)
+    return True
+
+
+def _ruamel_parse(text: str, fail) -> Any:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 

@@ -21,10 +21,10 @@ they mirror; ``written()`` gives back what the spec itself wrote.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
-
-import pydantic_core
 
 SNAPSHOT = Path(__file__).with_name("spec.core.json")
 _FUNCTIONS = ("trainspec.core.fields", "builtins")  # where a snapshot may name a function
@@ -58,6 +58,44 @@ def written(value: Any) -> Any:
     if isinstance(value, list):
         return [written(v) for v in value]
     return value
+
+
+def _compiled() -> Any:
+    """pydantic-core's compiled module (SchemaValidator, ValidationError), loaded without running
+    its package's ``__init__``: that builds core_schema's typed dicts, ~40 ms of every start (issue
+    30), which validating from a stored schema never uses. It is the same module object the package
+    imports when something imports it later (pydantic, for hints): sys.modules holds it by its full
+    name. Anything unexpected: the ordinary import."""
+    name = "pydantic_core._pydantic_core"
+    if name in sys.modules:
+        return sys.modules[name]
+    try:
+        import importlib.machinery
+        import importlib.util
+
+        package = importlib.util.find_spec("pydantic_core")  # finds the folder; runs nothing
+        for folder in (package.submodule_search_locations or []) if package else []:
+            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+                file = os.path.join(folder, "_pydantic_core" + suffix)
+                if os.path.isfile(file):
+                    spec = importlib.util.spec_from_file_location(name, file)
+                    module = importlib.util.module_from_spec(spec)
+                    sys.modules[name] = module
+                    try:
+                        spec.loader.exec_module(module)
+                    except BaseException:
+                        del sys.modules[name]
+                        raise
+                    return module
+    except Exception:  # noqa: BLE001 - an unusual install: the package's own import below
+        pass
+    import pydantic_core._pydantic_core as module
+
+    return module
+
+
+_core = _compiled()
+ValidationError = _core.ValidationError
 
 
 # --- taking the snapshot (needs pydantic) -----------------------------------------------------
@@ -97,7 +135,7 @@ def take() -> Dict[str, Any]:
             return node
         raise ValueError(f"{node!r} cannot be stored in the snapshot")
 
-    return {"pydantic_core": pydantic_core.__version__,
+    return {"pydantic_core": _core.__version__,
             "config": plain(ConfigWrapper(Spec.model_config).core_config(None)),
             "schema": plain(Spec.__pydantic_core_schema__)}
 
@@ -128,22 +166,22 @@ def _resolve(node: Any, records: Dict[str, type]) -> Any:
     return node
 
 
-def compatible(taken_with: str, installed: str = pydantic_core.__version__) -> bool:
+def compatible(taken_with: str, installed: str = _core.__version__) -> bool:
     """A snapshot serves the pydantic-core release it was taken with: same major.minor."""
     return taken_with.split(".")[:2] == installed.split(".")[:2]
 
 
-_validator: Optional[pydantic_core.SchemaValidator] = None
+_validator: Optional[Any] = None
 
 
-def validator() -> pydantic_core.SchemaValidator:
-    """The spec validator, built once per process."""
+def validator() -> Any:
+    """The spec validator (a pydantic_core.SchemaValidator), built once per process."""
     global _validator
     if _validator is None:
         snapshot = json.loads(SNAPSHOT.read_text())
         if not compatible(snapshot["pydantic_core"]):
             snapshot = take()  # another pydantic-core: its own schema, from the models
-        _validator = pydantic_core.SchemaValidator(_resolve(snapshot["schema"], {}), snapshot["config"])
+        _validator = _core.SchemaValidator(_resolve(snapshot["schema"], {}), snapshot["config"])
     return _validator
 
 

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from pydantic_core import ValidationError
-
 from trainspec.core import files, secrets
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warning
 from trainspec.runtime import shim as contract
 from trainspec.spec import skus, structure, templating
+from trainspec.spec.structure import ValidationError  # pydantic-core's, without its package's start-up cost
 from trainspec.spec.loader import Document, ReadProblem, path_text_problem, real_path, repository_root
 from trainspec.core.fields import (ENV_NAME_PATTERN, IO_NAME_PATTERN, is_remote, memory_bytes, split_command,
                                    unwritable_char)
