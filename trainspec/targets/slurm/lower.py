@@ -17,7 +17,9 @@ command that needs a shell runs as ``bash -c`` under the shim (base.under_shim),
 script's own shell never expands it.
 With an image, srun runs every task in it (pyxis/enroot, ``container_image``): ``environment.image``
 in enroot's form (pyxis_image), or ``targets.slurm.container_image`` as written; ``container:
-false`` (a cluster without pyxis) runs the nodes' own software. In a container the job and code
+false`` (a cluster without pyxis) runs the nodes' own software. The image is a variable of its own line
+(``image=...``, srun's ``--container-image="$image"``): a new image (a base bumped) changes that
+line alone, the same in every job (review/diff.said_once). In a container the job and code
 folders and every input (read-only) and output location are mounted at their own paths. Data is
 where ``targets.slurm.volumes`` (or the spec's absolute path) says; every output's folder is made
 before srun, and an output with no location is an error, never the job folder. Every string of ours or
@@ -313,7 +315,7 @@ def _script(valid: ValidSpec, code: str) -> str:
         # reads it inside the container), at its own path
         extra = "".join("," + mount for mount in [*container_mounts(valid),
                                                   *(f"{path}:{path}:ro" for path in _secret_files(valid))])
-        srun += [f"--container-image={shlex.quote(image)}",
+        srun += ['--container-image="$image"',
                  '--container-mounts="$job_dir:$job_dir,$code_dir:$code_dir"' + (shlex.quote(extra) if extra else ""),
                  '--container-workdir="$code_dir"']
     env = base.job_env(valid, refs_for(valid), launcher, spec.distribution.master_port)
@@ -336,6 +338,8 @@ def _script(valid: ValidSpec, code: str) -> str:
         lines.append(shlex.join(["mkdir", "-p", "--", *output_locations(valid)]))
     if settings.setup:
         lines.append(settings.setup)
+    if image:  # a line of its own, after setup: a new image changes this line alone, the same in every job
+        lines.append(f"image={shlex.quote(image)}  # every task runs in it (srun --container-image, pyxis)")
     lines += ['cd "$code_dir"', base.under_shim(f"{' '.join(srun)} {shim}", command, valid)]
     return "\n".join(lines) + "\n"
 
