@@ -169,6 +169,22 @@ def test_environment_image_is_what_srun_runs_every_task_in_as_pyxis_reads_it(tmp
     assert tag == (DIGEST if "@" in image else reference.rsplit(":", 1)[1])
 
 
+def test_an_env_variable_named_as_the_scripts_own_is_an_error_at_its_key(tmp_path):
+    """job.sbatch keeps the job folder, the code folder and the image in job_dir, code_dir and image;
+    the spec's env, exported before them, would be overwritten (or replace job_dir): an error at
+    each, every one in the run; `image` only where a container runs."""
+    env = "env: {job_dir: a, code_dir: b, image: c, IMAGE: d}"
+    proc = ts("compile", str(spec(tmp_path, body="environment: {image: 'nvcr.io/nvidia/pytorch:24.08-py3'}\n" + env)),
+              "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    found = re.findall(r"job\.yaml:7:(\d+): error: env\.(\w+): \w+ is a variable of job\.sbatch's own .*"
+                       r"\(hint: give the variable another name\)", proc.stderr)
+    assert [name for _, name in found] == ["job_dir", "code_dir", "image"], proc.stderr
+    assert len({column for column, _ in found}) == 3  # each at its own key
+    script = compiled(tmp_path, body="env: {image: c, IMAGE: d}", settings="{container: false}")  # no image: no clash
+    assert "export image=c\n" in script and slurm_image(script) is None
+
+
 def test_container_image_overrides_environment_image_as_written(tmp_path):
     script = compiled(tmp_path, body="environment: {image: 'nvcr.io/nvidia/pytorch:24.10-py3'}",
                       settings="{container_image: /shared/images/pytorch-24.08.sqsh}")

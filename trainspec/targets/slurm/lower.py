@@ -115,6 +115,10 @@ CANNOT_RUN = {
 }
 
 
+# job.sbatch's own shell variables (_script): the job folder, the code folder, the image srun runs
+SCRIPT_VARIABLES = ("job_dir", "code_dir", "image")
+
+
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     """What Slurm cannot run: its table (CANNOT_RUN), an override image built for the other GPU
     vendor, data with no place here, then what depends on the command."""
@@ -129,6 +133,11 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     mismatch = override and skus.vendor_mismatch(override, valid.sku)  # what runs here instead of environment.image
     if mismatch:
         out.append(warning(("targets", NAME, "container_image"), *mismatch))
+    for key in valid.spec.env:  # exported before them, a variable of the same name would be overwritten or win
+        if key in SCRIPT_VARIABLES and (key != "image" or container_image(valid)):
+            out.append(error(("env", key), f"{key} is a variable of job.sbatch's own (where the job, its code or "
+                             "its image is): the script would overwrite it, or it would replace the script's",
+                             "give the variable another name", on_key=True))
     if container_image(valid):
         out += _mount_errors(valid)
         for key, reference in valid.spec.secrets.items():
