@@ -28,6 +28,10 @@ RESULT = re.compile(r"^\[(?:rank|node) \d+\] TRAINSPEC_RESULT (\{.*\})$", re.M)
 # SIGKILL after KILL_AFTER), whatever the machine's load did to the start-up before it.
 ENDED_WITHIN = re.compile(r"the other \d+ process(?:es)? ended within ([\d.]+) s")
 SLACK = 5.0  # for the runner's own threads to see the exits, on a loaded machine
+# The example specs' own command trains 100 steps; 3 make the same world agree through real
+# all_reduces (every step is one) at half the CPU (`run --local` of ddp-torchrun.yaml, 2 x 2
+# processes on 2 cores: 31-34 s of CPU and 24-27 s with 100 steps, 17-18 s and 12-13 s with 3)
+STEPS = {"--steps 100": "--steps 3"}
 
 
 def ended_within(errors: str) -> float:
@@ -181,12 +185,6 @@ targets:
 """)
     proc = run([str(spec), "-t", target], tmp_path / "work")
     assert_world(proc, script="accelerate")
-
-
-# The example specs' own command trains 100 steps; 3 make the same world agree through real
-# all_reduces (every step is one) at a third of the CPU of a run on a loaded 2-core machine
-# (`run --local` of ddp-torchrun.yaml, 2 x 2 processes: 35 s of CPU with 100 steps, 16 s with 3)
-STEPS = {"--steps 100": "--steps 3"}
 
 
 def _spec_with(tmp_path, base: str, **replace):
