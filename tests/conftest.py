@@ -113,6 +113,22 @@ def ray_validate(config: dict) -> dict:
     return prepared
 
 
+def slurm_image(script: str):
+    """What job.sbatch runs every task in: its `image=` line's value as bash reads it (srun is given
+    `--container-image="$image"`), checked to be what srun is given; None without an image."""
+    import shlex
+
+    lines = script.splitlines()
+    found = [shlex.split(line, comments=True) for line in lines if line.startswith("image=")]
+    srun = shlex.split(next(line for line in lines if line.startswith("srun ")))
+    if not found:
+        assert not any(word.startswith("--container-image") for word in srun), srun
+        return None
+    [[assignment]] = found
+    assert "--container-image=$image" in srun, srun
+    return assignment.split("=", 1)[1]
+
+
 def git(*args, cwd):
     return run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd, check=True).stdout
 

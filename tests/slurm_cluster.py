@@ -3,7 +3,7 @@ and munge, slurmctld and one slurmd per node, each in a network namespace of its
 own host name and /etc/hosts) on a private bridge (trainspec/netns.py), fake GPUs as GRES.
 
     with SlurmCluster(workdir, nodes=2) as cluster:
-        cluster.sbatch(script, cwd=...)        # sbatch --wait, from the controller's namespace
+        cluster.sbatch(script, cwd=...)        # sbatch, then the job until it ends, from the controller's namespace
 
 Every daemon is started here and stopped here, by PID, whatever happens; whatever is left in a
 node's namespace (a job's processes) is killed before the namespaces are deleted.
@@ -12,10 +12,12 @@ node's namespace (a job's processes) is killed before the namespaces are deleted
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
@@ -27,6 +29,20 @@ CTLD_PORT, SLURMD_PORT = 16817, 16818  # not the defaults: no clash with a real 
 GPUS_PER_NODE = 2
 GPU_TYPE = "h100"  # the GRES type of the fake GPUs: a job may ask for it (targets.slurm.gpu_type), or for any GPU
 CPUS_PER_NODE = 4
+# A job's states once it has ended (JobState; COMPLETING is not one yet: its files are still open)
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                          "BOOT_FAIL", "DEADLINE"})
+POLL = 0.25  # s between reads of a submitted job's record (SlurmCluster.sbatch)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A job submitted and ended (SlurmCluster.sbatch); a refused one has no id and no state."""
+
+    job_id: Optional[str]
+    state: Optional[str]
+    returncode: int  # the job's exit code (or its signal, or 1 for an end other than COMPLETED); sbatch's when refused
+    output: str  # sbatch's own output
 
 
 def missing() -> Optional[str]:
@@ -178,12 +194,31 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return subprocess.run(["nsenter", f"--net=/run/netns/{self.net.netns(0)}", *argv], cwd=cwd, env=self.env(),
                               capture_output=True, text=True, timeout=timeout)
 
-    # MinJobAge=16 (slurm.conf above): `sbatch --wait` polls the job after 2 s, then every 8 s
-    # (it quadruples its wait only while the wait is under MinJobAge / 2); with MinJobAge=600 it
-    # waited 2, 8, then 32 s at a time, so a 12 s job returned after 42 s. A finished job's record stays at least 16 s (and
-    # until the controller's next purge), long enough for the `scontrol show job` a test reads.
-    def sbatch(self, script: Path, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-        return self.run(["sbatch", "--wait", str(script)], cwd=cwd, timeout=timeout)
+    def sbatch(self, script: Path, cwd: Path, timeout: float = 600, path: Optional[str] = None) -> Finished:
+        """`sbatch script` from ``cwd`` as a user submits it (``path``: its PATH), then the job's
+        record read every POLL seconds until the job has ended, bounded by ``timeout``. Not `sbatch
+        --wait`: that reads it after 2 s, then every 8 s (it quadruples its wait while the wait is
+        under MinJobAge / 2), so a job of 11 s returned after 18 s. A finished job's record stays
+        MinJobAge (16 s, slurm.conf above) and until the controller's next purge: read here at once."""
+        env = ["env", f"PATH={path}"] if path else []
+        done = self.run([*env, "sbatch", str(script)], cwd=cwd)
+        output = done.stdout + done.stderr
+        found = re.search(r"Submitted batch job (\d+)", done.stdout)
+        if done.returncode != 0 or not found:
+            return Finished(None, None, done.returncode or 1, output)
+        job_id = found.group(1)
+        deadline = time.monotonic() + timeout
+        while True:
+            record = self.run(["scontrol", "show", "job", "-o", job_id]).stdout
+            state = re.search(r"\bJobState=(\S+)", record)
+            if state and state.group(1) in FINAL_STATES:
+                exit_code, signal_ = re.search(r"\bExitCode=(\d+):(\d+)", record).groups()
+                code = int(exit_code) or int(signal_) or (0 if state.group(1) == "COMPLETED" else 1)
+                return Finished(job_id, state.group(1), code, output)
+            if time.monotonic() > deadline:
+                self.run(["scancel", job_id])
+                raise AssertionError(f"job {job_id} did not end within {timeout} s: {record}")
+            time.sleep(POLL)
 
     def kill_node(self, index: int) -> None:
         """The node dies: everything in its network namespace (slurmd, the job's step, its tasks)."""

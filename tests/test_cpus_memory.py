@@ -326,11 +326,9 @@ targets:
     assert f"#SBATCH --cpus-per-task={CPUS_PER_NODE // 2}\n#SBATCH --mem=1M\n" in (fits / "job.sbatch").read_text()
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
     with SlurmCluster(tmp_path / "cluster") as cluster:
-        done = cluster.run(["env", f"PATH={path}", "sbatch", "--wait", str(fits / "job.sbatch")], cwd=tmp_path,
-                           timeout=300)
-        job_id = re.search(r"Submitted batch job (\d+)", done.stdout)
-        assert done.returncode == 0 and job_id, done.stdout + done.stderr
-        out = (tmp_path / f"fits-{job_id.group(1)}.out").read_text()
+        done = cluster.sbatch(fits / "job.sbatch", tmp_path, timeout=300, path=path)
+        assert done.returncode == 0 and done.job_id, done
+        out = (tmp_path / f"fits-{done.job_id}.out").read_text()
         assert sorted(re.findall(r"^(?:\d+: )?TASK (\d) (\S+) (\S+)$", out, re.M)) == [
             (str(rank), str(CPUS_PER_NODE // 2), "1") for rank in range(4)], out
         refused = cluster.run(["sbatch", str(too_big / "job.sbatch")], cwd=tmp_path, timeout=60)

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import REPO, ray_validate, ts
+from conftest import REPO, ray_validate, slurm_image, ts
 
 CORPUS, CKPT = "/shared/datasets/sft", "/shared/checkpoints/ft"
 ABFSS = "abfss://data@team.dfs.core.windows.net/sft"
@@ -193,9 +193,9 @@ def test_environment_image_alone_runs_in_a_container_with_the_data_mounted(tmp_p
     """The mounts follow the job into whatever container it runs in: environment.image (in enroot's
     form) as much as an override."""
     out = compile_ok(tmp_path, spec(tmp_path, {"slurm": "{" + VOLUMES["slurm"] + "}"}))
-    line = next(line for line in (out / "slurm" / "job.sbatch").read_text().splitlines() if line.startswith("srun "))
-    words = shlex.split(line)
-    assert "--container-image=nvcr.io#nvidia/pytorch:24.08-py3" in words
+    script = (out / "slurm" / "job.sbatch").read_text()
+    words = shlex.split(next(line for line in script.splitlines() if line.startswith("srun ")))
+    assert slurm_image(script) == "nvcr.io#nvidia/pytorch:24.08-py3"
     assert next(w for w in words if w.startswith("--container-mounts=")).split(",")[2:] == [
         f"{CORPUS}:{CORPUS}:ro", f"{CKPT}:{CKPT}"]
 

@@ -44,7 +44,14 @@ def check_world(proc, script, world=4, per_node=2):
 
 
 def test_ddp_all_reduce_with_a_late_task(tmp_path):
-    proc = simulate(SPECS / "hpcpack-ddp.yaml", tmp_path, start_delays={1: 3})
+    # the example spec, training 3 steps (each a real all_reduce) instead of its 100: a third of the CPU
+    text = (SPECS / "hpcpack-ddp.yaml").read_text()
+    assert "code: ../examples/ddp\n" in text and "--steps 100\n" in text
+    spec = tmp_path / "spec" / "hpcpack-ddp.yaml"
+    spec.parent.mkdir()
+    spec.write_text(text.replace("code: ../examples/ddp\n", f"code: {REPO}/examples/ddp\n")
+                    .replace("--steps 100\n", "--steps 3\n"))
+    proc = simulate(spec, tmp_path, start_delays={1: 3})
     check_world(proc, "ddp")
     assert "hpcpack" in proc.stderr + proc.stdout
     # the election happened through the shared folder, keyed by the job id: node 1 acknowledged node 0

@@ -28,6 +28,10 @@ RESULT = re.compile(r"^\[(?:rank|node) \d+\] TRAINSPEC_RESULT (\{.*\})$", re.M)
 # SIGKILL after KILL_AFTER), whatever the machine's load did to the start-up before it.
 ENDED_WITHIN = re.compile(r"the other \d+ process(?:es)? ended within ([\d.]+) s")
 SLACK = 5.0  # for the runner's own threads to see the exits, on a loaded machine
+# The example specs' own command trains 100 steps; 3 make the same world agree through real
+# all_reduces (every step is one) at half the CPU (`run --local` of ddp-torchrun.yaml, 2 x 2
+# processes on 2 cores: 31-34 s of CPU and 24-27 s with 100 steps, 17-18 s and 12-13 s with 3)
+STEPS = {"--steps 100": "--steps 3"}
 
 
 def ended_within(errors: str) -> float:
@@ -73,7 +77,8 @@ def test_lightning_fit_agrees_on_the_world(tmp_path, spec, launcher, platform):
 
 @pytest.mark.parametrize("launcher", ["per-process", "mpi", "per-node"])
 def test_torch_distributed_all_reduce(tmp_path, launcher):
-    proc = run([str(SPECS / "ddp-torchrun.yaml"), "--procs-per-node", "2", "--launcher", launcher], tmp_path)
+    spec = _spec_with(tmp_path, "ddp-torchrun.yaml")
+    proc = run([str(spec), "--procs-per-node", "2", "--launcher", launcher], tmp_path / "work")
     assert_world(proc, script="ddp")
 
 
@@ -246,9 +251,11 @@ targets:
 
 
 def _spec_with(tmp_path, base: str, **replace):
+    """An example spec in tmp_path with its folders absolute, each of ``replace`` done, then 3 steps
+    instead of 100 unless ``replace`` said otherwise."""
     text = (SPECS / base).read_text()
-    for old, new in replace.items():
-        assert old in text
+    for old, new in {**replace, **{k: v for k, v in STEPS.items() if k not in replace}}.items():
+        assert old in text or old in STEPS, old
         text = text.replace(old, new)
     text = text.replace("code: ../examples/", f"code: {REPO}/examples/")
     text = re.sub(r"conda_file: \.\./examples/", f"conda_file: {REPO}/examples/", text)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import kube_schema
-from conftest import REPO, SPECS, ray_validate, ts
+from conftest import REPO, SPECS, ray_validate, slurm_image, ts
 
 SPEC = SPECS / "sft-h100.yaml"
 DAY = 86400
@@ -70,7 +70,7 @@ def test_slurm_runs_the_image_on_the_partition_with_the_data_mounted_and_the_lim
                    "--gpus-per-node=8", "--cpus-per-task=10", "--mem=900G"):
         assert option in sbatch, sbatch
     srun = shlex.split(next(line for line in script.splitlines() if line.startswith("srun ")))
-    assert f"--container-image={IMAGE.replace('/', '#', 1)}" in srun  # enroot's registry#path:tag
+    assert slurm_image(script) == IMAGE.replace('/', '#', 1)  # enroot's registry#path:tag
     mounts = next(a for a in srun if a.startswith("--container-mounts=")).split("=", 1)[1].split(",")
     assert {f"{CORPUS}:{CORPUS}:ro", f"{CKPT}:{CKPT}", f"{TOKEN_FILE}:{TOKEN_FILE}:ro"} <= set(mounts)
     assert srun[-6:] == ["train.py", "--steps", "100", "--data", CORPUS, "--output", CKPT][-6:]

@@ -6,7 +6,6 @@ Ray's and Kubernetes' YAML, the #SBATCH lines), and "none" where a target enforc
 
 import json
 import re
-import shlex
 import shutil
 import warnings
 
@@ -14,7 +13,7 @@ import pytest
 from lxml import etree
 from ruamel.yaml import YAML
 
-from conftest import REPO, ts
+from conftest import REPO, slurm_image, ts
 from trainspec.compile.base import PlanFacts, Target
 from trainspec.core.fields import duration_text
 from trainspec.targets import TARGETS
@@ -109,11 +108,10 @@ def _azureml(job_dir):
 
 
 def _sbatch(job_dir):
-    lines = (job_dir / "slurm" / "job.sbatch").read_text().splitlines()
-    options = dict(line[len("#SBATCH --"):].partition("=")[::2] for line in lines if line.startswith("#SBATCH --"))
-    srun = next(shlex.split(line) for line in lines if line.startswith("srun "))
-    image = next((w.split("=", 1)[1] for w in srun if w.startswith("--container-image=")), None)
-    return options, image
+    script = (job_dir / "slurm" / "job.sbatch").read_text()
+    options = dict(line[len("#SBATCH --"):].partition("=")[::2] for line in script.splitlines()
+                   if line.startswith("#SBATCH --"))
+    return options, slurm_image(script)
 
 
 def _seconds(slurm_time: str) -> int:

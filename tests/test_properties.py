@@ -44,6 +44,7 @@ from trainspec.core.diagnostics import dotted  # noqa: E402
 from trainspec.runtime import shim  # noqa: E402
 from trainspec.spec.skus import all_skus  # noqa: E402
 from trainspec.spec.validate import RESERVED_ENV  # noqa: E402
+from trainspec.targets.slurm.lower import SCRIPT_VARIABLES as SLURM_SCRIPT_VARIABLES  # noqa: E402
 from trainspec.runtime.ray_driver import read_request  # noqa: E402
 
 XSD = REPO.parent / "shared" / "reference" / "hpcpack" / "xsd" / "job-v4.fixed.xsd"
@@ -136,7 +137,8 @@ nasty_text = st.one_of(
 ).filter(no_template)
 
 ENV_KEY = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,15}\Z").filter(
-    lambda k: k not in RESERVED_ENV and k != "_" and not k.startswith(("TRAINSPEC_", "PL_TRAINER_")))
+    lambda k: k not in RESERVED_ENV and k != "_" and not k.startswith(("TRAINSPEC_", "PL_TRAINER_"))
+    and k not in SLURM_SCRIPT_VARIABLES)  # job.sbatch's own: an error on Slurm (test_slurm.py)
 IO_NAME = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,12}\Z").filter(lambda k: k != "trainspec_runtime")
 NAME = st.from_regex(r"\A[a-z0-9][a-z0-9_-]{0,20}\Z")
 DNS_1035 = st.from_regex(r"\A[a-z]([-a-z0-9]{0,18}[a-z0-9])?\Z")  # a Kubernetes job's name

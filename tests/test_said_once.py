@@ -4,8 +4,9 @@ of those jobs' sections points to it; a job's own changes keep their section; no
 is ever grouped. Real git histories, like test_review_git.py."""
 
 import json
+import shutil
 
-from conftest import edit, git, spec_repo, ts
+from conftest import REPO, edit, git, spec_repo, ts
 
 OLD_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04"
 NEW_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-cuda12.1-cudnn8-ubuntu22.04"
@@ -240,3 +241,59 @@ def test_one_runtime_version_is_said_once_for_the_jobs_it_changes(monkeypatch, t
     assert text.count("changed: trainspec runtime v0.0.9 -> v0.1.0") == 1 and "OldHPCPack" not in text
     assert "no spec field changed; outputs changed: azureml/trainspec_shim.py\n" in text
     assert text.count("\nchange A (above) and nothing else") == 2
+
+
+EVERY_TARGET = BASE + """  slurm: {partition: hpc, time: 2h}
+  kubernetes: {namespace: ml, queue: team-a, timeout: 12h}
+  hpcpack: {shared_dir: /app, node_group: LinuxNodes, python: /opt/conda/envs/torch/bin/python}
+  ray: {location: eastus, resource_group: rg-trainspec}
+"""
+
+
+def test_a_base_image_bump_is_said_once_on_slurm_and_kubernetes_too(tmp_path):
+    """A base that compiles to all five targets: each job's files change in the same lines, though
+    its own command sits beside the image (Slurm's srun line runs `--container-image="$image"`, the
+    image on a line of its own), so the bump is one change naming every job, on every target."""
+    from conftest import slurm_image
+
+    repo = tmp_path / "repo"
+    (repo / "specs").mkdir(parents=True)
+    (repo / "bases").mkdir()
+    shutil.copytree(REPO / "examples" / "ddp", repo / "examples" / "ddp", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "bases" / "gpu.yaml").write_text(EVERY_TARGET)
+    names = [f"team-{i:02d}" for i in range(1, 5)]
+    for i, name in enumerate(names, 1):
+        (repo / "specs" / f"{name}.yaml").write_text(
+            f"extends: ../bases/gpu.yaml\nname: {name}\ncode: ../examples/ddp\ncommand: python train.py --seed {i}\n")
+    git("init", "-q", "-b", "main", cwd=repo)
+    commit(repo, "four jobs on one base, every target")
+    edit(repo / "bases" / "gpu.yaml", OLD_IMAGE, NEW_IMAGE)
+    commit(repo, "bump the base image")
+
+    data = json.loads(ts("diff", "--git", "HEAD~1", "--format", "json", cwd=repo, check=True).stdout)
+    [shared] = data["shared"]
+    assert shared["jobs"] == names and {j["name"]: j["shared"] for j in data["jobs"]} == dict.fromkeys(names, "A")
+    # every target whose file runs the image; HPC Pack runs the nodes' own software, and says so once
+    assert [f["path"] for f in shared["files"]] == [f"build/team-01/{t}" for t in (
+        "azureml/job.yml", "kubernetes/job.yaml", "ray/cluster.yaml", "slurm/job.sbatch")]
+    assert "image (hpcpack) unchanged: no container" in shared["summary"]
+    slurm = shared["files"][3]["diff"]
+    assert f"-image='{OLD_IMAGE.replace('/', '#', 1)}'" in slurm and f"+image='{NEW_IMAGE.replace('/', '#', 1)}'" in slurm
+
+    for name in names:  # each job still runs the new image, its own command
+        script = (repo / "build" / name / "slurm" / "job.sbatch").read_text()
+        assert slurm_image(script) == NEW_IMAGE.replace("/", "#", 1)
+        assert script.rstrip().endswith(f"python train.py --seed {names.index(name) + 1}")
+
+    markdown = ts("diff", "--git", "HEAD~1", "--format", "markdown", cwd=repo, check=True).stdout
+    assert markdown.startswith("# trainspec diff since HEAD\\~1: 4 jobs changed\n\n## Change A: the same in 4 jobs\n")
+    found = sections(markdown)
+    change = found.pop("## Change A: the same in 4 jobs")
+    assert "Jobs (4): " + ", ".join(f"`{n}`" for n in names) + "\n" in change
+    for name in names:
+        assert found.pop(f"## {name} (specs/{name}.yaml)") == "**change A (above) and nothing else**"
+    assert found == {}
+    # each file's new image once in the whole comment: Azure ML's and Ray's, Kubernetes', Slurm's
+    added = [line.split("  #")[0] for line in markdown.splitlines() if line.startswith("+") and "image" in line]
+    assert added == [f"+  image: {NEW_IMAGE}", f"+    image: {NEW_IMAGE}", f"+  image: {NEW_IMAGE}",
+                     f"+image='{NEW_IMAGE.replace('/', '#', 1)}'"]

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, ts
+from conftest import REPO, slurm_image, ts
 
 
 def spec(tmp_path, body="", settings="{}", command="python train.py --steps 3", name="job"):
@@ -85,8 +85,9 @@ def test_srun_starts_every_rank_or_one_torchrun_per_node(tmp_path, launcher, tas
 
 
 def test_a_container_image_runs_every_task_in_it_with_the_job_mounted(tmp_path):
-    words = srun(compiled(tmp_path, settings="{container_image: 'nvcr.io#nvidia/pytorch:24.08-py3'}"))
-    assert "--container-image=nvcr.io#nvidia/pytorch:24.08-py3" in words
+    script = compiled(tmp_path, settings="{container_image: 'nvcr.io#nvidia/pytorch:24.08-py3'}")
+    words = srun(script)
+    assert slurm_image(script) == "nvcr.io#nvidia/pytorch:24.08-py3"
     assert "--container-mounts=$job_dir:$job_dir,$code_dir:$code_dir" in words
     assert "--container-workdir=$code_dir" in words
 
@@ -156,8 +157,9 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
     ("nvcr.io#nvidia/pytorch:24.08-py3", "nvcr.io#nvidia/pytorch:24.08-py3"),  # already enroot's form
 ], ids=["nvcr", "acr", "port", "hub", "official", "hub-by-name", "digest", "tag-and-digest", "enroot-form"])
 def test_environment_image_is_what_srun_runs_every_task_in_as_pyxis_reads_it(tmp_path, image, runs):
-    words = srun(compiled(tmp_path, body=f"environment: {{image: '{image}'}}"))
-    assert f"--container-image={runs}" in words, words
+    script = compiled(tmp_path, body=f"environment: {{image: '{image}'}}")
+    words = srun(script)
+    assert slurm_image(script) == runs, script
     assert "--container-mounts=$job_dir:$job_dir,$code_dir:$code_dir" in words and "--container-workdir=$code_dir" in words
     match = ENROOT_URI.match("docker://" + runs)
     assert match, runs
@@ -167,11 +169,27 @@ def test_environment_image_is_what_srun_runs_every_task_in_as_pyxis_reads_it(tmp
     assert tag == (DIGEST if "@" in image else reference.rsplit(":", 1)[1])
 
 
+def test_an_env_variable_named_as_the_scripts_own_is_an_error_at_its_key(tmp_path):
+    """job.sbatch keeps the job folder, the code folder and the image in job_dir, code_dir and image;
+    the spec's env, exported before them, would be overwritten (or replace job_dir): an error at
+    each, every one in the run; `image` only where a container runs."""
+    env = "env: {job_dir: a, code_dir: b, image: c, IMAGE: d}"
+    proc = ts("compile", str(spec(tmp_path, body="environment: {image: 'nvcr.io/nvidia/pytorch:24.08-py3'}\n" + env)),
+              "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    found = re.findall(r"job\.yaml:7:(\d+): error: env\.(\w+): \w+ is a variable of job\.sbatch's own .*"
+                       r"\(hint: give the variable another name\)", proc.stderr)
+    assert [name for _, name in found] == ["job_dir", "code_dir", "image"], proc.stderr
+    assert len({column for column, _ in found}) == 3  # each at its own key
+    script = compiled(tmp_path, body="env: {image: c, IMAGE: d}", settings="{container: false}")  # no image: no clash
+    assert "export image=c\n" in script and slurm_image(script) is None
+
+
 def test_container_image_overrides_environment_image_as_written(tmp_path):
-    words = srun(compiled(tmp_path, body="environment: {image: 'nvcr.io/nvidia/pytorch:24.10-py3'}",
-                          settings="{container_image: /shared/images/pytorch-24.08.sqsh}"))
-    assert "--container-image=/shared/images/pytorch-24.08.sqsh" in words
-    assert not any("24.10" in word for word in words)
+    script = compiled(tmp_path, body="environment: {image: 'nvcr.io/nvidia/pytorch:24.10-py3'}",
+                      settings="{container_image: /shared/images/pytorch-24.08.sqsh}")
+    assert slurm_image(script) == "/shared/images/pytorch-24.08.sqsh"
+    assert "24.10" not in script
 
 
 def test_plan_shows_what_each_target_runs_in(tmp_path):

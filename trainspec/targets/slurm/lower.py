@@ -17,7 +17,9 @@ command that needs a shell runs as ``bash -c`` under the shim (base.under_shim),
 script's own shell never expands it.
 With an image, srun runs every task in it (pyxis/enroot, ``container_image``): ``environment.image``
 in enroot's form (pyxis_image), or ``targets.slurm.container_image`` as written; ``container:
-false`` (a cluster without pyxis) runs the nodes' own software. In a container the job and code
+false`` (a cluster without pyxis) runs the nodes' own software. The image is a variable of its own line
+(``image=...``, srun's ``--container-image="$image"``): a new image (a base bumped) changes that
+line alone, the same in every job (review/diff.said_once). In a container the job and code
 folders and every input (read-only) and output location are mounted at their own paths. Data is
 where ``targets.slurm.volumes`` (or the spec's absolute path) says; every output's folder is made
 before srun, and an output with no location is an error, never the job folder. Every string of ours or
@@ -113,6 +115,10 @@ CANNOT_RUN = {
 }
 
 
+# job.sbatch's own shell variables (_script): the job folder, the code folder, the image srun runs
+SCRIPT_VARIABLES = ("job_dir", "code_dir", "image")
+
+
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     """What Slurm cannot run: its table (CANNOT_RUN), an override image built for the other GPU
     vendor, data with no place here, then what depends on the command."""
@@ -127,6 +133,11 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     mismatch = override and skus.vendor_mismatch(override, valid.sku)  # what runs here instead of environment.image
     if mismatch:
         out.append(warning(("targets", NAME, "container_image"), *mismatch))
+    for key in valid.spec.env:  # exported before them, a variable of the same name would be overwritten or win
+        if key in SCRIPT_VARIABLES and (key != "image" or container_image(valid)):
+            out.append(error(("env", key), f"{key} is a variable of job.sbatch's own (where the job, its code or "
+                             "its image is): the script would overwrite it, or it would replace the script's",
+                             "give the variable another name", on_key=True))
     if container_image(valid):
         out += _mount_errors(valid)
         for key, reference in valid.spec.secrets.items():
@@ -313,7 +324,7 @@ def _script(valid: ValidSpec, code: str) -> str:
         # reads it inside the container), at its own path
         extra = "".join("," + mount for mount in [*container_mounts(valid),
                                                   *(f"{path}:{path}:ro" for path in _secret_files(valid))])
-        srun += [f"--container-image={shlex.quote(image)}",
+        srun += ['--container-image="$image"',
                  '--container-mounts="$job_dir:$job_dir,$code_dir:$code_dir"' + (shlex.quote(extra) if extra else ""),
                  '--container-workdir="$code_dir"']
     env = base.job_env(valid, refs_for(valid), launcher, spec.distribution.master_port)
@@ -336,6 +347,8 @@ def _script(valid: ValidSpec, code: str) -> str:
         lines.append(shlex.join(["mkdir", "-p", "--", *output_locations(valid)]))
     if settings.setup:
         lines.append(settings.setup)
+    if image:  # a line of its own, after setup: a new image changes this line alone, the same in every job
+        lines.append(f"image={shlex.quote(image)}  # every task runs in it (srun --container-image, pyxis)")
     lines += ['cd "$code_dir"', base.under_shim(f"{' '.join(srun)} {shim}", command, valid)]
     return "\n".join(lines) + "\n"
 
