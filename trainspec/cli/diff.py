@@ -19,17 +19,12 @@ def command(args: argparse.Namespace) -> int:
     from trainspec.review.diff import diff_outcomes, render_diffs
 
     if args.git:
-        diffs, sides = _git_diffs(args)
-        if diffs is None:
-            return 1
-        max_chars = args.max_chars
-        if max_chars is None and args.format == "markdown":  # the comment's plan opens with the cost summary
-            from trainspec.review.comment import shares
-            from trainspec.review.cost import summarise
+        from trainspec.review.change import diff_text
 
-            summary = summarise(sides[0].jobs, sides[1].jobs, diffs)
-            max_chars = shares(len(summary.render(args.format, _plan_rerun(args))))[1]
-        print(render_diffs(diffs, args.format, args.git, max_chars, _rerun(args, "--format", "text")))
+        change = git_change(args)
+        if change is None:
+            return 1
+        print(diff_text(change, args.format, args.max_chars, _rerun(args, "--format", "text"), _plan_rerun(args)))
         return 0
     if len(args.paths) == 1 and (args.sets or args.variables):
         pairs = [(args.paths[0], (), ()), (args.paths[0], args.sets, args.variables)]
@@ -56,12 +51,15 @@ def _plan_rerun(args: argparse.Namespace) -> str:
     return shlex.join(_rerun(argparse.Namespace(**{**vars(args), "command": "plan"}), "--format", "text"))
 
 
-def _git_diffs(args: argparse.Namespace):
+def git_change(args: argparse.Namespace):
     """Compile every spec under PATHS in the working tree and at --git BASE, from the
-    repository root on both sides; returns (job diffs, (base side, head side)) or (None, None)."""
+    repository root on both sides, each once; returns the review.change.Change (the job diffs and
+    both sides), or None when the working tree's specs do not compile (their errors printed).
+    A repository or revision that is not there is a UsageError."""
     import subprocess
 
     from trainspec.review import revision as review
+    from trainspec.review.change import Change
 
     cwd = Path.cwd()
     try:
@@ -85,7 +83,8 @@ def _git_diffs(args: argparse.Namespace):
         for d in new.errors:
             _err(d.render())
         _err(f"trainspec: {len(new.errors)} error(s); fix the specs first")
-        return None, None
+        return None
     for d in old.errors:
         _err(d.render().replace(": error: ", ": note: (at the base revision) ", 1))
-    return review.compare(old, new, out, review.changed_since(args.git, root), root), (old, new)
+    diffs = review.compare(old, new, out, review.changed_since(args.git, root), root)
+    return Change(args.git, old, new, diffs, Path(args.out).as_posix())
