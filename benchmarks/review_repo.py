@@ -229,17 +229,35 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
-def timed(root: Path, *commands: List[str]) -> Tuple[float, str]:
-    """The wall time of ``commands`` run one after the other, and what they printed, joined as the
-    workflow joined them (a blank line between)."""
+def timed(root: Path, *commands: List[str]) -> Tuple[float, float, str]:
+    """The wall time and the CPU time (user + system: what a loaded machine does not inflate) of
+    ``commands`` run one after the other, and what they printed, joined as the workflow joined
+    them (a blank line between)."""
     outputs = []
+    cpu = 0.0
     started = time.perf_counter()
     for args in commands:
-        proc = subprocess.run([*trainspec(), *args], cwd=root, capture_output=True, text=True)
+        proc = subprocess.Popen([*trainspec(), *args], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        out, err = proc.communicate()
         if proc.returncode:
-            raise SystemExit(f"trainspec {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
-        outputs.append(proc.stdout)
-    return time.perf_counter() - started, "\n".join(outputs)
+            raise SystemExit(f"trainspec {' '.join(args)} failed:\n{out}{err}")
+        outputs.append(out)
+        cpu += _children_cpu()
+    return time.perf_counter() - started, cpu, "\n".join(outputs)
+
+
+_SEEN_CPU = [0.0]
+
+
+def _children_cpu() -> float:
+    """The CPU time of the children reaped since the last call."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = usage.ru_utime + usage.ru_stime
+    spent, _SEEN_CPU[0] = total - _SEEN_CPU[0], total
+    return spent
 
 
 REVIEW = ["review", "--git", "main", "specs/"]
@@ -248,14 +266,15 @@ DIFF = ["diff", "--git", "main", "specs/", "--format", "markdown"]
 
 
 def measure(root: Path, runs: int) -> Tuple[Dict[str, List[float]], str, str]:
-    samples: Dict[str, List[float]] = {"review": [], "plan_and_diff": []}
+    samples: Dict[str, List[float]] = {"review": [], "plan_and_diff": [], "review_cpu": [], "plan_and_diff_cpu": []}
     comment = before = ""
     for attempt in range(runs + 1):  # the first round warms the page cache and bytecode, and is dropped
-        review, comment = timed(root, REVIEW)
-        both, before = timed(root, PLAN, DIFF)
+        review, review_cpu, comment = timed(root, REVIEW)
+        both, both_cpu, before = timed(root, PLAN, DIFF)
         if attempt:
-            samples["review"].append(review)
-            samples["plan_and_diff"].append(both)
+            for key, value in (("review", review), ("plan_and_diff", both), ("review_cpu", review_cpu),
+                               ("plan_and_diff_cpu", both_cpu)):
+                samples[key].append(value)
     return samples, comment, before
 
 
@@ -278,17 +297,22 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     if comment != before:
         raise SystemExit("review's comment is not what plan and diff printed")
-    review, both = (statistics.median(samples[k]) for k in ("review", "plan_and_diff"))
+    review, both, review_cpu, both_cpu = (statistics.median(samples[k]) for k in
+                                          ("review", "plan_and_diff", "review_cpu", "plan_and_diff_cpu"))
     shared = said_once(comment)
-    result = {"specs": 236, "runs": args.runs, "cpus": os.cpu_count(), "review_median_s": review,
-              "plan_and_diff_median_s": both, "ratio": review / both, "comment_chars": len(comment),
-              **shared, "samples": samples}
+    load = os.getloadavg()[0]
+    result = {"specs": 236, "runs": args.runs, "cpus": os.cpu_count(), "load_average_1min": load,
+              "review_median_s": review, "plan_and_diff_median_s": both, "ratio": review / both,
+              "review_cpu_median_s": review_cpu, "plan_and_diff_cpu_median_s": both_cpu,
+              "comment_chars": len(comment), **shared, "samples": samples}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "review_repo.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"236 specs, {os.cpu_count()} cores, median of {args.runs}: review --git {review:.2f} s; "
-          f"plan --git + diff --git {both:.2f} s (review {review / both:.2f}x); comment {len(comment):,} characters "
-          f"(GitHub's limit 65,536); said once: {shared['shared_changes']} shared change(s) naming "
-          f"{shared['jobs_per_shared_change']} jobs")
+    print(f"236 specs, {os.cpu_count()} cores (load average {load:.1f}), median of {args.runs}:\n"
+          f"  review --git:              {review:6.2f} s wall, {review_cpu:6.2f} s CPU\n"
+          f"  plan --git + diff --git:   {both:6.2f} s wall, {both_cpu:6.2f} s CPU\n"
+          f"  review / (plan + diff):    {review / both:.2f} wall, {review_cpu / both_cpu:.2f} CPU\n"
+          f"  comment: {len(comment):,} characters (GitHub's limit 65,536); said once: {shared['shared_changes']} "
+          f"shared change(s), naming {shared['jobs_per_shared_change']} jobs")
 
 
 if __name__ == "__main__":

@@ -128,6 +128,10 @@ def test_each_revision_is_compiled_once(change, monkeypatch, capsys):
     assert built and max(built.values()) == 1, built.most_common(3)
     head = {f for (tree, f) in built if Path(tree) == change}
     assert len(head) == 21  # every spec of the working tree: 3 + 18, team-new in, hpcpack-ddp out
+    # at the base, only the specs whose inputs differ there: the 18 on the bumped base, the one
+    # edited, the one removed; mnist-lightning is the working tree's outcome again
+    base = {f for (tree, f) in built if Path(tree) != change}
+    assert base == {f"specs/{n}.yaml" for n in [*TEAM, "single-node", "hpcpack-ddp"]}, sorted(base)
     once = sum(built.values())
     built.clear()
     for command in ("plan", "diff"):
@@ -174,3 +178,19 @@ def test_links_that_leave_the_repository_are_never_followed(change, tmp_path):
     assert proc.returncode == 1 and proc.stdout == "", proc.stdout
     assert "specs/team-01.yaml" in proc.stderr and "environment.conda_file" in proc.stderr, proc.stderr
     assert "hunter2" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_change_only_inside_a_shipped_code_folder_is_compiled_at_the_base_too(tmp_path):
+    """The Kubernetes job embeds its code folder in a ConfigMap: a spec whose own bytes are the
+    same at the base but whose code folder changed is compiled there too, and its job's diff
+    shows the ConfigMap's change."""
+    from test_untrusted_paths import k8s_repo
+
+    root = k8s_repo(tmp_path)
+    with open(root / "code" / "train.py", "a") as fh:
+        fh.write("# a change in the code the ConfigMap carries\n")
+    data = json.loads(ts("review", "--git", "HEAD", "--format", "json", cwd=root, check=True).stdout)
+    job, = data["diff"]["jobs"]
+    assert job["name"] == "k8s-ddp" and job["code_changed"] == ["code/train.py"]
+    assert any(f["path"] == "build/k8s-ddp/kubernetes/job.yaml" and "a change in the code" in f["diff"]
+               for f in job["files"]), job["files"]

@@ -57,8 +57,10 @@ def git_change(args: argparse.Namespace):
     both sides), or None when the working tree's specs do not compile (their errors printed).
     A repository or revision that is not there is a UsageError."""
     import subprocess
+    from contextlib import ExitStack
 
     from trainspec.review import revision as review
+    from trainspec.review.cache import Extends
     from trainspec.review.change import Change
 
     cwd = Path.cwd()
@@ -72,18 +74,25 @@ def git_change(args: argparse.Namespace):
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     options = dict(requested=args.targets, sets=args.sets, variables=args.variables)
-    try:
-        with review.revision_tree(args.git, root) as tree:
-            old = review.compile_side(tree, paths, out, args.git, **options)
-    except subprocess.CalledProcessError:
-        raise UsageError(f"--git {args.git}: not a revision of the repository at {root}") from None
-    established = [o.valid.source.display for o in old.jobs.values()] + list(old.invalid)
-    new = review.compile_side(root, paths, out, None, established, **options)
-    if new.errors:  # the change must compile; the base may not have (this change may be its fix)
-        for d in new.errors:
-            _err(d.render())
-        _err(f"trainspec: {len(new.errors)} error(s); fix the specs first")
-        return None
+    extends = Extends()  # what each file extends, by its bytes: both sides, and the next run, share it
+    with ExitStack() as stack:
+        try:
+            tree = stack.enter_context(review.revision_tree(args.git, root))
+        except subprocess.CalledProcessError:
+            raise UsageError(f"--git {args.git}: not a revision of the repository at {root}") from None
+        # the working tree first, the base's specs claiming their job names first (a copy that kept
+        # its original's name gets the error); then the base, where a spec whose every input is
+        # the same is the working tree's outcome again, not a second compile
+        established = review.spec_files(tree, paths, extends)
+        new = review.compile_side(root, paths, out, None, established, extends, **options)
+        if new.errors:  # the change must compile; the base may not have (this change may be its fix)
+            for d in new.errors:
+                _err(d.render())
+            _err(f"trainspec: {len(new.errors)} error(s); fix the specs first")
+            return None
+        same = review.Unchanged(new, root, tree, out)
+        old = review.compile_side(tree, paths, out, args.git, (), extends, same, **options)
+    extends.save()
     for d in old.errors:
         _err(d.render().replace(": error: ", ": note: (at the base revision) ", 1))
     diffs = review.compare(old, new, out, review.changed_since(args.git, root), root)
