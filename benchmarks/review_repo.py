@@ -1,7 +1,7 @@
 """The pull-request review of a team's repository at scale: `trainspec review --git` against the
 `plan --git` + `diff --git` the example workflow ran before it.
 
-    python benchmarks/review_repo.py [--runs 3] [--keep DIR]
+    python benchmarks/review_repo.py [--runs 3] [--keep DIR] [--baseline CHECKOUT]
 
 The repository is generated in a temporary folder, a real git history: 236 specs of five teams
 (vision, language, speech, reinforcement learning, research), each team on shared bases in
@@ -12,9 +12,12 @@ doubles its nodes, one job changes its command, one job is added and one removed
 committed. Measured as the workflow runs them, whole processes from the repository root, medians
 of --runs after one warm-up, interleaved: `trainspec review --git main specs/` against `trainspec
 plan --git main specs/ --format markdown` then `trainspec diff --git main specs/ --format
-markdown`. Prints both, their ratio, the comment's size and the said-once figure (how many shared
-changes the diff opens with, and the jobs the base bump names). Writes
-benchmarks/results/review_repo.json.
+markdown`, and with --baseline the same plan + diff run by another checkout of trainspec (the
+tree before review, on PYTHONPATH). Each as wall time and CPU time (user + system of the
+processes: on a shared machine the wall time grows with everyone else's work, the CPU time much
+less). Prints the figures, review's ratios, the comment's size and the said-once figure (how many
+shared changes the diff opens with, and the jobs each names); checks that review printed what
+plan and diff did. Writes benchmarks/results/review_repo.json.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -229,7 +232,7 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
-def timed(root: Path, *commands: List[str]) -> Tuple[float, float, str]:
+def timed(root: Path, *commands: List[str], tree: Optional[Path] = None) -> Tuple[float, float, str]:
     """The wall time and the CPU time (user + system: what a loaded machine does not inflate) of
     ``commands`` run one after the other, and what they printed, joined as the workflow joined
     them (a blank line between)."""
@@ -237,8 +240,9 @@ def timed(root: Path, *commands: List[str]) -> Tuple[float, float, str]:
     cpu = 0.0
     started = time.perf_counter()
     for args in commands:
+        env = dict(os.environ, PYTHONPATH=str(tree)) if tree is not None else None  # another checkout's trainspec
         proc = subprocess.Popen([*trainspec(), *args], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                text=True, env=env)
         out, err = proc.communicate()
         if proc.returncode:
             raise SystemExit(f"trainspec {' '.join(args)} failed:\n{out}{err}")
@@ -265,16 +269,19 @@ PLAN = ["plan", "--git", "main", "specs/", "--format", "markdown"]
 DIFF = ["diff", "--git", "main", "specs/", "--format", "markdown"]
 
 
-def measure(root: Path, runs: int) -> Tuple[Dict[str, List[float]], str, str]:
-    samples: Dict[str, List[float]] = {"review": [], "plan_and_diff": [], "review_cpu": [], "plan_and_diff_cpu": []}
+def measure(root: Path, runs: int, baseline: Optional[Path]) -> Tuple[Dict[str, List[float]], str, str]:
+    """Interleaved: review, plan + diff, and (``baseline``) plan + diff of another checkout."""
+    samples: Dict[str, List[float]] = {}
     comment = before = ""
     for attempt in range(runs + 1):  # the first round warms the page cache and bytecode, and is dropped
-        review, review_cpu, comment = timed(root, REVIEW)
-        both, both_cpu, before = timed(root, PLAN, DIFF)
+        measured = {"review": timed(root, REVIEW), "plan_and_diff": timed(root, PLAN, DIFF)}
+        if baseline is not None:
+            measured["baseline_plan_and_diff"] = timed(root, PLAN, DIFF, tree=baseline)
+        comment, before = measured["review"][2], measured["plan_and_diff"][2]
         if attempt:
-            for key, value in (("review", review), ("plan_and_diff", both), ("review_cpu", review_cpu),
-                               ("plan_and_diff_cpu", both_cpu)):
-                samples[key].append(value)
+            for key, (wall, cpu, _) in measured.items():
+                samples.setdefault(key, []).append(wall)
+                samples.setdefault(f"{key}_cpu", []).append(cpu)
     return samples, comment, before
 
 
@@ -288,32 +295,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="build the repository here and keep it (default: a temporary folder)")
+    parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                        help="also time plan + diff of the trainspec in this checkout (e.g. the tree before "
+                             "review: /work/main), on PYTHONPATH")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="trainspec-review-bench-"))
     try:
         root = make_repository(args.keep or scratch / "repo")
-        samples, comment, before = measure(root, args.runs)
+        samples, comment, before = measure(root, args.runs, args.baseline)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if comment != before:
         raise SystemExit("review's comment is not what plan and diff printed")
-    review, both, review_cpu, both_cpu = (statistics.median(samples[k]) for k in
-                                          ("review", "plan_and_diff", "review_cpu", "plan_and_diff_cpu"))
+    median = {k: statistics.median(v) for k, v in samples.items()}
     shared = said_once(comment)
     load = os.getloadavg()[0]
     result = {"specs": 236, "runs": args.runs, "cpus": os.cpu_count(), "load_average_1min": load,
-              "review_median_s": review, "plan_and_diff_median_s": both, "ratio": review / both,
-              "review_cpu_median_s": review_cpu, "plan_and_diff_cpu_median_s": both_cpu,
+              "baseline": str(args.baseline) if args.baseline else None,
+              **{f"{k}_median_s": v for k, v in median.items()},
               "comment_chars": len(comment), **shared, "samples": samples}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "review_repo.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"236 specs, {os.cpu_count()} cores (load average {load:.1f}), median of {args.runs}:\n"
-          f"  review --git:              {review:6.2f} s wall, {review_cpu:6.2f} s CPU\n"
-          f"  plan --git + diff --git:   {both:6.2f} s wall, {both_cpu:6.2f} s CPU\n"
-          f"  review / (plan + diff):    {review / both:.2f} wall, {review_cpu / both_cpu:.2f} CPU\n"
-          f"  comment: {len(comment):,} characters (GitHub's limit 65,536); said once: {shared['shared_changes']} "
+    print(f"236 specs, {os.cpu_count()} cores (load average {load:.1f}), median of {args.runs}:")
+    labels = {"review": "review --git", "plan_and_diff": "plan --git + diff --git",
+              "baseline_plan_and_diff": f"plan + diff of {args.baseline}"}
+    for key, label in labels.items():
+        if key in median:
+            print(f"  {label + ':':40} {median[key]:6.2f} s wall, {median[key + '_cpu']:6.2f} s CPU"
+                  + (f"  (review: {median['review'] / median[key]:.2f}x wall, "
+                     f"{median['review_cpu'] / median[key + '_cpu']:.2f}x CPU)" if key != "review" else ""))
+    print(f"  comment: {len(comment):,} characters (GitHub's limit 65,536); said once: {shared['shared_changes']} "
           f"shared change(s), naming {shared['jobs_per_shared_change']} jobs")
-
 
 if __name__ == "__main__":
     main()
