@@ -20,6 +20,7 @@ Examples:
   trainspec compile specs/mnist-lightning.yaml --set resources.nodes=4
   trainspec run specs/mnist-lightning.yaml --local --procs-per-node 2
   trainspec submit specs/mnist-lightning.yaml --follow   submit, stream the logs, exit with the outcome
+  trainspec review --git origin/main              a pull request's comment: its cost, plan and diff
   trainspec schema > trainspec.schema.json        JSON Schema for editors
 """
 # Each command: its module (trainspec/cli/<module>.py, imported only when the command runs) and
