@@ -24,12 +24,12 @@ def command(args: argparse.Namespace) -> int:
         if diffs is None:
             return 1
         planned = [sides[1].jobs[d.name] for d in diffs if d.status != "removed"]
-        plans = [make_plan(o, Path(args.out).as_posix(), d.edited)
+        plans = [make_plan(o, Path(args.out).as_posix(), d.edited, sides[1].catalogs.get(o.valid.name))
                  for o, d in zip(planned, [d for d in diffs if d.status != "removed"])]
         if args.submitted:
             _ask(planned, plans, args)
         removed = [{"name": d.name, "spec": d.spec} for d in diffs if d.status == "removed"]
-        summary = summarise(sides[0].jobs, sides[1].jobs, diffs)
+        summary = summarise(sides[0].jobs, sides[1].jobs, diffs, (sides[0].catalogs, sides[1].catalogs))
         rerun = _rerun(args, "--format", "text")
         print(plan_document(plans, removed, args.format, args.git, args.max_chars, rerun, summary))
         return 0

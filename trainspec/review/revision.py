@@ -29,6 +29,9 @@ class Side:
     jobs: Dict[str, Outcome] = field(default_factory=dict)
     errors: List[Diagnostic] = field(default_factory=list)
     invalid: Dict[str, List[Diagnostic]] = field(default_factory=dict)
+    # by job name, the team catalog (trainspec-skus.yaml) of its tree: its region and prices price
+    # the job (review/cost.py), read while the tree (a revision's, removed after) is there
+    catalogs: Dict[str, Any] = field(default_factory=dict)
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -120,6 +123,7 @@ def compile_side(root: Path, paths: Sequence[str], out: str, label: Optional[str
     the ``established`` ones (the specs of the base revision) first: a copy that kept its
     original's name is the one that gets the error."""
     from trainspec.build import claim_names
+    from trainspec.spec.skus import catalog_for
 
     side = Side()
     known = set(established)
@@ -138,6 +142,7 @@ def compile_side(root: Path, paths: Sequence[str], out: str, label: Optional[str
                 side.invalid[Path(outcome.file).as_posix()] = errors
             elif outcome.valid is not None:
                 side.jobs[outcome.valid.name] = outcome
+                side.catalogs[outcome.valid.name] = catalog_for(outcome.valid.source.dir)[0]
     return side
 
 
