@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from trainspec import build as pipeline
 from trainspec.build import Outcome
 from trainspec.core import markdown as md_
 from trainspec.review.comment import SUMMARY_LIMIT
@@ -101,6 +102,9 @@ class CostRow:
         price = _change(_per_hour(a), _per_hour(b), str,
                         lambda d: ("+" if d >= 0 else "-") + _usd(abs(d)) + "/h",
                         (a.per_hour if a and a.billed else None), (b.per_hour if b and b.billed else None))
+        latest = b if b is not None else a
+        if not isinstance(latest, Totals) and latest.assumed and latest.per_hour is not None:
+            price += "; sku not enforced"
         most_a, most_b = _most(a), _most(b)
         if a is None:
             most = f"{most_b} (new)"
@@ -150,7 +154,8 @@ def totals(costs: Sequence[Any]) -> Totals:
 def _key(cost: Any) -> Tuple[Any, ...]:
     if isinstance(cost, Totals):
         return (cost.gpus, cost.per_hour, cost.most, cost.unpriced, cost.unbounded, cost.held)
-    return (cost.gpus, cost.per_hour, cost.seconds, cost.billed, cost.unbounded, tuple(cost.missing()))
+    return (cost.gpus, cost.per_hour, cost.seconds, cost.billed, cost.unbounded, tuple(cost.missing()),
+            bool(cost.assumed))
 
 
 def _change(a: Any, b: Any, show: Callable[[Any], str], diff: Callable[[Any], str],
@@ -219,7 +224,8 @@ def prices_note(costs: Sequence[Any]) -> str:
     if team:
         note += f"; the team's own prices ({', '.join(files)}) for {', '.join(team)}"
     return (note + ". Spot and low priority at the spot rate, a Ray head at the regular rate; Slurm, HPC Pack "
-            "and Kubernetes run on the team's own nodes: what those nodes cost is said, never a bill per job.")
+            "and Kubernetes run on the team's own nodes: what those nodes cost is said, never a bill per job; "
+            "\"sku not enforced\": the target's cluster decides the machines, priced as if they were the sku.")
 
 
 @dataclass
@@ -421,6 +427,7 @@ class TargetCost:
     billed: bool  # billed per job (False: the team's own nodes)
     unbounded: str = ""  # why there is no maximum beyond the time limit (a Ray cluster kept after the job)
     team_file: Optional[str] = None  # the team catalog's file name, when it prices the job
+    assumed: str = ""  # what decides the machines where the sku does not (priced as if they were the sku)
 
     @property
     def per_hour(self) -> Optional[float]:
@@ -450,6 +457,8 @@ class TargetCost:
             what = "; ".join(p.said() for p in self.parts)
             return f"{gpus}; no price {where}: {what} (trainspec skus lists the prices; prices: in the team file sets one)"
         parts = " + ".join(p.said() for p in self.parts)
+        if self.assumed:
+            parts += f"; priced as the sku, which is not enforced here: {self.assumed}"
         if not self.billed:
             return (f"{gpus}; not billed per job: {self.target} runs on the team's own nodes ({TEAM_CLUSTERS[self.target]}, "
                     f"paid whether or not a job runs); the {sum(p.count for p in self.parts)} node(s) it holds cost "
@@ -531,4 +540,6 @@ def target_cost(outcome: Outcome, target: str, catalog: Optional[Any] = None) ->
     if target == "azureml":
         spot = lower._queue_settings(valid, lower._compute_name(valid)).get("job_tier") == "spot"
     parts = (part(valid.nodes, size, spot),) if size else ()
-    return TargetCost(target, gpus_, parts, region, limit, target not in TEAM_CLUSTERS, team_file=team)
+    found = pipeline.hardware(valid, target) if valid.sku is not None else None
+    return TargetCost(target, gpus_, parts, region, limit, target not in TEAM_CLUSTERS, team_file=team,
+                      assumed=found.by if found is not None and not found.enforced else "")
