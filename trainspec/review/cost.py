@@ -250,6 +250,11 @@ class Summary:
         before, after = self.total
         delta = f" ({after - before:+,})" if after != before else ""
         what = (f"{costly} job{'' if costly == 1 else 's'} with cost changes" if costly else "no cost changes")
+        named = {r.name for r in self.rows if r.changes}
+        priced = len({r.job for r in self.table if r.job is not None and r.job not in named})
+        if priced:  # no fact of theirs changed, their price did (the team's prices, say)
+            what = (f"{what}; " if costly else "") + f"{priced} {'more ' if costly else ''}job{'' if priced == 1 else 's'} " \
+                   f"whose price changes"
         if edited:
             what += f"; {edited} job{'' if edited == 1 else 's'} where what CI would submit is not what the spec says"
         head = f"GPUs of all jobs: {before:,} → {after:,}{delta}; {what}"
