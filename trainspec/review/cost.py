@@ -463,7 +463,7 @@ class TargetCost:
             return f"{gpus}; no price {where}: {what} (trainspec skus lists the prices; prices: in the team file sets one)"
         parts = " + ".join(p.said() for p in self.parts)
         if self.assumed:
-            parts += f"; priced as the sku, which is not enforced here: {self.assumed}"
+            where += f"; priced as the sku, which is not enforced here: {self.assumed}"
         if not self.billed:
             return (f"{gpus}; not billed per job: {self.target} runs on the team's own nodes ({TEAM_CLUSTERS[self.target]}, "
                     f"paid whether or not a job runs); the {sum(p.count for p in self.parts)} node(s) it holds cost "
