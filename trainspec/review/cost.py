@@ -223,9 +223,10 @@ def prices_note(costs: Sequence[Any]) -> str:
             f"priced in {', '.join(regions) or 'no region'}")
     if team:
         note += f"; the team's own prices ({', '.join(files)}) for {', '.join(team)}"
-    return (note + ". Spot and low priority at the spot rate, a Ray head at the regular rate; Slurm, HPC Pack "
-            "and Kubernetes run on the team's own nodes: what those nodes cost is said, never a bill per job; "
-            "\"sku not enforced\": the target's cluster decides the machines, priced as if they were the sku.")
+    return (note + ". Spot and low priority at the spot rate, a Ray head at the regular rate; a job on the team's "
+            "own nodes (a Slurm partition, an HPC Pack node group, a Kubernetes node pool) says what those nodes "
+            "cost, never a bill per job; \"sku not enforced\": the target's cluster decides the machines, priced "
+            "as if they were the sku.")
 
 
 @dataclass
@@ -527,7 +528,7 @@ def target_cost(outcome: Outcome, target: str, catalog: Optional[Any] = None) ->
     if target == "ray":
         settings = valid.spec.targets.ray
         region = prices.region_for(catalog, settings.location, "targets.ray.location")
-        limit = lower.job_request(valid).timeout
+        limit = valid.spec.timeout  # the job request's: the driver enforces it (lower.job_request)
         workers = valid.nodes - 1 if settings.head == "worker" else valid.nodes
         spot = bool(valid.spec.resources.spot)
         parts = []

@@ -34,8 +34,11 @@ def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = (), catal
     from trainspec.jobs.command import platform_name
     from trainspec.review.cost import target_cost
 
+    from trainspec.spec.skus import catalog_for
+
     valid = outcome.valid
     spec = valid.spec
+    catalog = catalog if catalog is not None else catalog_for(valid.source.dir)[0]
     targets = []
     for artifact in outcome.artifacts:
         launcher = pipeline.launcher(valid, artifact.target)
