@@ -287,8 +287,9 @@ class Summary:
         cells = [(r, [r.job, r.target, *r.cells()]) for r in self.table]
         if not md:
             width = max(len(md_.visible(r.job or "all jobs")) for r in self.table)
-            out = [f"  {md_.visible(c[0] or 'all jobs'):<{width}}  {c[1]:<10}  GPUs {c[2]}; {c[3]}; {c[4]}"
-                   for _, c in cells]
+            out = [f"  {'job':<{width}}  {'target':<10}  GPUs; price per hour; the most it can cost"]
+            out += [f"  {md_.visible(c[0] or 'all jobs'):<{width}}  {c[1]:<10}  GPUs {c[2]}; {c[3]}; {c[4]}"
+                    for _, c in cells]
             return "\n".join(out + [f"  ({self.note})"])
 
         def line(row: CostRow, values: List[Optional[str]]) -> str:
