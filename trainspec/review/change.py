@@ -21,7 +21,9 @@ from trainspec.review.revision import Side
 @dataclass
 class Change:
     """The jobs whose compiled outputs change since ``base`` (``diffs``), with both compiled
-    sides; ``out``: the output folder as the user names it, for the paths a plan shows."""
+    sides; ``out``: the output folder as the user names it, for the paths a plan shows. Each
+    side prices its jobs with its own team catalogs (``Side.catalogs``, read in its own tree):
+    the summary, and so plan, diff and review alike, see a change of the team's prices."""
 
     base: str
     old: Side
@@ -34,7 +36,8 @@ class Change:
     def summary(self) -> Summary:
         """What the change costs (review/cost.py): computed once, opens the plan."""
         if self._summary is None:
-            self._summary = summarise(self.old.jobs, self.new.jobs, self.diffs)
+            self._summary = summarise(self.old.jobs, self.new.jobs, self.diffs,
+                                      (self.old.catalogs, self.new.catalogs))
         return self._summary
 
     def planned(self) -> List[Outcome]:
@@ -43,7 +46,8 @@ class Change:
 
     def plans(self) -> List[Dict[str, Any]]:
         kept = [d for d in self.diffs if d.status != "removed"]
-        return [make_plan(o, self.out, d.edited) for o, d in zip(self.planned(), kept)]
+        return [make_plan(o, self.out, d.edited, self.new.catalogs.get(d.name))
+                for o, d in zip(self.planned(), kept)]
 
     def removed(self) -> List[Dict[str, str]]:
         return [{"name": d.name, "spec": d.spec} for d in self.diffs if d.status == "removed"]

@@ -29,6 +29,9 @@ class Side:
     jobs: Dict[str, Outcome] = field(default_factory=dict)
     errors: List[Diagnostic] = field(default_factory=list)
     invalid: Dict[str, List[Diagnostic]] = field(default_factory=dict)
+    # by job name, the team catalog (trainspec-skus.yaml) of its tree: its region and prices price
+    # the job (review/cost.py), read while the tree (a revision's, removed after) is there
+    catalogs: Dict[str, Any] = field(default_factory=dict)
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -130,13 +133,19 @@ def compile_side(root: Path, paths: Sequence[str], out: str, label: Optional[str
     original's name is the one that gets the error. ``same``: the other side's outcomes, taken
     (a copy) for a spec whose every input is the same here, instead of compiling it again."""
     from trainspec.build import claim_names
+    from trainspec.spec.skus import catalog_for
 
     side = Side()
     known = {Path(f).as_posix() for f in established}
     files = spec_files(root, paths, extends)
     with working_in(root):
         files.sort(key=lambda f: (Path(f).as_posix() not in known, f))
-        outcomes = [(same and same.outcome(file, extends)) or build(file, Path(out), **options) for file in files]
+        outcomes, taken = [], {}  # id of a copy -> its spec here
+        for file in files:
+            copy = same.outcome(file, extends) if same is not None else None
+            if copy is not None:
+                taken[id(copy)] = Path(os.path.abspath(file))
+            outcomes.append(copy or build(file, Path(out), **options))
         claim_names(outcomes)
         for outcome in outcomes:
             if label:
@@ -147,6 +156,10 @@ def compile_side(root: Path, paths: Sequence[str], out: str, label: Optional[str
                 side.invalid[Path(outcome.file).as_posix()] = errors
             elif outcome.valid is not None:
                 side.jobs[outcome.valid.name] = outcome
+                # the catalog of this tree: a copy's spec (Unchanged) lies in the other tree, and
+                # this tree is gone once the side is compiled
+                spec_dir = taken[id(outcome)].parent if id(outcome) in taken else outcome.valid.source.dir
+                side.catalogs[outcome.valid.name] = catalog_for(spec_dir)[0]
     return side
 
 
