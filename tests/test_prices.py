@@ -300,6 +300,52 @@ def test_a_change_of_the_team_prices_shows_though_no_job_file_changes(repo):
     job = next(r for r in table_rows(md) if r[0] == "mnist-lightning")
     assert job[3].startswith("$180.00/h → $140.00/h (-$40.00/h)")
     assert "the team's own prices (trainspec-skus.yaml) for Standard_ND96isr_H100_v5" in md.replace("\\", "")
+    # review --git prints the same comment, opening with the same cost table (review/change.py
+    # prices both sides with their own team file for plan, diff and review alike)
+    review = ts("review", "--git", "main", cwd=repo, check=True).stdout
+    assert review.startswith(md.rstrip("\n") + "\n\n")
+    assert table_rows(review) == table_rows(md)
+
+
+def test_a_spec_taken_from_the_working_tree_at_the_base_is_priced_by_the_bases_team_file(
+        repo, monkeypatch, capsys):
+    """A spec whose every input (its team file included) is the same at the base is not compiled
+    there again (revision.Unchanged), yet the base side's catalog is read in the base's tree,
+    never the working tree's file."""
+    from trainspec.cli import main
+    from trainspec.review import change as change_module, revision
+
+    (repo / "trainspec-skus.yaml").write_text(f"prices:\n  {H100}: {{pay_as_you_go: 90}}\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "our rate", cwd=repo)
+    git("checkout", "-q", "-b", "edit", cwd=repo)
+    edit(repo / "specs" / "single-node.yaml", "name: single-node", "name: single-node-2")
+    git("commit", "-q", "-am", "rename a job", cwd=repo)
+    built, priced = [], []
+    real_build, real_summarise = revision.build, change_module.summarise
+
+    def counting(file, *args, **kwargs):
+        built.append((os.getcwd(), Path(file).as_posix()))
+        return real_build(file, *args, **kwargs)
+
+    def recording(old_jobs, new_jobs, diffs, catalogs=({}, {})):
+        priced.append(catalogs)
+        return real_summarise(old_jobs, new_jobs, diffs, catalogs)
+
+    monkeypatch.setattr(revision, "build", counting)
+    monkeypatch.setattr(change_module, "summarise", recording)
+    monkeypatch.chdir(repo)
+    with pytest.raises(SystemExit) as done:
+        main(["review", "--git", "main", "specs/"])
+    assert done.value.code == 0, capsys.readouterr().err
+    at_base = [f for cwd, f in built if Path(cwd) != repo]
+    assert "specs/mnist-lightning.yaml" not in at_base and "specs/single-node.yaml" in at_base, built
+    (old, new), = priced
+    root = Path(os.path.realpath(repo))
+    assert Path(os.path.realpath(new["mnist-lightning"].team_file)) == root / "trainspec-skus.yaml"
+    base_file = old["mnist-lightning"].team_file
+    assert base_file.name == "trainspec-skus.yaml" and root not in Path(os.path.realpath(base_file)).parents
+    assert old["mnist-lightning"].prices == new["mnist-lightning"].prices
 
 
 def test_added_and_removed_jobs_are_in_the_table_with_the_totals(repo):
