@@ -348,6 +348,19 @@ def test_a_spec_taken_from_the_working_tree_at_the_base_is_priced_by_the_bases_t
     assert old["mnist-lightning"].prices == new["mnist-lightning"].prices
 
 
+def test_a_team_region_without_the_price_leaves_the_totals_saying_so_never_zero(repo):
+    """A team region where H100 has no price (westus2 in the snapshot), no job file changed: the
+    job says `no price` and the totals count it as one without a price, never `up to $0.00` alone."""
+    git("checkout", "-q", "-b", "west", cwd=repo)
+    (repo / "trainspec-skus.yaml").write_text("region: westus2\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "our region", cwd=repo)
+    by = {(r[0], r[1]): r for r in table_rows(plan_md(repo))[1:]}
+    assert by[("mnist-lightning", "azureml")][3].endswith(f"→ no price ({H100} in westus2)")
+    most = by[("all jobs", "azureml")][4]
+    assert most.split(", was ")[0].endswith(" + 1 job(s) without a price"), most
+
+
 def test_added_and_removed_jobs_are_in_the_table_with_the_totals(repo):
     git("rm", "-q", "specs/single-node.yaml", cwd=repo)
     shutil.copy(REPO / "specs" / "slurm-ddp.yaml", repo / "specs" / "slurm-ddp.yaml")

@@ -200,6 +200,8 @@ def _most(cost: Any) -> Optional[str]:
         said = f"up to {_usd(cost.most or 0)}"
         if cost.unbounded:
             said += f" + {cost.unbounded} job(s) with no maximum"
+        if cost.unpriced:  # never "up to $0.00" alone when a job has no price to bound it
+            said += f" + {cost.unpriced} job(s) without a price"
         return said
     if not cost.billed:
         return "not billed per job"
