@@ -357,6 +357,8 @@ def test_a_team_region_without_the_price_leaves_the_totals_saying_so_never_zero(
     git("commit", "-q", "-m", "our region", cwd=repo)
     by = {(r[0], r[1]): r for r in table_rows(plan_md(repo))[1:]}
     assert by[("mnist-lightning", "azureml")][3].endswith(f"→ no price ({H100} in westus2)")
+    price = by[("all jobs", "azureml")][3]  # no difference of totals over different priced jobs
+    assert price.endswith(" + 1 job(s) without a price") and "(-" not in price, price
     most = by[("all jobs", "azureml")][4]
     assert most.split(", was ")[0].endswith(" + 1 job(s) without a price"), most
 

@@ -99,9 +99,12 @@ class CostRow:
         """GPUs, price per hour, the most it can cost: before → after, in words."""
         a, b = self.before, self.after
         gpus = _change(a.gpus if a else None, b.gpus if b else None, str, lambda d: f"{d:+,}")
+        # totals over different sets of priced jobs have no meaningful difference: none is said
+        partial = isinstance(a, Totals) and isinstance(b, Totals) and a.unpriced != b.unpriced
         price = _change(_per_hour(a), _per_hour(b), str,
                         lambda d: ("+" if d >= 0 else "-") + _usd(abs(d)) + "/h",
-                        (a.per_hour if a and a.billed else None), (b.per_hour if b and b.billed else None))
+                        (a.per_hour if a and a.billed and not partial else None),
+                        (b.per_hour if b and b.billed and not partial else None))
         latest = b if b is not None else a
         if not isinstance(latest, Totals) and latest.assumed and latest.per_hour is not None:
             price += "; sku not enforced"
