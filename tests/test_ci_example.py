@@ -88,6 +88,12 @@ def test_review_job_comments_once_and_gates_on_check():
     comment = names.index("Post them as one comment (updated on every push)")
     gate = names.index("Gate - the committed outputs are what the specs compile to")
     assert comment < gate  # the comment is posted even when the gate then fails
+    # one command writes the whole comment (cost, plan, diff), compiling each revision once
+    written = names.index("Review of the jobs this pull request changes")
+    assert written < comment
+    assert review["steps"][written]["run"] == 'trainspec review --git "$BASE" specs/ > comment.md'
+    scripts = [s["run"] for s in review["steps"] if "run" in s]
+    assert not [r for r in scripts if "trainspec plan" in r or "trainspec diff" in r], scripts
     assert review["steps"][comment]["uses"].startswith("marocchino/sticky-pull-request-comment@")
     assert review["steps"][comment]["with"]["path"] == "comment.md"
     assert review["steps"][gate]["run"] == "trainspec check specs/ --out build/"
@@ -126,16 +132,21 @@ def test_comment_step_on_a_pull_request_branch(repo):
     edit(repo / "specs" / "mnist-lightning.yaml", "  nodes: 2\n", "  nodes: 4\n")
     ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
     git("commit", "-q", "-am", "4 nodes", cwd=repo)
-    proc = run_step("review", "Plan and diff of the jobs this pull request changes", repo, BASE="main")
+    proc = run_step("review", "Review of the jobs this pull request changes", repo, BASE="main")
     assert proc.returncode == 0, proc.stderr
     comment = (repo / "comment.md").read_text()
     assert comment.startswith("# trainspec plan: 1 job changed since main\n\n**Cost: GPUs of all jobs: 26 → 42 "
-                              "(\\+16); 1 job with cost changes**\n\n"
-                              "- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`"
-                              "\n\n## mnist-lightning")
+                              "(\\+16); 1 job with cost changes**\n\n| job | target | GPUs |")  # the cost table
+    assert ("| `mnist-lightning` | azureml | 16 → 32 (\\+16) | \\$196.64/h → \\$393.28/h (\\+\\$196.64/h)"
+            in comment)
+    assert ("\n\n- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`\n\n## mnist-lightning" in comment)
     assert "\n# trainspec diff since main: 1 job changed\n\n## mnist-lightning (specs/mnist-lightning.yaml)\n" \
            "**resources.nodes 2 → 4; world 16 → 32**" in comment
     assert "single-node" not in comment and "hpcpack-ddp" not in comment
+    # what the workflow posted before review: plan, a blank line, diff
+    plan, diff = (ts(command, "--git", "main", "specs/", "--format", "markdown", cwd=repo, check=True).stdout
+                  for command in ("plan", "diff"))
+    assert comment == plan + "\n" + diff
     assert run_step("review", "Gate - the committed outputs are what the specs compile to", repo).returncode == 0
 
 

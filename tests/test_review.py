@@ -249,8 +249,10 @@ def test_plan_over_a_folder_and_over_what_a_branch_changes(repo):
     md = ts("plan", "--git", "main", "--format", "markdown", cwd=repo, check=True).stdout
     # the cost summary first (never cut), then each job's plan
     assert md.startswith("# trainspec plan: 1 job changed since main\n\n**Cost: GPUs of all jobs: 26 → 40 (\\+14); "
-                         "2 jobs with cost changes**\n\n- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`\n"
-                         "- `single-node`: removed job, GPUs `2` → `0`: ")
+                         "2 jobs with cost changes**\n\n| job | target | GPUs | price per hour |")
+    # the cost table (tests/test_prices.py), then what changes job by job
+    assert ("\n\n- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`\n"
+            "- `single-node`: removed job, GPUs `2` → `0`: ") in md.split("\n## ")[0]
     assert "\n\n## mnist-lightning" in md
     assert "world 32 = 4 node(s) x 8 process(es)" in md and "hpcpack-ddp" not in md
     assert "## removed jobs\n- single-node (specs/single-node.yaml)" in md
@@ -396,8 +398,9 @@ def test_the_specs_timeout_opens_the_cost_summary(repo):
     edit(spec, "  nodes: 2\n", "  nodes: 4\n")
     md = ts("plan", "--git", "HEAD", "--format", "markdown", cwd=repo, check=True).stdout
     assert md.startswith("# trainspec plan: 1 job changed since HEAD\n\n**Cost: GPUs of all jobs: 26 → 42 (\\+16); "
-                         "1 job with cost changes**\n\n- `mnist-lightning`: timeout `24h` → `2d`; nodes `2` → `4`; "
-                         "GPUs `16` → `32`\n"), md[:400]
+                         "1 job with cost changes**\n\n| job | target |"), md[:400]
+    assert ("\n\n- `mnist-lightning`: timeout `24h` → `2d`; nodes `2` → `4`; GPUs `16` → `32`\n"
+            in md.split("\n## ")[0]), md[:2000]
     data = json.loads(ts("plan", "--git", "HEAD", "--format", "json", cwd=repo, check=True).stdout)
     assert data["cost"]["jobs"][0]["changes"][0] == {"field": "timeout", "before": "24h", "after": "2d"}
     diff = json.loads(ts("diff", "--git", "HEAD", "--format", "json", cwd=repo, check=True).stdout)

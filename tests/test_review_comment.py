@@ -334,7 +334,11 @@ def test_no_spec_value_can_forge_the_comment(repo):
     for job in ("fresh", "hostile", "single-node"):  # every job's heading, in plan and in diff
         assert sum(h.startswith(f"{job} (") for h in headings) == 2, headings
     assert f"fresh (specs/{odd_file})" in headings
-    assert all(cells == 2 for cells in seen.rows), seen.rows  # every table row: a label and a value
+    # the cost table first (job, target, GPUs, price per hour, the most), header and a row per job
+    # and target, its totals too; then every table row of the plan: a label and a value
+    cost_rows = text.split("\n## ", 1)[0].count("\n| ") - 1  # less the |---| line
+    assert cost_rows >= 3 and seen.rows[:cost_rows] == [5] * cost_rows, seen.rows
+    assert all(cells == 2 for cells in seen.rows[cost_rows:]), seen.rows
     for value in HOSTILE:
         assert shown(value) in seen.text, value  # the value's text, verbatim (line breaks escaped)
     assert 'V0 plain → "ok\\n<!--"' in seen.text  # the diff's summary line

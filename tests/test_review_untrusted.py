@@ -257,7 +257,11 @@ def test_a_summary_larger_than_the_plans_share_takes_its_room_from_the_rest(repo
     summary = opening(text)
     assert len(summary) > PLAN_BUDGET  # more than the plan's share of the comment: the diff made room
     assert len(text) < 60_000, len(text)
+    table = summary.split("\n\n- ", 1)[0]  # the cost table: every new job, whole
     for name in names:
-        assert f"- `{name}`: new job, GPUs `2`: nodes `1`, GPUs per node `2`" in summary, name
+        assert f"| `{name}` | azureml | 2 (new) |" in table, name
+    # the jobs' facts after it, as many as fit, then the command that lists them all
+    assert f"- `{names[0]}`: new job, GPUs `2`: nodes `1`, GPUs per node `2`" in summary
+    assert "more job(s): `trainspec plan --git HEAD" in summary or f"- `{names[-1]}`: new job" in summary
     assert f"GPUs of all jobs: 26 → {26 + 400} (\\+400); 200 jobs with cost changes**" in summary
     assert text.count("Cut to fit one comment") == 2  # the plan's jobs and the diff: cut, saying where the rest is

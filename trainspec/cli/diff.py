@@ -19,17 +19,12 @@ def command(args: argparse.Namespace) -> int:
     from trainspec.review.diff import diff_outcomes, render_diffs
 
     if args.git:
-        diffs, sides = _git_diffs(args)
-        if diffs is None:
-            return 1
-        max_chars = args.max_chars
-        if max_chars is None and args.format == "markdown":  # the comment's plan opens with the cost summary
-            from trainspec.review.comment import shares
-            from trainspec.review.cost import summarise
+        from trainspec.review.change import diff_text
 
-            summary = summarise(sides[0].jobs, sides[1].jobs, diffs)
-            max_chars = shares(len(summary.render(args.format, _plan_rerun(args))))[1]
-        print(render_diffs(diffs, args.format, args.git, max_chars, _rerun(args, "--format", "text")))
+        change = git_change(args)
+        if change is None:
+            return 1
+        print(diff_text(change, args.format, args.max_chars, _rerun(args, "--format", "text"), _plan_rerun(args)))
         return 0
     if len(args.paths) == 1 and (args.sets or args.variables):
         pairs = [(args.paths[0], (), ()), (args.paths[0], args.sets, args.variables)]
@@ -56,12 +51,17 @@ def _plan_rerun(args: argparse.Namespace) -> str:
     return shlex.join(_rerun(argparse.Namespace(**{**vars(args), "command": "plan"}), "--format", "text"))
 
 
-def _git_diffs(args: argparse.Namespace):
+def git_change(args: argparse.Namespace):
     """Compile every spec under PATHS in the working tree and at --git BASE, from the
-    repository root on both sides; returns (job diffs, (base side, head side)) or (None, None)."""
+    repository root on both sides, each once; returns the review.change.Change (the job diffs and
+    both sides), or None when the working tree's specs do not compile (their errors printed).
+    A repository or revision that is not there is a UsageError."""
     import subprocess
+    from contextlib import ExitStack
 
     from trainspec.review import revision as review
+    from trainspec.review.cache import Extends
+    from trainspec.review.change import Change
 
     cwd = Path.cwd()
     try:
@@ -74,18 +74,26 @@ def _git_diffs(args: argparse.Namespace):
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     options = dict(requested=args.targets, sets=args.sets, variables=args.variables)
-    try:
-        with review.revision_tree(args.git, root) as tree:
-            old = review.compile_side(tree, paths, out, args.git, **options)
-    except subprocess.CalledProcessError:
-        raise UsageError(f"--git {args.git}: not a revision of the repository at {root}") from None
-    established = [o.valid.source.display for o in old.jobs.values()] + list(old.invalid)
-    new = review.compile_side(root, paths, out, None, established, **options)
-    if new.errors:  # the change must compile; the base may not have (this change may be its fix)
-        for d in new.errors:
-            _err(d.render())
-        _err(f"trainspec: {len(new.errors)} error(s); fix the specs first")
-        return None, None
+    extends = Extends()  # what each file extends, by its bytes: both sides, and the next run, share it
+    with ExitStack() as stack:
+        try:
+            tree = stack.enter_context(review.revision_tree(args.git, root))
+        except subprocess.CalledProcessError:
+            raise UsageError(f"--git {args.git}: not a revision of the repository at {root}") from None
+        # the working tree first, the base's specs claiming their job names first (a copy that kept
+        # its original's name gets the error); then the base, where a spec whose every input is
+        # the same is the working tree's outcome again, not a second compile
+        established = review.spec_files(tree, paths, extends)
+        new = review.compile_side(root, paths, out, None, established, extends, **options)
+        if new.errors:  # the change must compile; the base may not have (this change may be its fix)
+            for d in new.errors:
+                _err(d.render())
+            _err(f"trainspec: {len(new.errors)} error(s); fix the specs first")
+            return None
+        same = review.Unchanged(new, root, tree, out)
+        old = review.compile_side(tree, paths, out, args.git, (), extends, same, **options)
+    extends.save()
     for d in old.errors:
         _err(d.render().replace(": error: ", ": note: (at the base revision) ", 1))
-    return review.compare(old, new, out, review.changed_since(args.git, root), root), (old, new)
+    diffs = review.compare(old, new, out, review.changed_since(args.git, root), root)
+    return Change(args.git, old, new, diffs, Path(args.out).as_posix())

@@ -20,6 +20,7 @@ Examples:
   trainspec compile specs/mnist-lightning.yaml --set resources.nodes=4
   trainspec run specs/mnist-lightning.yaml --local --procs-per-node 2
   trainspec submit specs/mnist-lightning.yaml --follow   submit, stream the logs, exit with the outcome
+  trainspec review --git origin/main              a pull request's comment: its cost, plan and diff
   trainspec schema > trainspec.schema.json        JSON Schema for editors
 """
 # Each command: its module (trainspec/cli/<module>.py, imported only when the command runs) and
@@ -31,6 +32,7 @@ COMMANDS = {
     "check": ("check", 'CI gate: recompile in memory and fail (exit 1) for every output under OUT that is stale (its spec changed), hand-edited, missing, orphaned (its spec is gone) or foreign (not written by trainspec), each with the command that fixes it.'),
     "plan": ("plan", 'What will run, for a reviewer: per job and target the world, nodes x processes, launcher, SKU, spot, environment, and the variables the first and the last rank get. Over files, folders, or (--git BASE) the jobs whose compiled outputs a branch changes: one document.'),
     "diff": ("diff", 'What a change does to the jobs: per job whose compiled outputs change, every changed field of the spec and of the derived job (world, processes, GPUs, env, timeout, target settings), then the diff of each output. --git BASE: every spec in the repository, compiled there and here (a change to an `extends` base or a conda file shows in every job that reads it). BASE.yaml HEAD.yaml: two files. One SPEC with --set/--var: the spec against itself with the overrides. Exit 0 either way: this is for reading.'),
+    "review": ("review", "The pull-request comment of a branch in one command: what it costs, the plan and the diff of every job whose compiled outputs change since the git revision BASE (what `plan --git` then `diff --git` print), compiling each revision once. Markdown by default, within one GitHub comment; text for a log, json for tools. Exit 0 whatever the change (1 when the branch's own specs do not compile): this is for reading."),
     "skus": ("skus", "List the Azure VM sizes trainspec knows: the built-in catalog plus your team's trainspec-skus.yaml (the nearest one from the current folder up to the repository root). Filter by GPU model, GPU count and InfiniBand. With --import, turn what `az vm list-skus --resource-type virtualMachines --output json` printed into entries for trainspec-skus.yaml (printed, or merged into the file given with --write)."),
     "import": ("import_job", 'Turn an existing Azure ML command job (job.yml) into a spec that compiles back to an equivalent job. Whatever the spec cannot carry is reported by field, with its line; a hand-written MPI-env wrapper in the command is dropped (the shim does its work). The spec is printed, or written with -o (never over an existing file), then validated.'),
     "schema": ("schema", 'Print the JSON Schema of the spec (for editors: yaml-language-server). --base: the schema of a base that specs extend (every field optional, names and types checked).'),
@@ -181,6 +183,19 @@ def parser() -> argparse.ArgumentParser:
                      help="markdown for a pull-request comment, json for tools (default: text)")
     max_chars(sub, "diff", "35,000")
     out(sub, "the output directory, for the paths in diff headers")
+    targets(sub)
+    overrides(sub)
+
+    sub = command("review")
+    sub.add_argument("paths", nargs="*", metavar="SPEC|DIR",
+                     help="where to search for specs (default: the whole repository)")
+    sub.add_argument("--git", metavar="BASE", required=True,
+                     help="the git revision the branch is compared with (a branch, a tag, a commit)")
+    sub.add_argument("--format", choices=["markdown", "text", "json"], default="markdown",
+                     help="markdown: one pull-request comment, under 60,000 characters whatever the change "
+                          "(default); text: the whole review, never cut; json: one document for tools "
+                          '({"base", "cost", "plan", "diff"})')
+    out(sub, "the output directory, for the paths in the plan and diff headers")
     targets(sub)
     overrides(sub)
 

@@ -14,24 +14,19 @@ from trainspec.cli.output import _err, _report, _rerun, _summary, _specs
 
 def command(args: argparse.Namespace) -> int:
     from trainspec.build import build_all
-    from trainspec.review.cost import summarise
     from trainspec.review.plan import plan as make_plan, plan_document
 
     if args.git:
-        from trainspec.cli.diff import _git_diffs
+        from trainspec.cli.diff import git_change
+        from trainspec.review.change import plan_text
 
-        diffs, sides = _git_diffs(args)
-        if diffs is None:
+        change = git_change(args)
+        if change is None:
             return 1
-        planned = [sides[1].jobs[d.name] for d in diffs if d.status != "removed"]
-        plans = [make_plan(o, Path(args.out).as_posix(), d.edited)
-                 for o, d in zip(planned, [d for d in diffs if d.status != "removed"])]
+        plans = change.plans()
         if args.submitted:
-            _ask(planned, plans, args)
-        removed = [{"name": d.name, "spec": d.spec} for d in diffs if d.status == "removed"]
-        summary = summarise(sides[0].jobs, sides[1].jobs, diffs)
-        rerun = _rerun(args, "--format", "text")
-        print(plan_document(plans, removed, args.format, args.git, args.max_chars, rerun, summary))
+            _ask(change.planned(), plans, args)
+        print(plan_text(change, args.format, args.max_chars, _rerun(args, "--format", "text"), plans))
         return 0
     files = _specs(args.paths)
     outcomes = build_all(files, Path(args.out), args.targets, sets=args.sets, variables=args.variables)

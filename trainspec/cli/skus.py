@@ -17,11 +17,13 @@ from trainspec.cli.output import UsageError
 def command(args: argparse.Namespace) -> int:
     import json
 
+    from trainspec.spec import prices as price_module
     from trainspec.spec import skus as catalog_module
 
     if args.import_file:
         return _import_skus(args)
     catalog, problems = catalog_module.catalog_for(Path.cwd())
+    region = price_module.region_for(catalog)
     for problem in problems:
         print(problem.render(), file=sys.stderr)
     rows = []
@@ -34,19 +36,27 @@ def command(args: argparse.Namespace) -> int:
             continue
         if sku.retired and not args.retired:
             continue
+        pay, spot = price_module.rates_of(catalog, sku.name, region.name)
         rows.append({"name": sku.name, "gpus": sku.gpus, "gpu": sku.gpu, "gpu_memory_gb": sku.gpu_memory_gb,
                      "vcpus": sku.vcpus, "memory_gb": sku.memory_gb, "infiniband": sku.infiniband,
-                     "retired": sku.retired, "from": origin, "note": sku.note, "vendor": sku.vendor})
+                     "retired": sku.retired, "from": origin, "note": sku.note, "vendor": sku.vendor,
+                     # USD per hour for one VM in the region (None: no price), and where each comes from
+                     "prices": {"pay_as_you_go": pay.usd if pay else None, "spot": spot.usd if spot else None,
+                                "pay_as_you_go_from": pay.origin if pay else None,
+                                "spot_from": spot.origin if spot else None}})
     # the team's clusters and their sizes (computes:, partitions:, node_groups:): what links a
     # spec's sku to the machines a target runs on
     places = {kind: dict(getattr(catalog, kind)) for kind in catalog_module.PLACES}
     if args.format == "json":
         print(json.dumps({"built_in_source": catalog_module.catalog_source(), "team_file":
-                          str(catalog.team_file) if catalog.team_file else None, "skus": rows, **places}, indent=2))
+                          str(catalog.team_file) if catalog.team_file else None, "skus": rows, **places,
+                          "region": region.name, "region_from": region.why,
+                          "prices_source": price_module.snapshot_about()}, indent=2))
         return 1 if problems else 0
-    header = ("size", "GPUs", "GPU", "GPU GB", "vCPUs", "mem GB", "IB", "from")
+    header = ("size", "GPUs", "GPU", "GPU GB", "vCPUs", "mem GB", "IB", "$/h", "spot $/h", "from")
     table = [header] + [(r["name"], str(r["gpus"]), r["gpu"] or "-", str(r["gpu_memory_gb"] or "-"), str(r["vcpus"]),
                          f"{r['memory_gb']:g}", "yes" if r["infiniband"] else "no",
+                         _price(r["prices"], "pay_as_you_go"), _price(r["prices"], "spot"),
                          r["from"] + (f" (retired {r['retired']})" if r["retired"] else "")) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
@@ -54,9 +64,21 @@ def command(args: argparse.Namespace) -> int:
     for kind, mapped in places.items():
         for name, size in sorted(mapped.items()):
             print(f"{kind[:-1].replace('_', ' ')} {name}: {size}")
+    print(f"prices: USD per hour for one VM in {region.said()}; (team): the team's own price in "
+          f"{catalog.team_file}, else from the {price_module.snapshot_about()}" if catalog.prices else
+          f"prices: USD per hour for one VM in {region.said()}, from the {price_module.snapshot_about()}")
     team = f"; team file {catalog.team_file}" if catalog.team_file else f"; no {catalog_module.TEAM_FILE} here"
     print(f"{len(rows)} size(s){team}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _price(prices, kind: str) -> str:
+    """One VM's price per hour as the list has it, "(team)" when the team's; a size without one says so."""
+    value = prices[kind]
+    if value is None:
+        return "no price"
+    whole, _, cents = f"{value:,.6f}".rstrip("0").partition(".")
+    return f"${whole}.{cents.ljust(2, '0')}" + (" (team)" if prices[f"{kind}_from"] == "team" else "")
 
 
 def _import_skus(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ So every such string goes through one of these, per CommonMark and GFM:
 - ``reveal``: the same characters escaped inside a line kept as it is (a line of a diff);
 - ``text``: inline prose, backslash-escaped where a character could be markup (backslash,
   backtick, emphasis, brackets, ``<``, ``&``, ``|``, ``~``, ``!``, ``#``, ``+``) and, at its
-  start, where it could begin a block (``-``, ``1.``...); the reader sees the character itself.
+  start, where it could begin a block (``-``, ``1.``...), and ``$`` (GitHub's math); the reader sees the character itself.
   A word GitHub would make live whatever its escapes (an ``@mention``, ``@org/team``, a URL,
   ``www.``, an e-mail address, an ``#123`` reference) goes in a code span, where it is text;
 - ``code`` / ``cell_code``: a code span whose backtick fence is longer than any backtick run
@@ -46,7 +46,7 @@ _HIDDEN = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029{_INVISIBLE}]")  
 # A word GitHub turns into a link or a notification in a comment even when its characters are
 # backslash-escaped: @user, @org/team, an e-mail address, a URL, www.x, #123, owner/repo#123.
 _LIVE = re.compile(r"[^\s|`<>]*(?:@|://|\bwww\.|#\d)[^\s|`<>]*", re.I)
-_MARKUP = re.compile(r"([\\`*_\[\]<>&|~!#+])")
+_MARKUP = re.compile(r"([\\`*_\[\]<>&|~!#+$])")  # $: GitHub renders $...$ as math
 _BLOCK_START = re.compile(r"^([!-/:-@\[-`{-~]|\d+[.)])")  # a list marker, a heading, a quote...
 _BACKTICKS = re.compile(r"`+")
 

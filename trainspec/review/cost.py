@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from trainspec import build as pipeline
 from trainspec.build import Outcome
 from trainspec.core import markdown as md_
 from trainspec.review.comment import SUMMARY_LIMIT
@@ -65,34 +66,216 @@ class Row:
                 "outputs_edited": self.edited}
 
 
+# The cost table opens the comment and is never cut; one longer than this (a change of hundreds of
+# jobs) keeps the totals and the largest changes, and says the command that shows every row.
+TABLE_LIMIT = 30_000
+assert TABLE_LIMIT < SUMMARY_LIMIT
+COLUMNS = ("job", "target", "GPUs", "price per hour", "the most it can cost")
+
+
+@dataclass
+class CostRow:
+    """One job on one target, before and after (None: not there on that side), or the totals of
+    every job on a target (``job`` None)."""
+
+    job: Optional[str]
+    target: str
+    before: Optional[Any]  # TargetCost, or for totals a Totals
+    after: Optional[Any]
+
+    def changed(self) -> bool:
+        if self.before is None or self.after is None:
+            return True
+        return _key(self.before) != _key(self.after)
+
+    def weight(self) -> Tuple[float, float, int]:
+        """How large the change is: the most it can cost, its price per hour, its GPUs."""
+        def delta(get):
+            return abs((get(self.after) or 0) - (get(self.before) or 0))
+        return (delta(lambda c: c.most if c else 0), delta(lambda c: c.per_hour if c else 0),
+                delta(lambda c: c.gpus if c else 0))
+
+    def cells(self) -> Tuple[str, str, str]:
+        """GPUs, price per hour, the most it can cost: before → after, in words."""
+        a, b = self.before, self.after
+        gpus = _change(a.gpus if a else None, b.gpus if b else None, str, lambda d: f"{d:+,}")
+        # totals over different sets of priced jobs have no meaningful difference: none is said
+        partial = isinstance(a, Totals) and isinstance(b, Totals) and a.unpriced != b.unpriced
+        price = _change(_per_hour(a), _per_hour(b), str,
+                        lambda d: ("+" if d >= 0 else "-") + _usd(abs(d)) + "/h",
+                        (a.per_hour if a and a.billed and not partial else None),
+                        (b.per_hour if b and b.billed and not partial else None))
+        latest = b if b is not None else a
+        if not isinstance(latest, Totals) and latest.assumed and latest.per_hour is not None:
+            price += "; sku not enforced"
+        most_a, most_b = _most(a), _most(b)
+        if a is None:
+            most = f"{most_b} (new)"
+        elif b is None:
+            most = f"none (removed; was {most_a})"
+        else:
+            most = most_b if most_a == most_b else f"{most_b}, was {most_a}"
+        return gpus, price, most
+
+    def as_json(self) -> Dict[str, Any]:
+        side = (lambda c: c.as_json() if c is not None else None)
+        return {"job": self.job, "target": self.target, "before": side(self.before), "after": side(self.after),
+                "said": dict(zip(COLUMNS[2:], self.cells()))}
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Every job on one target: its GPUs, what the jobs billed per job cost per hour and at most
+    (with how many have no price or no maximum), and what the team's nodes they hold cost."""
+
+    gpus: int
+    per_hour: Optional[float]  # billed per job, of the jobs with a price
+    most: Optional[float]  # of the jobs with a maximum
+    unpriced: int
+    unbounded: int
+    held: Optional[float]  # team cluster: the nodes the jobs hold, per hour
+    billed: bool
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"gpus": self.gpus, "usd_per_hour": self.per_hour, "max_usd": self.most,
+                "jobs_without_price": self.unpriced, "jobs_without_maximum": self.unbounded,
+                "team_nodes_usd_per_hour": self.held, "billed_per_job": self.billed}
+
+
+def totals(costs: Sequence[Any]) -> Totals:
+    """The Totals of ``costs`` (TargetCosts of one target)."""
+    billed = [c for c in costs if c.billed]
+    held = [c.per_hour for c in costs if not c.billed and c.per_hour is not None]
+    priced = [c.per_hour for c in billed if c.per_hour is not None]
+    most = [c.most for c in billed if c.most is not None]
+    return Totals(gpus=sum(c.gpus for c in costs), per_hour=round(sum(priced), 6) if priced else None,
+                  most=round(sum(most), 6) if most else None, unpriced=len(billed) - len(priced),
+                  unbounded=len([c for c in billed if c.per_hour is not None]) - len(most),
+                  held=round(sum(held), 6) if held else None, billed=bool(billed))
+
+
+def _key(cost: Any) -> Tuple[Any, ...]:
+    if isinstance(cost, Totals):
+        return (cost.gpus, cost.per_hour, cost.most, cost.unpriced, cost.unbounded, cost.held)
+    return (cost.gpus, cost.per_hour, cost.seconds, cost.billed, cost.unbounded, tuple(cost.missing()),
+            bool(cost.assumed))
+
+
+def _change(a: Any, b: Any, show: Callable[[Any], str], diff: Callable[[Any], str],
+            na: Optional[float] = None, nb: Optional[float] = None) -> str:
+    """``a → b (difference)``; one value when they are the same; a job added or removed said so.
+    The difference of numbers ``na`` and ``nb`` when given (else of ``a`` and ``b``, when numbers)."""
+    if a is None:
+        return f"{show(b)} (new)"
+    if b is None:
+        return f"{show(a)} → none (removed)"
+    if a == b:
+        return show(b)
+    x, y = (na, nb) if na is not None or nb is not None else (a, b)
+    numbers = isinstance(x, (int, float)) and isinstance(y, (int, float))
+    return f"{show(a)} → {show(b)}" + (f" ({diff(y - x)})" if numbers and y != x else "")
+
+
+def _per_hour(cost: Any) -> Optional[str]:
+    if cost is None:
+        return None
+    if isinstance(cost, Totals):
+        said = []
+        if cost.billed:
+            said.append(f"{_usd(cost.per_hour or 0)}/h" + (f" + {cost.unpriced} job(s) without a price"
+                                                           if cost.unpriced else ""))
+        if cost.held is not None:
+            said.append(f"team nodes held {_usd(cost.held)}/h, not billed per job")
+        return "; ".join(said) or "no price"
+    if cost.per_hour is None:
+        return "no price (" + ", ".join(cost.missing() or ["no VM size"]) + f" in {cost.region.name})"
+    if not cost.billed:
+        return f"not billed per job (its team nodes: {_usd(cost.per_hour)}/h)"
+    return f"{_usd(cost.per_hour)}/h"
+
+
+def _most(cost: Any) -> Optional[str]:
+    if cost is None:
+        return None
+    if isinstance(cost, Totals):
+        if not cost.billed:
+            return "not billed per job"
+        said = f"up to {_usd(cost.most or 0)}"
+        if cost.unbounded:
+            said += f" + {cost.unbounded} job(s) with no maximum"
+        if cost.unpriced:  # never "up to $0.00" alone when a job has no price to bound it
+            said += f" + {cost.unpriced} job(s) without a price"
+        return said
+    if not cost.billed:
+        return "not billed per job"
+    if cost.per_hour is None:
+        return "no price"
+    if cost.unbounded:
+        return "no maximum (the cluster is kept after the job)"
+    if cost.seconds is None:
+        return "no maximum (no time limit)"
+    return f"up to {_usd(cost.most)} at the time limit ({_hours(cost.seconds)})"
+
+
+def prices_note(costs: Sequence[Any]) -> str:
+    """Where the prices of ``costs`` come from and when they were taken: the table's footnote."""
+    from trainspec.spec.prices import snapshot_about
+
+    regions = sorted({c.region.said() for c in costs})
+    team = sorted({p.size for c in costs for p in c.parts if p.rate is not None and p.rate.origin == "team"})
+    files = sorted({c.team_file for c in costs if c.team_file})
+    note = (f"Prices: USD per hour for one VM (list prices: no discounts, disks or egress), from the {snapshot_about()}; "
+            f"priced in {', '.join(regions) or 'no region'}")
+    if team:
+        note += f"; the team's own prices ({', '.join(files)}) for {', '.join(team)}"
+    return (note + ". Spot and low priority at the spot rate, a Ray head at the regular rate; a job on the team's "
+            "own nodes (a Slurm partition, an HPC Pack node group, a Kubernetes node pool) says what those nodes "
+            "cost, never a bill per job; \"sku not enforced\": the target's cluster decides the machines, priced "
+            "as if they were the sku.")
+
+
 @dataclass
 class Summary:
     rows: List[Row]
     total: Tuple[int, int]  # the GPUs of every job on each side
+    table: List[CostRow] = field(default_factory=list)  # the totals of each target, then each job that changes
+    note: str = ""
 
     def as_json(self) -> Dict[str, Any]:
-        return {"gpus_before": self.total[0], "gpus_after": self.total[1], "jobs": [r.as_json() for r in self.rows]}
+        return {"gpus_before": self.total[0], "gpus_after": self.total[1], "jobs": [r.as_json() for r in self.rows],
+                "table": [r.as_json() for r in self.table], "prices": self.note}
 
     def render(self, fmt: str, command: str = "") -> str:
-        """The summary as markdown or text; markdown keeps to SUMMARY_LIMIT (a limit only a
-        change of several hundred jobs reaches: then the last rows are counted, and ``command``
-        shows them all)."""
+        """The summary as markdown or text: the cost table (never cut; in markdown, one longer
+        than TABLE_LIMIT keeps the totals and the largest changes, and ``command`` shows them
+        all), then each job's changes, which keep to what is left of SUMMARY_LIMIT (a limit only
+        a change of several hundred jobs reaches: then the last rows are counted)."""
         md = fmt == "markdown"
         costly = sum(1 for r in self.rows if r.changes)
         edited = sum(1 for r in self.rows if r.edited)
         before, after = self.total
         delta = f" ({after - before:+,})" if after != before else ""
         what = (f"{costly} job{'' if costly == 1 else 's'} with cost changes" if costly else "no cost changes")
+        named = {r.name for r in self.rows if r.changes}
+        priced = len({r.job for r in self.table if r.job is not None and r.job not in named})
+        if priced:  # no fact of theirs changed, their price did (the team's prices, say)
+            what = (f"{what}; " if costly else "") + f"{priced} {'more ' if costly else ''}job{'' if priced == 1 else 's'} " \
+                   f"whose price changes"
         if edited:
             what += f"; {edited} job{'' if edited == 1 else 's'} where what CI would submit is not what the spec says"
         head = f"GPUs of all jobs: {before:,} → {after:,}{delta}; {what}"
         lines = [f"**Cost: {md_.text(head)}**" if md else f"cost: {head}"]
+        table = self._table(md, command)
+        if table:
+            lines += ["", table] if md else [table]
+        opening = "\n".join(lines)
         rows = [_row(r, md) for r in self.rows]
-        if md and len(lines[0]) + sum(len(r) + 1 for r in rows) > SUMMARY_LIMIT:
-            kept, used = [], len(lines[0]) + 1
+        limit = SUMMARY_LIMIT - len(opening)
+        if md and sum(len(r) + 1 for r in rows) > limit:
+            kept, used = [], 1
             for count, row in enumerate(rows):
                 more = f"- *… and {len(rows) - count} more job(s): {md_.code(command)}*"
-                if used + len(row) + len(more) + 2 > SUMMARY_LIMIT:
+                if used + len(row) + len(more) + 2 > limit:
                     kept.append(more)
                     break
                 kept.append(row)
@@ -103,10 +286,49 @@ class Summary:
         lines += rows
         return "\n".join(lines)
 
+    def _table(self, md: bool, command: str) -> str:
+        if not self.table:
+            return ""
+        cells = [(r, [r.job, r.target, *r.cells()]) for r in self.table]
+        if not md:
+            width = max(len(md_.visible(r.job or "all jobs")) for r in self.table)
+            out = [f"  {'job':<{width}}  {'target':<10}  GPUs; price per hour; the most it can cost"]
+            out += [f"  {md_.visible(c[0] or 'all jobs'):<{width}}  {c[1]:<10}  GPUs {c[2]}; {c[3]}; {c[4]}"
+                    for _, c in cells]
+            return "\n".join(out + [f"  ({self.note})"])
 
-def summarise(old_jobs: Dict[str, Outcome], new_jobs: Dict[str, Outcome], diffs: Sequence[JobDiff]) -> Summary:
-    """The cost of the change from ``old_jobs`` to ``new_jobs`` (by job name), job by job for the
-    jobs ``diffs`` lists."""
+        def line(row: CostRow, values: List[Optional[str]]) -> str:
+            job = md_.cell_code(row.job) if row.job is not None else "**all jobs**"
+            return "| " + " | ".join([job, *(md_.text(v or "") for v in values[1:])]) + " |"
+
+        header = ["| " + " | ".join(COLUMNS) + " |", "| " + " | ".join("---" for _ in COLUMNS) + " |"]
+        body = [line(r, c) for r, c in cells]
+        note = f"*{md_.text(self.note)}*"
+        if sum(len(x) + 1 for x in (*header, *body, note)) <= TABLE_LIMIT:
+            return "\n".join([*header, *body, "", note])
+        # too long for one comment: the totals, then the largest changes while they fit
+        totals_ = [b for (r, _), b in zip(cells, body) if r.job is None]
+        jobs = sorted(((r, b) for (r, _), b in zip(cells, body) if r.job is not None),
+                      key=lambda rb: tuple(-w for w in rb[0].weight()) + (rb[0].job, rb[0].target))
+        kept = list(totals_)
+        used = sum(len(x) + 1 for x in (*header, *kept, note)) + 200
+        for count, (_, b) in enumerate(jobs):
+            if used + len(b) + 1 > TABLE_LIMIT:
+                break
+            kept.append(b)
+            used += len(b) + 1
+        left = len(jobs) - (len(kept) - len(totals_))
+        more = (f"*{left} smaller change(s) not shown (largest first above); every row: {md_.code(command)}*"
+                if left else "")
+        return "\n".join([*header, *kept, "", more, "", note] if more else [*header, *kept, "", note])
+
+
+def summarise(old_jobs: Dict[str, Outcome], new_jobs: Dict[str, Outcome], diffs: Sequence[JobDiff],
+              catalogs: Tuple[Dict[str, Any], Dict[str, Any]] = ({}, {})) -> Summary:
+    """The cost of the change from ``old_jobs`` to ``new_jobs`` (by job name): the cost table
+    (every job whose GPUs, price or time limit change on a target, priced with each side's team
+    catalog from ``catalogs``, by job name: a change of the team's prices shows with no job file
+    changed), and job by job the facts that change for the jobs ``diffs`` lists."""
     rows = []
     for d in diffs:
         before, after = old_jobs.get(d.name), new_jobs.get(d.name)
@@ -124,7 +346,26 @@ def summarise(old_jobs: Dict[str, Outcome], new_jobs: Dict[str, Outcome], diffs:
         if changes or d.edited:
             rows.append(Row(d.name, "changed", changes, pair, list(d.edited)))
     total = (sum(gpus(o) for o in old_jobs.values()), sum(gpus(o) for o in new_jobs.values()))
-    return Summary(rows, total)
+    sides = [_costs(old_jobs, catalogs[0]), _costs(new_jobs, catalogs[1])]
+    table = [CostRow(job, target, sides[0].get((job, target)), sides[1].get((job, target)))
+             for job, target in sorted({*sides[0], *sides[1]})]
+    table = [r for r in table if r.changed()]
+    if not table:
+        return Summary(rows, total)
+    targets = sorted({r.target for r in table})
+    by_target = []
+    for t in targets:
+        old = [c for (_, tt), c in sides[0].items() if tt == t]
+        new = [c for (_, tt), c in sides[1].items() if tt == t]
+        by_target.append(CostRow(None, t, totals(old) if old else None, totals(new) if new else None))
+    used = [c for r in table for c in (r.before, r.after) if c is not None]
+    return Summary(rows, total, by_target + table, prices_note(used))
+
+
+def _costs(jobs: Dict[str, Outcome], catalogs: Dict[str, Any]) -> Dict[Tuple[str, str], Any]:
+    """Every job's TargetCost on each of its targets, by (job, target)."""
+    return {(name, a.target): target_cost(outcome, a.target, catalogs.get(name))
+            for name, outcome in jobs.items() for a in outcome.artifacts}
 
 
 def _value(value: Any, md: bool) -> str:
@@ -155,3 +396,162 @@ def _row(row: Row, md: bool) -> str:
         warning = f"what CI would submit is not what the spec says: {files}"
         parts.append(f"**{warning}**" if md else warning)
     return f"- {name}: " + "; ".join(parts) if md else f"  {name}: " + "; ".join(parts)
+
+
+# --- what a job costs on a target: GPUs, price per hour, the most it can cost ------------------------
+
+# Targets that run on the team's own nodes (a Slurm partition, an HPC Pack node group, a Kubernetes
+# node pool): their nodes cost what they cost whether or not a job runs, so a job is never billed
+# for itself there. Azure ML (a compute cluster's nodes, or serverless) and Ray (a cluster started
+# and torn down for the job) bill the job's VMs while it holds them.
+TEAM_CLUSTERS = {"slurm": "the partition's nodes", "hpcpack": "the node group's nodes",
+                 "kubernetes": "the node pool's nodes"}
+
+
+@dataclass(frozen=True)
+class Part:
+    """Some VMs of one size at one rate: ``count`` x ``size``, spot or not, its Rate (None: no price)."""
+
+    count: int
+    size: str
+    spot: bool
+    rate: Optional[Any]  # spec.prices.Rate
+    role: str = ""  # what these VMs are, where a job has several kinds (a Ray cluster's head, its workers)
+
+    def said(self) -> str:
+        kind = "spot" if self.spot else "pay-as-you-go"
+        role = f"{self.role} " if self.role else ""
+        if self.rate is None:
+            return f"{role}{self.count} x {self.size}: no {kind} price"
+        origin = "team price" if self.rate.origin == "team" else "snapshot"
+        return f"{role}{self.count} x {self.size} at {_rate(self.rate.usd)} {kind} ({origin})"
+
+
+@dataclass(frozen=True)
+class TargetCost:
+    """What one job costs on one target, or, on a team cluster, what the nodes it holds cost."""
+
+    target: str
+    gpus: int
+    parts: Tuple[Part, ...]
+    region: Any  # spec.prices.Region
+    seconds: Optional[int]  # the time limit the target enforces; None: none
+    billed: bool  # billed per job (False: the team's own nodes)
+    unbounded: str = ""  # why there is no maximum beyond the time limit (a Ray cluster kept after the job)
+    team_file: Optional[str] = None  # the team catalog's file name, when it prices the job
+    assumed: str = ""  # what decides the machines where the sku does not (priced as if they were the sku)
+
+    @property
+    def per_hour(self) -> Optional[float]:
+        """USD per hour of every VM the job holds; None when one of them has no price."""
+        if any(p.rate is None for p in self.parts) or not self.parts:
+            return None
+        return round(sum(p.count * p.rate.usd for p in self.parts), 6)
+
+    @property
+    def most(self) -> Optional[float]:
+        """The most the job can cost: its price per hour for its whole time limit (None: no maximum,
+        no price, or not billed per job)."""
+        if not self.billed or self.per_hour is None or self.seconds is None or self.unbounded:
+            return None
+        return round(self.per_hour * self.seconds / 3600, 6)
+
+    def missing(self) -> List[str]:
+        return [p.size for p in self.parts if p.rate is None]
+
+    def text(self) -> str:
+        """The plan's cost line."""
+        gpus = f"{self.gpus} GPU{'' if self.gpus == 1 else 's'}"
+        where = f"in {self.region.said()}"
+        if not self.parts:
+            return f"{gpus}; no price: the job names no VM size"
+        if self.per_hour is None:
+            what = "; ".join(p.said() for p in self.parts)
+            return f"{gpus}; no price {where}: {what} (trainspec skus lists the prices; prices: in the team file sets one)"
+        parts = " + ".join(p.said() for p in self.parts)
+        if self.assumed:
+            where += f"; priced as the sku, which is not enforced here: {self.assumed}"
+        if not self.billed:
+            return (f"{gpus}; not billed per job: {self.target} runs on the team's own nodes ({TEAM_CLUSTERS[self.target]}, "
+                    f"paid whether or not a job runs); the {sum(p.count for p in self.parts)} node(s) it holds cost "
+                    f"{_usd(self.per_hour)}/h ({parts}, {where})")
+        head = f"{gpus}; {_usd(self.per_hour)}/h ({parts}, {where})"
+        if self.unbounded:
+            return f"{head}; no maximum: {self.unbounded}"
+        if self.seconds is None:
+            return f"{head}; no maximum: no time limit"
+        return f"{head}; up to {_usd(self.most)} at its time limit ({_hours(self.seconds)})"
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"target": self.target, "gpus": self.gpus, "usd_per_hour": self.per_hour, "max_usd": self.most,
+                "time_limit_seconds": self.seconds, "billed_per_job": self.billed, "region": self.region.name,
+                "region_from": self.region.why, "no_maximum": self.unbounded or None,
+                "vms": [{"count": p.count, "size": p.size, "spot": p.spot,
+                         "usd_per_hour": p.rate.usd if p.rate else None, "from": p.rate.origin if p.rate else None}
+                        for p in self.parts],
+                "text": self.text()}
+
+
+def _usd(value: float) -> str:
+    from trainspec.spec.prices import usd
+
+    return usd(value)
+
+
+def _rate(value: float) -> str:
+    """One VM's rate as the price list has it ($3.6047), at least to the cent."""
+    whole, _, cents = f"{value:,.6f}".rstrip("0").partition(".")
+    return f"${whole}.{cents.ljust(2, '0')}"
+
+
+def _hours(seconds: int) -> str:
+    hours = seconds / 3600
+    return f"{hours:g}h" if hours == int(hours) or hours >= 1 else f"{seconds // 60}min"
+
+
+def target_cost(outcome: Outcome, target: str, catalog: Optional[Any] = None) -> TargetCost:
+    """What ``outcome`` costs on ``target``, priced with ``catalog`` (the team's; default: the one
+    nearest the spec): every VM it holds at its rate in the region that prices it (spot or
+    low priority at the spot rate; a Ray head regular), and its time limit there."""
+    import importlib
+
+    from trainspec.spec import prices, skus
+
+    valid = outcome.valid
+    if catalog is None:
+        catalog = skus.catalog_for(valid.source.dir)[0]
+    lower = importlib.import_module(f"trainspec.targets.{target}.lower")
+    size = valid.sku.name if valid.sku else valid.spec.resources.sku
+    gpus_ = valid.nodes * valid.gpus_per_node
+    region = prices.region_for(catalog)
+    unbounded = ""
+    team = catalog.team_file.name if catalog.team_file is not None else None
+
+    def part(count: int, name: str, spot: bool, role: str = "") -> Part:
+        kind = prices.SPOT if spot else prices.PAY_AS_YOU_GO
+        return Part(count, name, spot, prices.rate(catalog, name, region.name, kind), role)
+
+    if target == "ray":
+        settings = valid.spec.targets.ray
+        region = prices.region_for(catalog, settings.location, "targets.ray.location")
+        limit = valid.spec.timeout  # the job request's: the driver enforces it (lower.job_request)
+        workers = valid.nodes - 1 if settings.head == "worker" else valid.nodes
+        spot = bool(valid.spec.resources.spot)
+        parts = []
+        if size:  # the head is never spot (cluster.yaml); the workers are when the spec says spot
+            parts.append(part(1, size, False, "head") if settings.head == "worker" else
+                         part(1, lower._head_sku(valid).name, False, "CPU head"))
+            if workers:
+                parts.append(part(workers, size, spot, "workers" if workers > 1 else "worker"))
+        if settings.keep_cluster:
+            unbounded = "the cluster is kept after the job (targets.ray.keep_cluster) and bills until ray down"
+        return TargetCost(target, gpus_, tuple(parts), region, limit, True, unbounded, team)
+    found = lower.time_limit(valid)
+    limit = found.seconds if found is not None else None
+    spot = False
+    if target == "azureml":
+        spot = lower._queue_settings(valid, lower._compute_name(valid)).get("job_tier") == "spot"
+    parts = (part(valid.nodes, size, spot),) if size else ()
+    found = pipeline.hardware(valid, target) if valid.sku is not None else None
+    return TargetCost(target, gpus_, parts, region, limit, target not in TEAM_CLUSTERS, team_file=team,
+                      assumed=found.by if found is not None and not found.enforced else "")

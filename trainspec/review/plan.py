@@ -26,14 +26,19 @@ EDITED = "what CI would submit is not what the spec says"
 
 # --- plan -------------------------------------------------------------------------------------
 
-def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = ()) -> Dict[str, Any]:
+def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = (), catalog: Optional[Any] = None) -> Dict[str, Any]:
     """A reviewer's view of one spec: per target, who runs where with which environment
     (``out``: the output directory as the user names it, for the submit commands; ``edited``:
-    its committed outputs that are not what it compiles to, which CI would submit)."""
+    its committed outputs that are not what it compiles to, which CI would submit; ``catalog``:
+    the team catalog that prices it, default the one nearest the spec)."""
     from trainspec.jobs.command import platform_name
+    from trainspec.review.cost import target_cost
+
+    from trainspec.spec.skus import catalog_for
 
     valid = outcome.valid
     spec = valid.spec
+    catalog = catalog if catalog is not None else catalog_for(valid.source.dir)[0]
     targets = []
     for artifact in outcome.artifacts:
         launcher = pipeline.launcher(valid, artifact.target)
@@ -51,6 +56,8 @@ def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = ()) -> Di
             "job": {"name": platform_name(outcome, artifact), "submitted": None},
             # the same facts, in the same order, for every target (compile/base.py PlanFacts)
             "facts": module.plan_facts(valid).as_dict(),
+            # its GPUs, price per hour and the most it can cost (review/cost.py)
+            "cost": target_cost(outcome, artifact.target, catalog).as_json(),
             "settings": module.plan_settings(valid),  # its own, beyond the facts
             "secrets": base.secret_lines(valid, artifact.target),
             "hardware": _hardware(valid, artifact.target),
@@ -244,6 +251,8 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
         lines.append(f"- command: {code(value(t['command']))}" if md else f"  command: {value(t['command'])}")
         for key, fact in t["facts"].items():  # where, time limit, priority, image, GPUs: every target alike
             lines.append(f"- {text(key)}: {code(value(fact))}" if md else f"  {vis(key)}: {value(fact)}")
+        if t.get("cost"):  # our own words and figures: prose, every $ escaped
+            lines.append(f"- cost: {text(value(t['cost']['text']))}" if md else f"  cost: {value(t['cost']['text'])}")
         if t.get("hardware"):
             about = _hardware_text(t, data["sku"])
             lines.append(f"- hardware: {text(value(about))}" if md else f"  hardware: {value(about)}")

@@ -29,6 +29,9 @@ class Side:
     jobs: Dict[str, Outcome] = field(default_factory=dict)
     errors: List[Diagnostic] = field(default_factory=list)
     invalid: Dict[str, List[Diagnostic]] = field(default_factory=dict)
+    # by job name, the team catalog (trainspec-skus.yaml) of its tree: its region and prices price
+    # the job (review/cost.py), read while the tree (a revision's, removed after) is there
+    catalogs: Dict[str, Any] = field(default_factory=dict)
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -113,21 +116,36 @@ def looks_like_spec(path: Path) -> bool:
     return any(re.match(r"(version:\s*1\s*(#.*)?$|extends:)", line) for line in head.splitlines())
 
 
+def spec_files(root: Path, paths: Sequence[str], extends: Optional[Dict[str, Optional[str]]] = None) -> List[str]:
+    """The spec files under ``paths`` (repository-relative) in the tree ``root``, as found from
+    there (``extends``: what files extend, by their bytes, shared by both sides: cache.Extends)."""
+    with working_in(root):
+        present = [p for p in paths if Path(p).exists()]
+        return [f for f in find_specs(present, extends) if looks_like_spec(Path(f))] if present else []
+
+
 def compile_side(root: Path, paths: Sequence[str], out: str, label: Optional[str],
-                 established: Sequence[str] = (), **options: Any) -> Side:
+                 established: Sequence[str] = (), extends: Optional[Dict[str, Optional[str]]] = None,
+                 same: Optional["Unchanged"] = None, **options: Any) -> Side:
     """Every spec under ``paths`` (repository-relative) compiled from ``root``; diagnostics name
     ``label:path`` (a revision) or the path. A job name belongs to the first spec that uses it,
     the ``established`` ones (the specs of the base revision) first: a copy that kept its
-    original's name is the one that gets the error."""
+    original's name is the one that gets the error. ``same``: the other side's outcomes, taken
+    (a copy) for a spec whose every input is the same here, instead of compiling it again."""
     from trainspec.build import claim_names
+    from trainspec.spec.skus import catalog_for
 
     side = Side()
-    known = set(established)
+    known = {Path(f).as_posix() for f in established}
+    files = spec_files(root, paths, extends)
     with working_in(root):
-        present = [p for p in paths if Path(p).exists()]
-        files = [f for f in find_specs(present) if looks_like_spec(Path(f))] if present else []
         files.sort(key=lambda f: (Path(f).as_posix() not in known, f))
-        outcomes = [build(file, Path(out), **options) for file in files]
+        outcomes, taken = [], {}  # id of a copy -> its spec here
+        for file in files:
+            copy = same.outcome(file, extends) if same is not None else None
+            if copy is not None:
+                taken[id(copy)] = Path(os.path.abspath(file))
+            outcomes.append(copy or build(file, Path(out), **options))
         claim_names(outcomes)
         for outcome in outcomes:
             if label:
@@ -138,7 +156,125 @@ def compile_side(root: Path, paths: Sequence[str], out: str, label: Optional[str
                 side.invalid[Path(outcome.file).as_posix()] = errors
             elif outcome.valid is not None:
                 side.jobs[outcome.valid.name] = outcome
+                # the catalog of this tree: a copy's spec (Unchanged) lies in the other tree, and
+                # this tree is gone once the side is compiled
+                spec_dir = taken[id(outcome)].parent if id(outcome) in taken else outcome.valid.source.dir
+                side.catalogs[outcome.valid.name] = catalog_for(spec_dir)[0]
     return side
+
+
+class Unchanged:
+    """The working tree's outcomes that hold at the base revision too: a spec whose bytes, extends
+    chain (file by file, as `extends` names them), team catalog, conda file, the kinds of the
+    paths validation looks at, the folders its job ships (cache.Facts: names and bytes, links
+    never followed) and where its outputs land are the same in both trees compiles to the same
+    job in both, so the base side takes a copy instead of compiling it (the check cache's rule,
+    review/cache.py, with the whole chain). Any path through a link, outside the repository or
+    unreadable on either side: compiled, as before."""
+
+    def __init__(self, head: Side, root: Path, tree: Path, out: str):
+        from trainspec.review.cache import Facts
+
+        self.by_file = {Path(o.file).as_posix(): o for o in head.jobs.values()}
+        self.roots = (Path(os.path.realpath(root)), Path(os.path.realpath(tree)))
+        self.facts = (Facts(), Facts())
+        self.out = out
+
+    def outcome(self, file: str, extends: Optional[Dict[str, Optional[str]]] = None) -> Optional[Outcome]:
+        """A copy of the head side's outcome of ``file`` (repository-relative) when it holds here."""
+        from dataclasses import replace
+
+        head = self.by_file.get(Path(file).as_posix())
+        if head is None or head.valid is None or not head.ok or not self._holds(file, head, extends or {}):
+            return None
+        return replace(head, diagnostics=list(head.diagnostics), artifacts=list(head.artifacts))
+
+    def _holds(self, file: str, head: Outcome, extends: Dict[str, Optional[str]]) -> bool:
+        from trainspec.review.cache import probes, shipped
+
+        chains = [self._chain(root, file, extends) for root in self.roots]
+        if chains[0] is None or chains[0] != chains[1]:
+            return False
+        valid = head.valid
+        conda = valid.spec.environment.conda_file
+        files = [*chains[0], *self._inside([valid.resolve(conda)] if conda else [])]
+        places = [self._place(k, Path(file).parent) for k in (0, 1)]
+        # a path outside the repository in a valid spec is an absolute one, the cluster's storage:
+        # never read, and the same path for both trees
+        kinds = [rel for rel in self._inside([Path(p) for p in probes(head)]) if rel is not None]
+        folders = self._inside([Path(p) for p in shipped(head)])
+        landings = [[self._landing(k, valid.name, a.target) for a in head.artifacts] for k in (0, 1)]
+        if None in files or places[0] is None or places[0] != places[1] or None in folders \
+                or landings[0] != landings[1]:
+            return False
+        if places[0][0] is not None:
+            files.append(places[0][0])
+        return all(self._same(k, rel) for k in (0, 1) for rel in files) \
+            and all(self._file(0, rel) == self._file(1, rel) for rel in files) \
+            and all(self._kind(0, rel) == self._kind(1, rel) for rel in kinds) \
+            and all(self._folder(0, rel) == self._folder(1, rel) for rel in folders)
+
+    def _chain(self, root: Path, file: str, extends: Dict[str, Optional[str]]) -> Optional[List[str]]:
+        """The spec and its bases as `extends` names them, repository-relative, read in ``root``."""
+        from trainspec.build import extends_of
+
+        chain, current = [], file
+        with working_in(root):
+            while len(chain) <= 16:  # compose's own limit
+                rel = os.path.normpath(current)
+                if rel.startswith(("..", "/")):
+                    return None
+                chain.append(Path(rel).as_posix())
+                parent = extends_of(current, extends)
+                if parent is None:
+                    return chain
+                current = os.path.join(os.path.dirname(current), parent)
+        return None
+
+    def _inside(self, paths: Sequence[Path]) -> List[Optional[str]]:
+        """Absolute paths of the working tree, repository-relative (None: outside it)."""
+        found: List[Optional[str]] = []
+        for path in paths:
+            try:
+                found.append(Path(os.path.abspath(path)).relative_to(self.roots[0]).as_posix())
+            except ValueError:
+                found.append(None)
+        return found
+
+    def _place(self, k: int, spec_dir: Path) -> Optional[tuple]:
+        """(the team catalog a spec in spec_dir reads, the repository root), repository-relative."""
+        team, root = self.facts[k].place(str(self.roots[k] / spec_dir))
+        if root is None or Path(root) != self.roots[k]:
+            return None
+        if team is None:
+            return (None, ".")
+        try:
+            return (Path(team).relative_to(self.roots[k]).as_posix(), ".")
+        except ValueError:
+            return None
+
+    def _landing(self, k: int, name: str, target: str) -> Optional[str]:
+        where = Path(os.path.realpath(self.roots[k] / self.out / name / target))
+        try:
+            return where.relative_to(self.roots[k]).as_posix()
+        except ValueError:
+            return None
+
+    def _same(self, k: int, rel: str) -> bool:
+        """``rel`` is reached in tree ``k`` through no link (lexically where it is)."""
+        path = self.roots[k] / rel
+        return os.path.realpath(path) == str(path)
+
+    def _file(self, k: int, rel: str) -> Optional[str]:
+        digest = self.facts[k].bytes_of(str(self.roots[k] / rel))
+        return digest if digest is not None else f"unreadable in tree {k}"  # never equal across trees
+
+    def _kind(self, k: int, rel: str) -> str:
+        return self.facts[k].kind(str(self.roots[k] / rel)) if self._same(k, rel) else f"through a link in tree {k}"
+
+    def _folder(self, k: int, rel: str) -> Optional[str]:
+        digest = self.facts[k].folder(str(self.roots[k] / rel)) if self._same(k, rel) else None
+        return digest if digest is not None else f"not a plain folder in tree {k}"
 
 
 def _relabel(diagnostic: Diagnostic, label: str) -> Diagnostic:

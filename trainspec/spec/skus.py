@@ -229,6 +229,10 @@ class Catalog:
     computes: Tuple[Tuple[str, str], ...] = ()  # Azure ML compute clusters and their VM size
     partitions: Tuple[Tuple[str, str], ...] = ()  # Slurm partitions and their VM size
     node_groups: Tuple[Tuple[str, str], ...] = ()  # HPC Pack node groups and their VM size
+    region: Optional[str] = None  # the team's Azure region (region:), which prices its jobs (spec/prices.py)
+    # the team's own rates (prices:), which win over the snapshot's: (canonical size, pay-as-you-go
+    # USD/h or None, spot USD/h or None)
+    prices: Tuple[Tuple[str, Optional[float], Optional[float]], ...] = ()
 
     def compute_size(self, compute: str) -> Optional[Sku]:
         """The size of the team's compute cluster ``compute`` (``computes:`` in the team file)."""
@@ -318,14 +322,14 @@ def load_team(file: Path):
         problems.append(doc.locate(error(path, message, hint)))
 
     data = doc.data if isinstance(doc.data, dict) else {}
-    entries = data.get("skus", {} if any(places in data for places in PLACES) else None)
+    entries = data.get("skus", {} if any(k in data for k in (*PLACES, *PRICE_FIELDS)) else None)
     if not isinstance(entries, dict):
         bad((), "a team catalog is a mapping `skus: {<Azure size>: {gpus: N, infiniband: true|false, ...}}`",
             "and/or " + ", ".join(f"`{example}`" for example in PLACES.values()))
         return Catalog(team_file=file), problems
     for key in data:
-        if key != "skus" and key not in PLACES:
-            bad((key,), f"unknown field '{key}'", "fields: skus, " + ", ".join(PLACES))
+        if key != "skus" and key not in PLACES and key not in PRICE_FIELDS:
+            bad((key,), f"unknown field '{key}'", "fields: skus, " + ", ".join((*PLACES, *PRICE_FIELDS)))
     team = []
     for name, entry in entries.items():
         where = ("skus", name)
@@ -369,7 +373,8 @@ def load_team(file: Path):
                         if entry["gpus"] else None))
     catalog = Catalog(team_file=file, team=tuple(team))
     places = {kind: _places(data, kind, catalog, bad) for kind in PLACES}
-    return Catalog(team_file=file, team=catalog.team, **places), problems
+    region, prices = _region(data, bad), _prices(data, catalog, bad)
+    return Catalog(team_file=file, team=catalog.team, region=region, prices=prices, **places), problems
 
 
 def _places(data: Dict[str, Any], kind: str, catalog: Catalog, bad) -> Tuple[Tuple[str, str], ...]:
@@ -388,6 +393,55 @@ def _places(data: Dict[str, Any], kind: str, catalog: Catalog, bad) -> Tuple[Tup
             continue
         known.append((str(name), catalog.lookup(size).name))
     return tuple(known)
+
+
+# What a team says of its prices: its region, and its own rates (negotiated, reserved...) per size.
+PRICE_FIELDS = {"region": "region: eastus",
+                "prices": "prices: {Standard_ND96isr_H100_v5: {pay_as_you_go: 70.0, spot: 20.0}}"}
+RATES = ("pay_as_you_go", "spot")  # USD per hour for one VM
+
+
+def _region(data: Dict[str, Any], bad) -> Optional[str]:
+    """The team file's ``region:``, an Azure region name (lower case letters and digits)."""
+    region = data.get("region")
+    if region is None:
+        return None
+    if not isinstance(region, str) or not re.fullmatch(r"[a-z][a-z0-9]*", region):
+        bad(("region",), f"'{region}' is not spelt like an Azure region", "e.g. region: eastus (lower case, no spaces)")
+        return None
+    return region
+
+
+def _prices(data: Dict[str, Any], catalog: Catalog, bad) -> Tuple[Tuple[str, Optional[float], Optional[float]], ...]:
+    """The team file's ``prices:`` as (canonical size, pay-as-you-go, spot); every mistake
+    reported at its line through ``bad``, the entries without one kept."""
+    mapping = data.get("prices", {})
+    if not isinstance(mapping, dict):
+        bad(("prices",), "expected a mapping of VM sizes to their rates", PRICE_FIELDS["prices"])
+        return ()
+    found = []
+    for name, rates in mapping.items():
+        where = ("prices", name)
+        sku = catalog.lookup(name) if isinstance(name, str) else None
+        ok = True
+        if sku is None:
+            close = closest(str(name))
+            bad(where, f"'{name}' is not a VM size trainspec knows",
+                f"did you mean {', '.join(close)}?" if close else f"add it under skus: in {TEAM_FILE}")
+            ok = False
+        if not isinstance(rates, dict) or not rates:
+            bad(where, "expected the size's rates in USD per hour for one VM", "pay_as_you_go: 70.0, spot: 20.0")
+            continue
+        for key, value in rates.items():
+            if key not in RATES:
+                bad((*where, key), f"unknown field '{key}'", "fields: " + ", ".join(RATES))
+                ok = False
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                bad((*where, key), f"expected a price in USD per hour, 0 or more, not '{value}'", f"{key}: 70.0")
+                ok = False
+        if ok:
+            found.append((sku.name, *(None if rates.get(k) is None else float(rates[k]) for k in RATES)))
+    return tuple(found)
 
 
 _TEAM_CACHE: Dict[Path, Tuple[float, Any]] = {}

@@ -1,0 +1,93 @@
+"""A change under review (--git BASE): each side compiled once (review/revision.py), and what
+`plan --git`, `diff --git` and `review --git` print of it. `review` is the pull-request comment
+in one command: the plan (its cost summary first) and the diff, byte for byte what `plan` then
+`diff` print, from one compile of each revision instead of two.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+from trainspec.build import Outcome
+from trainspec.review.comment import shares
+from trainspec.review.cost import Summary, summarise
+from trainspec.review.diff import JobDiff, render_diffs, said_once
+from trainspec.review.plan import plan as make_plan, plan_document
+from trainspec.review.revision import Side
+
+
+@dataclass
+class Change:
+    """The jobs whose compiled outputs change since ``base`` (``diffs``), with both compiled
+    sides; ``out``: the output folder as the user names it, for the paths a plan shows. Each
+    side prices its jobs with its own team catalogs (``Side.catalogs``, read in its own tree):
+    the summary, and so plan, diff and review alike, see a change of the team's prices."""
+
+    base: str
+    old: Side
+    new: Side
+    diffs: List[JobDiff]
+    out: str
+    _summary: Optional[Summary] = field(default=None, repr=False)
+
+    @property
+    def summary(self) -> Summary:
+        """What the change costs (review/cost.py): computed once, opens the plan."""
+        if self._summary is None:
+            self._summary = summarise(self.old.jobs, self.new.jobs, self.diffs,
+                                      (self.old.catalogs, self.new.catalogs))
+        return self._summary
+
+    def planned(self) -> List[Outcome]:
+        """The head side's outcome of every job the change keeps or adds, in the diff's order."""
+        return [self.new.jobs[d.name] for d in self.diffs if d.status != "removed"]
+
+    def plans(self) -> List[Dict[str, Any]]:
+        kept = [d for d in self.diffs if d.status != "removed"]
+        return [make_plan(o, self.out, d.edited, self.new.catalogs.get(d.name))
+                for o, d in zip(self.planned(), kept)]
+
+    def removed(self) -> List[Dict[str, str]]:
+        return [{"name": d.name, "spec": d.spec} for d in self.diffs if d.status == "removed"]
+
+
+def plan_text(change: Change, fmt: str, max_chars: Optional[int], rerun: Sequence[str],
+              plans: Optional[List[Dict[str, Any]]] = None) -> str:
+    """What `plan --git` prints: the cost summary, then the plan of every job the change keeps or
+    adds, and the jobs it removes (``plans``: already made, e.g. with what submit would do)."""
+    return plan_document(change.plans() if plans is None else plans, change.removed(), fmt, change.base, max_chars,
+                         rerun, change.summary)
+
+
+def diff_text(change: Change, fmt: str, max_chars: Optional[int], rerun: Sequence[str], plan_rerun: str) -> str:
+    """What `diff --git` prints. Markdown keeps to the diff's share of the comment, which the
+    plan's cost summary (``plan_rerun``: the command line its note names) may have taken from
+    (comment.shares)."""
+    if max_chars is None and fmt == "markdown":
+        max_chars = shares(len(change.summary.render(fmt, plan_rerun)))[1]
+    return render_diffs(change.diffs, fmt, change.base, max_chars, rerun)
+
+
+def review_text(change: Change, fmt: str, plan_rerun: Sequence[str], diff_rerun: Sequence[str]) -> str:
+    """What `review --git` prints: in markdown and text, the plan, a blank line and the diff (what
+    the example workflow used to post as `plan`, `echo`, `diff`), each keeping to its budget in
+    markdown so that the whole stays one GitHub comment (comment.COMMENT_LIMIT); in json one
+    document: {"base", "cost", "plan": {"jobs", "removed"}, "diff": {"shared", "jobs"}}, the
+    same values as plan's and diff's json."""
+    import shlex
+
+    if fmt == "json":
+        groups, pointers = said_once(change.diffs)
+        return json.dumps({
+            "base": change.base,
+            "cost": change.summary.as_json(),
+            "plan": {"jobs": change.plans(), "removed": change.removed()},
+            "diff": {"shared": [g.as_json() for g in groups],
+                     "jobs": [d.as_json(pointers[d.name].shared.id if d.name in pointers else None)
+                              for d in change.diffs]},
+        }, indent=2, sort_keys=True)
+    plan_part = plan_text(change, fmt, None, plan_rerun)
+    diff_part = diff_text(change, fmt, None, diff_rerun, shlex.join(plan_rerun))
+    return plan_part + "\n\n" + diff_part
