@@ -191,8 +191,6 @@ def parse(data: Any) -> Any:
 
 
 if __name__ == "__main__":
-    import sys
-
     if sys.argv[1:] != ["--write"]:
         sys.exit("usage: python -m trainspec.spec.structure --write")
     write()
