@@ -126,6 +126,22 @@ def test_the_key_holds_every_input_the_job_reads(team, tmp_path, monkeypatch):
         assert Cache(Path("build"), options_of([], [], [])).lookup(spec) is not None, path
 
 
+def test_a_base_in_the_middle_of_the_chain_that_sets_nothing_is_part_of_the_key(team, tmp_path):
+    """A base that holds only `extends:` writes no field of the job, yet pointing it at another
+    base changes the job: a warm check finds the stale output as a cold one does."""
+    (team / "bases" / "mid.yaml").write_text("extends: gpu.yaml\n")
+    edit(team / "specs" / "job-0000.yaml", "extends: ../bases/gpu.yaml", "extends: ../bases/mid.yaml")
+    assert ts("compile", "specs/", "-o", "build/", cwd=team, env=path_env(TRAINSPEC_CACHE_DIR="")).returncode == 0
+    cache = tmp_path / "cache"
+    assert check(team, cache)[0] == 0  # warm, with job-0000 read through mid.yaml
+    other = (team / "bases" / "gpu.yaml").read_text()
+    assert "timeout: 2d" in other
+    (team / "bases" / "other.yaml").write_text(other.replace("timeout: 2d", "timeout: 3d"))
+    (team / "bases" / "mid.yaml").write_text("extends: other.yaml\n")
+    warm = check(team, cache)
+    assert warm == check(team, "") and warm[0] == 1 and "job-0000" in warm[1] + warm[2], warm
+
+
 @pytest.mark.parametrize("damage", ["garbage", "wrong shape", "records of another shape"])
 def test_a_damaged_cache_is_ignored(team, tmp_path, damage):
     cache = tmp_path / "cache"

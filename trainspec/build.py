@@ -240,7 +240,7 @@ def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lo
                 outcome.artifacts.append(artifact)
         outcome.valid = valid
         conda = valid.spec.environment.conda_file
-        reads = {doc.path, *(d.path for d in doc.origins.values()), *([valid.resolve(conda)] if conda else []),
+        reads = {doc.path, *doc.chain, *(d.path for d in doc.origins.values()), *([valid.resolve(conda)] if conda else []),
                  *([valid.catalog] if valid.catalog else [])}
         outcome.reads = sorted(Path(p).resolve() for p in reads)
     outcome.diagnostics = sorted((doc.locate(d) for d in found), key=lambda d: (d.line or 0, d.col or 0))

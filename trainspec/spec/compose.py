@@ -40,6 +40,7 @@ def compose(file: str, sets: Sequence[str] = (), variables: Sequence[str] = ()) 
         data = _merge(data, content, (), doc, origins) if isinstance(content, dict) else content
     composed = Document(file=leaf.file, path=leaf.path, data=data, positions=leaf.positions, raw=leaf.raw)
     composed.origins = origins
+    composed.chain = tuple(doc.path for doc in chain)
     for text in sets:
         path, value = _parse_override(text, "--set")
         if not isinstance(composed.data, dict):

@@ -58,6 +58,9 @@ class Document:
     # override (--set / --var) wrote; empty for a single file
     origins: Dict[SpecPath, "Document"] = field(default_factory=dict)
     overrides: Dict[SpecPath, str] = field(default_factory=dict)
+    # every file of the extends chain, base first: a file whose fields are all overridden, or that
+    # holds only `extends:`, writes no path of ``origins`` but still decides what the spec is
+    chain: Tuple[Path, ...] = ()
 
     def locate(self, diagnostic: Diagnostic) -> Diagnostic:
         """Attach file:line:col: of the file (or override) that wrote the diagnostic's path."""
@@ -231,7 +234,7 @@ def load_bytes(raw: bytes, file: str, path: Optional[Path] = None) -> Document:
     doc = _LOADED.get(key)
     if doc is None:
         doc = _LOADED[key] = _load(raw, file, path)
-    return replace(doc, origins={}, overrides={})
+    return replace(doc, origins={}, overrides={}, chain=())
 
 
 def _load(raw: bytes, file: str, path: Path) -> Document:
