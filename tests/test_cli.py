@@ -238,3 +238,33 @@ def test_a_folder_of_specs_may_hold_its_team_catalog_which_is_no_spec(tmp_path):
     assert proc.returncode == 0 and "1 spec: 0 errors, 0 warnings" in proc.stderr, proc.stderr
     plan = ts("plan", "specs", cwd=tmp_path, check=True).stdout
     assert "selected by partition hpc: Standard_ND96isr_H100_v5, in" in plan, plan
+
+
+@pytest.mark.parametrize("argv", [
+    ["compile", "a.yaml", "b/", "-t", "ray", "-t", "hpcpack", "-o", "out", "--strict", "--prune", "--set", "x=1"],
+    ["run", "spec.yaml", "--procs-per-node", "2", "--nodes", "3", "--launcher", "mpi", "--input", "d=/tmp"],
+    ["submit", "specs/", "--follow", "--all-ranks", "--max-wait", "2h", "--workspace", "ws"],
+    ["skus", "--gpu", "H100", "--no-infiniband"],
+])
+def test_parser_built_for_one_command_reads_it_as_the_whole_parser(argv):
+    """Start-up: only the command being run gets its flags (argparse builds a help formatter for each
+    flag it adds); that command's arguments, defaults and help are the same as with every command's."""
+    from trainspec.cli.parser import parser
+
+    def read(top):
+        args = vars(top.parse_args(argv))
+        return {k: v for k, v in args.items() if k != "parser"}, args["parser"].format_help()
+
+    assert read(parser(argv)) == read(parser())
+
+
+def test_parser_for_one_command_leaves_the_others_without_flags():
+    """What makes it faster: the other commands' parsers get no flag but -h (and still list in --help)."""
+    import argparse
+
+    from trainspec.cli.parser import COMMANDS, parser
+
+    top = parser(["compile", "spec.yaml"])
+    commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert sorted(commands) == sorted(COMMANDS)
+    assert [name for name, sub in commands.items() if len(sub._actions) > 1] == ["compile"]

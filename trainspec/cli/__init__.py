@@ -31,7 +31,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     from trainspec.cli.parser import parser
 
     argv = list(argv) if argv is not None else sys.argv[1:]
-    top = parser()
+    top = parser(argv)
     if not argv:
         top.print_help()  # bare `trainspec`: what it does and how to start
         sys.exit(0)

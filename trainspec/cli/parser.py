@@ -6,7 +6,7 @@ targets in the help come from the registry.
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+from typing import Callable, Sequence
 
 from trainspec import __version__
 from trainspec.targets import DEFAULT_TARGET, TARGETS, display_names
@@ -82,36 +82,103 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The whole command line. Only the command ``argv`` names gets its flags: argparse makes a help
+    formatter for each flag it adds, ~10 ms for all of them, a tenth of a cold `trainspec compile`.
+    Without a command's name (``--help``, a misspelt command) every command gets its flags."""
     top = argparse.ArgumentParser(prog="trainspec", description=DESCRIPTION, epilog=EPILOG,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"trainspec {__version__}")
     commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    def command(name: str) -> argparse.ArgumentParser:
+    named = next((word for word in argv if not word.startswith("-")), None)  # the top level's flags take no value
+    for name, flags in FLAGS.items():  # in the order of --help
         module, doc = COMMANDS[name]
         sub = commands.add_parser(name, help=doc.split(". ")[0].rstrip("."), description=doc)
         sub.set_defaults(module=module, parser=sub)
-        return sub
+        if named not in FLAGS or name == named:
+            flags(sub)
+    return top
 
-    def targets(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("-t", "--target", dest="targets", action="append", default=[], choices=sorted(TARGETS),
-                         help="target to compile for (repeatable); default: the targets the spec lists, "
-                              f"else {DEFAULT_TARGET}")
 
-    def overrides(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
-                         help="override a spec field, validated like file content: --set resources.nodes=4")
-        sub.add_argument("--var", dest="variables", action="append", default=[], metavar="NAME=VALUE",
-                         help="template variable {{ vars.NAME }} (repeatable; wins over the spec's vars:)")
+# --- flags that several commands share -----------------------------------------------------------
 
-    def strict(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--strict", action="store_true", help="treat warnings as errors")
+def targets(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("-t", "--target", dest="targets", action="append", default=[], choices=sorted(TARGETS),
+                     help="target to compile for (repeatable); default: the targets the spec lists, "
+                          f"else {DEFAULT_TARGET}")
 
-    def paths(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("paths", nargs="+", metavar="SPEC|DIR", help="spec files, or folders to search")
 
-    sub = command("init")
+def overrides(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
+                     help="override a spec field, validated like file content: --set resources.nodes=4")
+    sub.add_argument("--var", dest="variables", action="append", default=[], metavar="NAME=VALUE",
+                     help="template variable {{ vars.NAME }} (repeatable; wins over the spec's vars:)")
+
+
+def strict(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--strict", action="store_true", help="treat warnings as errors")
+
+
+def paths(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("paths", nargs="+", metavar="SPEC|DIR", help="spec files, or folders to search")
+
+
+def out(sub: argparse.ArgumentParser, help: str) -> None:
+    sub.add_argument("-o", "--out", default="build", help=f"{help} (default: build)")
+
+
+def git_base(sub: argparse.ArgumentParser, what: str) -> None:
+    sub.add_argument("--git", metavar="BASE", help=f"{what}; PATHS (default: the whole repository) limit "
+                                                   "where specs are searched")
+
+
+def max_chars(sub: argparse.ArgumentParser, what: str, default: str) -> None:
+    sub.add_argument("--max-chars", type=_max_chars, metavar="N",
+                     help=f"cut the {what} to at most N characters (long diffs shortened, the jobs that "
+                          f"do not fit named), saying where the whole {what} is; 0: never cut. Default: "
+                          f"{default} for markdown (plan and diff markdown together stay under 60,000: one "
+                          "GitHub comment), no limit for text; json is never cut")
+
+
+def platform(sub: argparse.ArgumentParser) -> None:
+    group = sub.add_argument_group("where the platform is (each target reads only its own)")
+    group.add_argument("--address", metavar="URL",
+                       help="ray: the dashboard of a running cluster (http://HEAD:8265; default: `ray up` of "
+                            "the compiled cluster, or RAY_ADDRESS); hpcpack: the head node's REST service "
+                            "(https://HEAD; default: HPCPACK_REST_URL)")
+    group.add_argument("--subscription", metavar="ID", help="azureml: the subscription (default: "
+                       "AZUREML_SUBSCRIPTION_ID, else config.json as the SDK finds it)")
+    group.add_argument("--resource-group", metavar="NAME", help="azureml: default AZUREML_RESOURCE_GROUP")
+    group.add_argument("--workspace", metavar="NAME", help="azureml: default AZUREML_WORKSPACE")
+
+
+def job_paths(sub: argparse.ArgumentParser, what: str) -> None:
+    sub.add_argument("paths", nargs="*", metavar="SPEC|DIR", help=f"spec files, or folders to search: {what}")
+    sub.add_argument("--out", metavar="OUT", default=None,
+                     help="take the compiled outputs committed in OUT (refused unless `trainspec check` passes "
+                          "for them) instead of compiling into .trainspec/jobs/")
+
+
+def waiting(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--max-wait", type=_duration, metavar="DURATION",
+                     help="stop waiting after this long (2h, 90m, seconds), exit 7: the job goes on (default: "
+                          "the spec's timeout plus 1h for the queue, or 72h without one)")
+
+
+def by_id(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--id", dest="job_id", metavar="ID",
+                     help="the platform's id of the job (as submit printed it; needs exactly one -t) instead of "
+                          "finding it from a spec")
+
+
+def job_format(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--format", choices=["text", "json"], default="text",
+                     help="json: one document on stdout at the end (log lines and progress go to stderr)")
+
+
+# --- each command's flags ---------------------------------------------------------------------
+
+def _init(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("dir", nargs="?", default=".", metavar="DIR", help="where to write (created if missing; "
                                                                           "default: the current folder)")
     sub.add_argument("--name", help="the job's name, and its spec's file name (default: the folder's name, "
@@ -122,7 +189,8 @@ def parser() -> argparse.ArgumentParser:
                           "Pack runs the nodes' own software), validate warns, and --strict counts it")
     sub.add_argument("--force", action="store_true", help="replace files that exist")
 
-    sub = command("validate")
+
+def _validate(sub: argparse.ArgumentParser) -> None:
     paths(sub)
     targets(sub)
     strict(sub)
@@ -131,10 +199,8 @@ def parser() -> argparse.ArgumentParser:
                           "shows on its line of the pull request (default: text on stderr)")
     overrides(sub)
 
-    def out(sub: argparse.ArgumentParser, help: str) -> None:
-        sub.add_argument("-o", "--out", default="build", help=f"{help} (default: build)")
 
-    sub = command("compile")
+def _compile(sub: argparse.ArgumentParser) -> None:
     paths(sub)
     targets(sub)
     out(sub, "output directory; files go to OUT/<name>/<target>/")
@@ -144,24 +210,15 @@ def parser() -> argparse.ArgumentParser:
                           "that are gone or no longer produce them; never anything else")
     overrides(sub)
 
-    sub = command("check")
+
+def _check(sub: argparse.ArgumentParser) -> None:
     paths(sub)
     out(sub, "the output directory that compile wrote, and that is committed")
     targets(sub)
     overrides(sub)
 
-    def git_base(sub: argparse.ArgumentParser, what: str) -> None:
-        sub.add_argument("--git", metavar="BASE", help=f"{what}; PATHS (default: the whole repository) limit "
-                                                       "where specs are searched")
 
-    def max_chars(sub: argparse.ArgumentParser, what: str, default: str) -> None:
-        sub.add_argument("--max-chars", type=_max_chars, metavar="N",
-                         help=f"cut the {what} to at most N characters (long diffs shortened, the jobs that "
-                              f"do not fit named), saying where the whole {what} is; 0: never cut. Default: "
-                              f"{default} for markdown (plan and diff markdown together stay under 60,000: one "
-                              "GitHub comment), no limit for text; json is never cut")
-
-    sub = command("plan")
+def _plan(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("paths", nargs="*", metavar="SPEC|DIR", help="spec files, or folders to search")
     git_base(sub, "plan only the jobs whose compiled outputs change since the git revision BASE")
     sub.add_argument("--format", choices=["text", "markdown", "json"], default="text",
@@ -175,7 +232,8 @@ def parser() -> argparse.ArgumentParser:
     targets(sub)
     overrides(sub)
 
-    sub = command("diff")
+
+def _diff(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("paths", nargs="*", metavar="SPEC|DIR",
                      help="BASE.yaml HEAD.yaml; one SPEC with --set/--var; or, with --git, where to search")
     git_base(sub, "compare every spec with the git revision BASE (a branch, a tag, a commit)")
@@ -186,7 +244,8 @@ def parser() -> argparse.ArgumentParser:
     targets(sub)
     overrides(sub)
 
-    sub = command("review")
+
+def _review(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("paths", nargs="*", metavar="SPEC|DIR",
                      help="where to search for specs (default: the whole repository)")
     sub.add_argument("--git", metavar="BASE", required=True,
@@ -199,15 +258,18 @@ def parser() -> argparse.ArgumentParser:
     targets(sub)
     overrides(sub)
 
-    sub = command("schema")
+
+def _schema(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--base", action="store_true",
                      help="the schema of a base (a file specs extend): every field optional, names and types checked")
 
-    sub = command("import")
+
+def _import_job(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("job", metavar="JOB.yml", help="an Azure ML command job (the file `az ml job create` reads)")
     sub.add_argument("-o", "--out", metavar="SPEC", help="write the spec here and validate it (default: print it)")
 
-    sub = command("skus")
+
+def _skus(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--gpu", metavar="MODEL",
                      help="only this GPU model and its variants, e.g. H100 (also H100 NVL; case-insensitive)")
     sub.add_argument("--gpus", type=int, metavar="N", help="only sizes with N GPUs")
@@ -222,38 +284,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--write", metavar="FILE", help="with --import: merge the entries into FILE "
                                                       "(e.g. trainspec-skus.yaml) instead of printing them")
 
-    def platform(sub: argparse.ArgumentParser) -> None:
-        group = sub.add_argument_group("where the platform is (each target reads only its own)")
-        group.add_argument("--address", metavar="URL",
-                           help="ray: the dashboard of a running cluster (http://HEAD:8265; default: `ray up` of "
-                                "the compiled cluster, or RAY_ADDRESS); hpcpack: the head node's REST service "
-                                "(https://HEAD; default: HPCPACK_REST_URL)")
-        group.add_argument("--subscription", metavar="ID", help="azureml: the subscription (default: "
-                           "AZUREML_SUBSCRIPTION_ID, else config.json as the SDK finds it)")
-        group.add_argument("--resource-group", metavar="NAME", help="azureml: default AZUREML_RESOURCE_GROUP")
-        group.add_argument("--workspace", metavar="NAME", help="azureml: default AZUREML_WORKSPACE")
 
-    def job_paths(sub: argparse.ArgumentParser, what: str) -> None:
-        sub.add_argument("paths", nargs="*", metavar="SPEC|DIR", help=f"spec files, or folders to search: {what}")
-        sub.add_argument("--out", metavar="OUT", default=None,
-                         help="take the compiled outputs committed in OUT (refused unless `trainspec check` passes "
-                              "for them) instead of compiling into .trainspec/jobs/")
-
-    def waiting(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--max-wait", type=_duration, metavar="DURATION",
-                         help="stop waiting after this long (2h, 90m, seconds), exit 7: the job goes on (default: "
-                              "the spec's timeout plus 1h for the queue, or 72h without one)")
-
-    def by_id(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--id", dest="job_id", metavar="ID",
-                         help="the platform's id of the job (as submit printed it; needs exactly one -t) instead of "
-                              "finding it from a spec")
-
-    def job_format(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--format", choices=["text", "json"], default="text",
-                         help="json: one document on stdout at the end (log lines and progress go to stderr)")
-
-    sub = command("submit")
+def _submit(sub: argparse.ArgumentParser) -> None:
     job_paths(sub, "the jobs to submit")
     targets(sub)
     overrides(sub)
@@ -271,7 +303,8 @@ def parser() -> argparse.ArgumentParser:
                                                        "states to FILE (in GitHub Actions: $GITHUB_STEP_SUMMARY)")
     platform(sub)
 
-    sub = command("status")
+
+def _status(sub: argparse.ArgumentParser) -> None:
     job_paths(sub, "whose jobs to look up")
     targets(sub)
     overrides(sub)
@@ -282,7 +315,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--summary", metavar="FILE", help="append a markdown table of the jobs to FILE")
     platform(sub)
 
-    sub = command("logs")
+
+def _logs(sub: argparse.ArgumentParser) -> None:
     job_paths(sub, "whose jobs' logs to print")
     targets(sub)
     overrides(sub)
@@ -292,7 +326,8 @@ def parser() -> argparse.ArgumentParser:
     waiting(sub)
     platform(sub)
 
-    sub = command("cancel")
+
+def _cancel(sub: argparse.ArgumentParser) -> None:
     job_paths(sub, "whose jobs to cancel")
     targets(sub)
     overrides(sub)
@@ -301,7 +336,8 @@ def parser() -> argparse.ArgumentParser:
     waiting(sub)
     platform(sub)
 
-    sub = command("run")
+
+def _run(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("spec", metavar="SPEC")
     sub.add_argument("--local", action="store_true",
                      help="run on this machine, simulating the target's nodes with local processes (the only "
@@ -329,4 +365,11 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument("--keep", action="store_true",
                      help="keep the temporary work directory (compiled job, code copy, outputs) after the run")
     overrides(sub)
-    return top
+
+
+# Each command's flags, in the order --help lists the commands.
+FLAGS = {
+    "init": _init, "validate": _validate, "compile": _compile, "check": _check, "plan": _plan, "diff": _diff,
+    "review": _review, "schema": _schema, "import": _import_job, "skus": _skus, "submit": _submit,
+    "status": _status, "logs": _logs, "cancel": _cancel, "run": _run,
+}

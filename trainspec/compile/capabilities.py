@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import enum
 import re
-import string
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -259,6 +258,8 @@ PAGE = "docs/capabilities.md"
 
 def placeholders(template: str) -> str:
     """A template as the matrix shows it: ``{spec.environment.image}`` -> ``<environment.image>``."""
+    import string  # the matrix page only: off compile's start-up path
+
     out = []
     for literal, field, _spec, _conversion in string.Formatter().parse(template):
         out.append(literal)

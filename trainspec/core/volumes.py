@@ -8,7 +8,6 @@ Imports nothing but trainspec.core: each target's settings.py calls it from sett
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, List
 
 from trainspec.core.diagnostics import Diagnostic, error, shown
@@ -27,6 +26,8 @@ def volume_errors(spec: Any, target: str) -> List[Diagnostic]:
     for name in getattr(spec.targets, target).volumes:
         where = ("targets", target, "volumes", name)
         if name not in names:
+            import difflib  # only for a mistake: off compile's start-up path
+
             close = difflib.get_close_matches(name, names, n=1)
             have = ", ".join(names) or "none"
             out.append(error(where, f"'{name}' is neither an input nor an output of this spec",

@@ -29,7 +29,6 @@ keeps the cluster (then it says how to delete it).
 
 from __future__ import annotations
 
-import difflib
 import re
 import shlex
 from pathlib import Path
@@ -135,6 +134,8 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
             out.append(error(("outputs", name, "path"), f"on Ray '{item.path}' is no place every node writes to "
                              "and that outlives the cluster: " + _LOST_OUTPUT, _KEEP_OUTPUT.format(name=name)))
     if settings.location not in AZURE_REGIONS:
+        import difflib  # only for a mistake: off compile's start-up path
+
         close = difflib.get_close_matches(settings.location, AZURE_REGIONS, n=2)
         out.append(error(("targets", "ray", "location"), f"'{settings.location}' is not an Azure region",
                          f"did you mean {' or '.join(close)}?" if close else "e.g. eastus, westeurope"))
@@ -407,6 +408,8 @@ def cluster_problems(config: Dict[str, Any]) -> List[str]:
     if provider.get("type") == "azure":
         for key in ("location", "resource_group"):
             if not provider.get(key):
+                import difflib
+
                 near = [k for k in provider if difflib.get_close_matches(k, [key], n=1, cutoff=0.75)]
                 problems.append(f"provider.{key} is missing" + (f" (found '{near[0]}': misspelt?)" if near else ""))
         location = provider.get("location")
