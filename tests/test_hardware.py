@@ -68,7 +68,7 @@ def test_partitions_and_node_groups_are_read_and_checked_like_computes(repo):
     assert "trainspec-skus.yaml:6:14: error: node_groups: expected a mapping of names to the VM size each runs " \
            "on (hint: node_groups: {H100Nodes: Standard_ND96isr_H100_v5})" in err, err
     assert "trainspec-skus.yaml:7:11: error: clusters: unknown field 'clusters' (hint: fields: skus, computes, " \
-           "partitions, node_groups)" in err, err
+           "partitions, node_groups, region, prices)" in err, err
     assert "Traceback" not in err
 
 

@@ -395,7 +395,7 @@ def test_the_table_survives_an_overflowing_comment(repo):
 def fake(gpus, per_hour, hours=24.0):
     rate = prices.Rate(per_hour, "snapshot")
     return TargetCost("azureml", gpus, (Part(1, H100, False, rate),), prices.Region("eastus", "the default region"),
-                      int(hours * 3600), True)
+                      int(hours * 3600), "")  # billed per job
 
 
 def test_a_table_too_long_for_one_comment_keeps_the_totals_and_the_largest_changes():

@@ -314,6 +314,29 @@ def unsupported(target: str, path: SpecPath, what: str, hint: Optional[str] = No
 # --- the time limit: the spec's `timeout:`, or a target's own setting -------------------------
 
 @dataclass(frozen=True)
+class CostBasis:
+    """What a job holds on a target, for review/cost.py to price: its VMs as (count, size, spot,
+    role), the time limit the target enforces (seconds; None: none), and, where they apply, the
+    team's own nodes it runs on (``team_nodes``, e.g. "the partition's nodes": never a bill per
+    job), why it has no maximum beyond its limit, and the region the target names itself
+    (``location``, by the spec field ``location_field``)."""
+
+    vms: Tuple[Tuple[int, str, bool, str], ...]
+    seconds: Optional[int]
+    team_nodes: str = ""
+    unbounded: str = ""
+    location: Optional[str] = None
+    location_field: str = ""
+
+
+def nodes_cost(valid, limit: Optional["TimeLimit"], spot: bool = False, team_nodes: str = "") -> CostBasis:
+    """The cost basis of a job that holds its nodes of the spec's sku for the target's time limit."""
+    size = valid.sku.name if valid.sku else valid.spec.resources.sku
+    return CostBasis(((valid.nodes, size, spot, ""),) if size else (), limit.seconds if limit is not None else None,
+                     team_nodes)
+
+
+@dataclass(frozen=True)
 class TimeLimit:
     """The time limit a target enforces: ``seconds``, and the spec path that set it (``timeout``,
     or the target's own setting, ``targets.<name>.<field>``, which overrides it there)."""

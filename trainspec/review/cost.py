@@ -400,12 +400,10 @@ def _row(row: Row, md: bool) -> str:
 
 # --- what a job costs on a target: GPUs, price per hour, the most it can cost ------------------------
 
-# Targets that run on the team's own nodes (a Slurm partition, an HPC Pack node group, a Kubernetes
-# node pool): their nodes cost what they cost whether or not a job runs, so a job is never billed
-# for itself there. Azure ML (a compute cluster's nodes, or serverless) and Ray (a cluster started
-# and torn down for the job) bill the job's VMs while it holds them.
-TEAM_CLUSTERS = {"slurm": "the partition's nodes", "hpcpack": "the node group's nodes",
-                 "kubernetes": "the node pool's nodes"}
+# A target whose jobs run on the team's own nodes (a Slurm partition, an HPC Pack node group, a
+# Kubernetes node pool) says so in its cost basis (``team_nodes``): those nodes cost what they cost
+# whether or not a job runs, so a job is never billed for itself there. The others bill the job's
+# VMs while it holds them.
 
 
 @dataclass(frozen=True)
@@ -436,10 +434,15 @@ class TargetCost:
     parts: Tuple[Part, ...]
     region: Any  # spec.prices.Region
     seconds: Optional[int]  # the time limit the target enforces; None: none
-    billed: bool  # billed per job (False: the team's own nodes)
+    team_nodes: str  # the team's own nodes the job runs on ("": billed per job)
     unbounded: str = ""  # why there is no maximum beyond the time limit (a Ray cluster kept after the job)
     team_file: Optional[str] = None  # the team catalog's file name, when it prices the job
     assumed: str = ""  # what decides the machines where the sku does not (priced as if they were the sku)
+
+    @property
+    def billed(self) -> bool:
+        """Billed per job (not the team's own nodes)."""
+        return not self.team_nodes
 
     @property
     def per_hour(self) -> Optional[float]:
@@ -472,7 +475,7 @@ class TargetCost:
         if self.assumed:
             where += f"; priced as the sku, which is not enforced here: {self.assumed}"
         if not self.billed:
-            return (f"{gpus}; not billed per job: {self.target} runs on the team's own nodes ({TEAM_CLUSTERS[self.target]}, "
+            return (f"{gpus}; not billed per job: {self.target} runs on the team's own nodes ({self.team_nodes}, "
                     f"paid whether or not a job runs); the {sum(p.count for p in self.parts)} node(s) it holds cost "
                     f"{_usd(self.per_hour)}/h ({parts}, {where})")
         head = f"{gpus}; {_usd(self.per_hour)}/h ({parts}, {where})"
@@ -521,37 +524,18 @@ def target_cost(outcome: Outcome, target: str, catalog: Optional[Any] = None) ->
     if catalog is None:
         catalog = skus.catalog_for(valid.source.dir)[0]
     lower = importlib.import_module(f"trainspec.targets.{target}.lower")
-    size = valid.sku.name if valid.sku else valid.spec.resources.sku
     gpus_ = valid.nodes * valid.gpus_per_node
     region = prices.region_for(catalog)
-    unbounded = ""
     team = catalog.team_file.name if catalog.team_file is not None else None
 
     def part(count: int, name: str, spot: bool, role: str = "") -> Part:
         kind = prices.SPOT if spot else prices.PAY_AS_YOU_GO
         return Part(count, name, spot, prices.rate(catalog, name, region.name, kind), role)
 
-    if target == "ray":
-        settings = valid.spec.targets.ray
-        region = prices.region_for(catalog, settings.location, "targets.ray.location")
-        limit = valid.spec.timeout  # the job request's: the driver enforces it (lower.job_request)
-        workers = valid.nodes - 1 if settings.head == "worker" else valid.nodes
-        spot = bool(valid.spec.resources.spot)
-        parts = []
-        if size:  # the head is never spot (cluster.yaml); the workers are when the spec says spot
-            parts.append(part(1, size, False, "head") if settings.head == "worker" else
-                         part(1, lower._head_sku(valid).name, False, "CPU head"))
-            if workers:
-                parts.append(part(workers, size, spot, "workers" if workers > 1 else "worker"))
-        if settings.keep_cluster:
-            unbounded = "the cluster is kept after the job (targets.ray.keep_cluster) and bills until ray down"
-        return TargetCost(target, gpus_, tuple(parts), region, limit, True, unbounded, team)
-    found = lower.time_limit(valid)
-    limit = found.seconds if found is not None else None
-    spot = False
-    if target == "azureml":
-        spot = lower._queue_settings(valid, lower._compute_name(valid)).get("job_tier") == "spot"
-    parts = (part(valid.nodes, size, spot),) if size else ()
-    found = pipeline.hardware(valid, target) if valid.sku is not None else None
-    return TargetCost(target, gpus_, parts, region, limit, target not in TEAM_CLUSTERS, team_file=team,
+    basis = lower.cost_basis(valid)
+    if basis.location:
+        region = prices.region_for(catalog, basis.location, basis.location_field)
+    parts = tuple(part(count, name, spot, role) for count, name, spot, role in basis.vms)
+    found = pipeline.hardware(valid, target) if valid.sku is not None and not basis.location_field else None
+    return TargetCost(target, gpus_, parts, region, basis.seconds, basis.team_nodes, basis.unbounded, team,
                       assumed=found.by if found is not None and not found.enforced else "")

@@ -6,8 +6,8 @@ from a SkyPilot catalog snapshot (its source, commit and date are in the file). 
 which win. Only plan, review and ``skus`` read prices: ``compile`` and ``check`` never load
 this file.
 
-Which region prices a job: the region the job's own platform names (a Ray cluster's
-``targets.ray.location``), else the team file's ``region:``, else DEFAULT_REGION, which every
+Which region prices a job: the region the job's own platform names (a cluster the
+target starts in a region of its own), else the team file's ``region:``, else DEFAULT_REGION, which every
 output calls "the default region".
 """
 
@@ -41,7 +41,7 @@ def snapshot_about() -> str:
 @dataclass(frozen=True)
 class Region:
     name: str
-    why: str  # "targets.ray.location", "region: in trainspec-skus.yaml", "the default region"
+    why: str  # the target's own field that names it, "region: in trainspec-skus.yaml", "the default region"
 
     def said(self) -> str:
         return f"{self.name} ({self.why})"

@@ -450,3 +450,9 @@ class AzureML(base.Target):
 
 
 TARGET = AzureML()
+
+
+def cost_basis(valid: ValidSpec) -> base.CostBasis:
+    """The job's nodes for its time limit, billed per job; at the spot rate on the spot tier."""
+    spot = _queue_settings(valid, _compute_name(valid)).get("job_tier") == "spot"
+    return base.nodes_cost(valid, time_limit(valid), spot)

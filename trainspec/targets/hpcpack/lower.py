@@ -413,3 +413,8 @@ class HPCPack(base.Target):
 
 
 TARGET = HPCPack()
+
+
+def cost_basis(valid: ValidSpec) -> base.CostBasis:
+    """The node group's nodes the job holds: the team's own, never a bill per job."""
+    return base.nodes_cost(valid, time_limit(valid), team_nodes="the node group's nodes")

@@ -669,3 +669,8 @@ class Kubernetes(base.Target):
 
 
 TARGET = Kubernetes()
+
+
+def cost_basis(valid: ValidSpec) -> base.CostBasis:
+    """The node pool's nodes the job holds: the team's own, never a bill per job."""
+    return base.nodes_cost(valid, time_limit(valid), team_nodes="the node pool's nodes")

@@ -519,3 +519,22 @@ class Ray(base.Target):
 
 
 TARGET = Ray()
+
+
+def cost_basis(valid: ValidSpec) -> base.CostBasis:
+    """The cluster started for the job, in its own location: the head never spot (cluster.yaml),
+    the workers spot when the spec says spot; the time limit is the job request's (the driver
+    enforces it); a cluster kept after the job bills until `ray down`."""
+    settings = valid.spec.targets.ray
+    size = valid.sku.name if valid.sku else valid.spec.resources.sku
+    workers = valid.nodes - 1 if settings.head == "worker" else valid.nodes
+    vms = []
+    if size:
+        vms.append((1, size, False, "head") if settings.head == "worker" else
+                   (1, _head_sku(valid).name, False, "CPU head"))
+        if workers:
+            vms.append((workers, size, bool(valid.spec.resources.spot), "workers" if workers > 1 else "worker"))
+    unbounded = ("the cluster is kept after the job (targets.ray.keep_cluster) and bills until ray down"
+                 if settings.keep_cluster else "")
+    return base.CostBasis(tuple(vms), valid.spec.timeout, unbounded=unbounded, location=settings.location,
+                          location_field="targets.ray.location")

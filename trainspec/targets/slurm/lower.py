@@ -444,3 +444,8 @@ class Slurm(base.Target):
 
 
 TARGET = Slurm()
+
+
+def cost_basis(valid: ValidSpec) -> base.CostBasis:
+    """The partition's nodes the job holds: the team's own, never a bill per job."""
+    return base.nodes_cost(valid, time_limit(valid), team_nodes="the partition's nodes")
