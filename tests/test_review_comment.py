@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import shutil
-from dataclasses import replace
+from trainspec.core.records import replace
 from html.parser import HTMLParser
 from pathlib import Path
 

@@ -343,8 +343,6 @@ def test_a_bad_request_names_the_file_and_the_field(tmp_path, fields, message):
 def test_one_definition_writes_and_reads_the_request(tmp_path):
     """The compiler builds the driver's own Request and writes its to_json(); the driver reads the
     same type back, every field kept (the workdir made absolute, the CPUs a float)."""
-    import dataclasses
-
     from conftest import REPO
     from trainspec.build import build
     from trainspec.targets.ray import lower as ray_target
@@ -357,7 +355,7 @@ def test_one_definition_writes_and_reads_the_request(tmp_path):
     path = tmp_path / ray_target.REQUEST_FILE
     path.write_bytes(data)
     read = read_request(str(path))
-    assert read == dataclasses.replace(written, workdir=str(tmp_path / "code"), cpus_per_node=8.0)
+    assert read == written.replace(workdir=str(tmp_path / "code"), cpus_per_node=8.0)
 
 
 @pytest.mark.parametrize("field, value, message", [

@@ -9,13 +9,13 @@ Each target's lowering (targets/<name>/lower.py) is loaded here, by name, on fir
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from trainspec.compile.base import Artifact, Target
 from trainspec.compile.write import landing
 from trainspec.core.diagnostics import Diagnostic, SpecError
+from trainspec.core.records import Record
 from trainspec.spec.compose import compose
 from trainspec.spec.validate import ValidSpec, secret_reference_errors, validate
 from trainspec.targets import DEFAULT_TARGET, TARGETS
@@ -23,17 +23,22 @@ from trainspec.targets import DEFAULT_TARGET, TARGETS
 SPEC_SUFFIXES = (".yaml", ".yml")
 
 
-@dataclass
-class Outcome:
+class Outcome(Record):
     """One spec's result: every diagnostic (located), and the artifacts when there was no error."""
 
-    file: str
-    valid: Optional[ValidSpec] = None
-    data: Any = None  # what the spec says, as written, with its extends chain and overrides applied
-    document: Any = None  # the composed Document: which file wrote each field (diagnostics, diff reasons)
-    reads: List[Path] = field(default_factory=list)  # the files that make the job: extends chain, conda file
-    artifacts: List[Artifact] = field(default_factory=list)
-    diagnostics: List[Diagnostic] = field(default_factory=list)
+    __slots__ = ("file", "valid", "data", "document", "reads", "artifacts", "diagnostics")
+    __hash__ = None  # type: ignore[assignment]  # filled in as the spec goes through the pipeline
+
+    def __init__(self, file: str, valid: Optional[ValidSpec] = None, data: Any = None, document: Any = None,
+                 reads: Optional[List[Path]] = None, artifacts: Optional[List[Artifact]] = None,
+                 diagnostics: Optional[List[Diagnostic]] = None) -> None:
+        self.file = file
+        self.valid = valid
+        self.data = data  # what the spec says, as written, with its extends chain and overrides applied
+        self.document = document  # the composed Document: which file wrote each field (diagnostics, diff reasons)
+        self.reads = [] if reads is None else reads  # the files that make the job: extends chain, conda file
+        self.artifacts = [] if artifacts is None else artifacts
+        self.diagnostics = [] if diagnostics is None else diagnostics
 
     @property
     def ok(self) -> bool:

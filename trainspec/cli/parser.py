@@ -6,7 +6,9 @@ targets in the help come from the registry.
 from __future__ import annotations
 
 import argparse
-from typing import Callable, Sequence
+import os
+import sys
+from typing import Callable, Optional, Sequence
 
 from trainspec import __version__
 from trainspec.targets import DEFAULT_TARGET, TARGETS, display_names
@@ -82,20 +84,51 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
+def _columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size()`` reads it: COLUMNS, else the width of
+    the terminal on stdout, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class Help(argparse.HelpFormatter):
+    """argparse's help formatter, its width found without importing ``shutil``: argparse makes a
+    formatter for every flag it adds, and the first one would import shutil (with bz2, lzma, zlib:
+    ~3 ms of every start) for ``get_terminal_size`` alone."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: Optional[int] = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
+class RawDescriptionHelp(argparse.RawDescriptionHelpFormatter, Help):
+    """The top level's: its description and examples as written."""
+
+
 def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The whole command line. Only the command ``argv`` names gets its flags: argparse makes a help
     formatter for each flag it adds, ~10 ms for all of them, a tenth of a cold `trainspec compile`.
     Without a command's name (``--help``, a misspelt command) every command gets its flags."""
     top = argparse.ArgumentParser(prog="trainspec", description=DESCRIPTION, epilog=EPILOG,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+                                  formatter_class=RawDescriptionHelp)
     top.add_argument("--version", action="version", version=f"trainspec {__version__}")
     commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
     named = next((word for word in argv if not word.startswith("-")), None)  # the top level's flags take no value
     for name, flags in FLAGS.items():  # in the order of --help
         module, doc = COMMANDS[name]
-        sub = commands.add_parser(name, help=doc.split(". ")[0].rstrip("."), description=doc)
+        whole = named not in FLAGS or name == named  # a command that does not run needs neither flags nor -h
+        sub = commands.add_parser(name, help=doc.split(". ")[0].rstrip("."), description=doc, formatter_class=Help,
+                                  add_help=whole)
         sub.set_defaults(module=module, parser=sub)
-        if named not in FLAGS or name == named:
+        if whole:
             flags(sub)
     return top
 

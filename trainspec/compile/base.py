@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, warning
 from trainspec.core.fields import duration_text
+from trainspec.core.records import Record
 from trainspec.runtime import shim as contract  # the TRAINSPEC_* names and default ports, written once
 from trainspec.runtime import secret_refs  # TRAINSPEC_SECRETS: what the secrets helper reads
 from trainspec.spec.validate import LIGHTNING_VARIABLES, TENSORFLOW, ValidSpec, neutral_refs, secret_reference
@@ -29,22 +29,23 @@ def plan_shim(python: str) -> str:
     return f"{shlex.join(shlex.split(python))} {' '.join(SHIM_FLAGS)} {SHIM_FILE} (needs Python 3.8+)"
 
 
-@dataclass(frozen=True)
-class OutFile:
-    path: str  # relative to the target's output directory, posix
-    data: bytes
-    executable: bool = False
-    # a generated runtime file (the shim, the Ray driver...): the trainspec version it comes
-    # from. `diff` summarises such files (size, sha256, version) instead of printing them whole.
-    runtime: Optional[str] = None
-    # runtime files written inside this one (a manifest that carries them), each an OutFile with
-    # its `runtime`, and `shown`: `data` as a reviewer reads it, each of them replaced by its
-    # placeholder() line. `diff` summarises them as it does runtime files of their own and diffs
-    # `shown`; `data` stays what is written, checked and compared (a change inside one is a change).
-    embedded: Tuple["OutFile", ...] = ()
-    shown: Optional[bytes] = None
+class OutFile(Record):
+    __slots__ = ("path", "data", "executable", "runtime", "embedded", "shown")
 
-    def __post_init__(self) -> None:
+    def __init__(self, path: str, data: bytes, executable: bool = False, runtime: Optional[str] = None,
+                 embedded: Tuple[OutFile, ...] = (), shown: Optional[bytes] = None) -> None:
+        self.path = path  # relative to the target's output directory, posix
+        self.data = data
+        self.executable = executable
+        # a generated runtime file (the shim, the Ray driver...): the trainspec version it comes
+        # from. `diff` summarises such files (size, sha256, version) instead of printing them whole.
+        self.runtime = runtime
+        # runtime files written inside this one (a manifest that carries them), each an OutFile with
+        # its `runtime`, and `shown`: `data` as a reviewer reads it, each of them replaced by its
+        # placeholder() line. `diff` summarises them as it does runtime files of their own and diffs
+        # `shown`; `data` stays what is written, checked and compared (a change inside one is a change).
+        self.embedded = embedded
+        self.shown = shown
         for inner in self.embedded:
             if inner.runtime is None or self.shown is None or placeholder(inner).encode("utf-8") not in self.shown:
                 raise ValueError(f"{self.path}: the embedded {inner.path} needs a runtime version and its "
@@ -65,33 +66,36 @@ def placeholder(file: OutFile) -> str:
             f"{hashlib.sha256(file.data).hexdigest()} (summarised here, written whole)")
 
 
-@dataclass(frozen=True)
-class Artifact:
+class Artifact(Record):
     """Everything one target makes of one spec: the files and how to submit them."""
 
-    target: str
-    name: str
-    files: Tuple[OutFile, ...]
-    submit: str  # the platform's own command, relative to the output directory's parent
+    __slots__ = ("target", "name", "files", "submit")
+
+    def __init__(self, target: str, name: str, files: Tuple[OutFile, ...], submit: str) -> None:
+        self.target = target
+        self.name = name
+        self.files = files
+        self.submit = submit  # the platform's own command, relative to the output directory's parent
 
     def file(self, path: str) -> OutFile:
         return next(f for f in self.files if f.path == path)
 
 
-@dataclass(frozen=True)
-class Hardware:
+class Hardware(Record):
     """What chooses the machines a target's job runs on, as ``plan`` and ``diff`` say it:
     ``enforced`` when that is resources.sku (the job runs on that size or not at all), and
     ``by``, one line: what selects it ("instance_type Standard_ND96isr_H100_v5"), or, not enforced,
     what decides instead ("the partition gpu decides the hardware")."""
 
-    enforced: bool
-    by: str
-    hint: str = ""  # how to link the sku to this target's machines, when it is not enforced
+    __slots__ = ("enforced", "by", "hint")
+
+    def __init__(self, enforced: bool, by: str, hint: str = "") -> None:
+        self.enforced = enforced
+        self.by = by
+        self.hint = hint  # how to link the sku to this target's machines, when it is not enforced
 
 
-@dataclass(frozen=True)
-class PlanFacts:
+class PlanFacts(Record):
     """What ``plan`` says of a job on every target, the same facts in the same order (each one
     line, read from what the target compiles, so plan cannot claim what the job does not do):
 
@@ -104,11 +108,14 @@ class PlanFacts:
     - ``gpus``: the GPUs of the whole job, nodes x GPUs per node, with the model where the sku
       holds (``plan_gpus``)."""
 
-    where: str
-    time_limit: str
-    priority: str
-    image: str
-    gpus: str
+    __slots__ = ("where", "time_limit", "priority", "image", "gpus")
+
+    def __init__(self, where: str, time_limit: str, priority: str, image: str, gpus: str) -> None:
+        self.where = where
+        self.time_limit = time_limit
+        self.priority = priority
+        self.image = image
+        self.gpus = gpus
 
     LABELS = ("where", "time limit", "priority", "image", "GPUs")
 
@@ -313,20 +320,23 @@ def unsupported(target: str, path: SpecPath, what: str, hint: Optional[str] = No
 
 # --- the time limit: the spec's `timeout:`, or a target's own setting -------------------------
 
-@dataclass(frozen=True)
-class CostBasis:
+class CostBasis(Record):
     """What a job holds on a target, for review/cost.py to price: its VMs as (count, size, spot,
     role), the time limit the target enforces (seconds; None: none), and, where they apply, the
     team's own nodes it runs on (``team_nodes``, e.g. "the partition's nodes": never a bill per
     job), why it has no maximum beyond its limit, and the region the target names itself
     (``location``, by the spec field ``location_field``)."""
 
-    vms: Tuple[Tuple[int, str, bool, str], ...]
-    seconds: Optional[int]
-    team_nodes: str = ""
-    unbounded: str = ""
-    location: Optional[str] = None
-    location_field: str = ""
+    __slots__ = ("vms", "seconds", "team_nodes", "unbounded", "location", "location_field")
+
+    def __init__(self, vms: Tuple[Tuple[int, str, bool, str], ...], seconds: Optional[int], team_nodes: str = "",
+                 unbounded: str = "", location: Optional[str] = None, location_field: str = "") -> None:
+        self.vms = vms
+        self.seconds = seconds
+        self.team_nodes = team_nodes
+        self.unbounded = unbounded
+        self.location = location
+        self.location_field = location_field
 
 
 def nodes_cost(valid, limit: Optional["TimeLimit"], spot: bool = False, team_nodes: str = "") -> CostBasis:
@@ -336,13 +346,15 @@ def nodes_cost(valid, limit: Optional["TimeLimit"], spot: bool = False, team_nod
                      team_nodes)
 
 
-@dataclass(frozen=True)
-class TimeLimit:
+class TimeLimit(Record):
     """The time limit a target enforces: ``seconds``, and the spec path that set it (``timeout``,
     or the target's own setting, ``targets.<name>.<field>``, which overrides it there)."""
 
-    seconds: int
-    path: SpecPath
+    __slots__ = ("seconds", "path")
+
+    def __init__(self, seconds: int, path: SpecPath) -> None:
+        self.seconds = seconds
+        self.path = path
 
     @property
     def source(self) -> str:

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, warning
 from trainspec.core.fields import is_remote
+from trainspec.core.records import Record
 from trainspec.compile import base
 
 Occurrence = Tuple[SpecPath, Dict[str, str]]  # where in the spec, and the fields a message may name
@@ -170,12 +170,14 @@ class Feature(enum.Enum):
 
 # --- a target's table ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Condition:
+class Condition(Record):
     """When an entry applies beyond its feature being there (a target's setting, another field)."""
 
-    text: str  # for the matrix: "without environment.image"
-    test: Callable[[Any], Any]
+    __slots__ = ("text", "test")
+
+    def __init__(self, text: str, test: Callable[[Any], Any]) -> None:
+        self.text = text  # for the matrix: "without environment.image"
+        self.test = test
 
 
 def only(text: str, test: Callable[[Any], Any]) -> Condition:
@@ -185,13 +187,15 @@ def only(text: str, test: Callable[[Any], Any]) -> Condition:
 _STANDARD: Any = object()  # a part left out: the feature's standard wording
 
 
-@dataclass(frozen=True)
-class Entry:
-    what: Any  # str or _STANDARD
-    hint: Any  # str, None or _STANDARD
-    fatal: bool
-    as_written: bool  # problem(): the message itself; unsupported(): "<target> cannot express <what>"
-    when: Optional[Condition]
+class Entry(Record):
+    __slots__ = ("what", "hint", "fatal", "as_written", "when")
+
+    def __init__(self, what: Any, hint: Any, fatal: bool, as_written: bool, when: Optional[Condition]) -> None:
+        self.what = what  # str or _STANDARD
+        self.hint = hint  # str, None or _STANDARD
+        self.fatal = fatal
+        self.as_written = as_written  # problem(): the message itself; unsupported(): "<target> cannot express <what>"
+        self.when = when
 
     def texts(self, feature: Feature) -> Tuple[str, Optional[str]]:
         """(what or message, hint) as templates, the standard wording filled in."""

@@ -7,9 +7,9 @@ about YAML.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Iterable, Optional, Tuple, Union
 
+from trainspec.core.records import Record, replace
 from trainspec.core.secrets import redact, redact_shapes
 
 PathPart = Union[str, int]
@@ -19,25 +19,30 @@ ERROR = "error"
 WARNING = "warning"
 
 
-@dataclass(frozen=True)
-class Diagnostic:
+class Diagnostic(Record):
     severity: str  # ERROR | WARNING
     path: SpecPath  # where in the spec: ("resources", "nodes"); () is the whole document
     message: str
-    hint: Optional[str] = None
-    file: Optional[str] = None  # filled in by locate()
-    line: Optional[int] = None  # 1-based
-    col: Optional[int] = None  # 1-based
-    on_key: bool = False  # point at the key (unknown key) rather than its value
+    hint: Optional[str]
+    file: Optional[str]  # filled in by locate()
+    line: Optional[int]  # 1-based
+    col: Optional[int]  # 1-based
+    on_key: bool  # point at the key (unknown key) rather than its value
+    __slots__ = ("severity", "path", "message", "hint", "file", "line", "col", "on_key")
 
-    def __post_init__(self) -> None:
+    def __init__(self, severity: str, path: SpecPath, message: str, hint: Optional[str] = None,
+                 file: Optional[str] = None, line: Optional[int] = None, col: Optional[int] = None,
+                 on_key: bool = False) -> None:
         # a message may quote what the spec says, and an override's label (`--set env.X=...`) is
         # the user's text: whatever looks like a credential never leaves as a diagnostic (secrets.py)
-        object.__setattr__(self, "message", redact_shapes(self.message))
-        if self.hint:
-            object.__setattr__(self, "hint", redact_shapes(self.hint))
-        if self.file and self.file.startswith("--"):
-            object.__setattr__(self, "file", redact(self.file))
+        self.severity = severity
+        self.path = path
+        self.message = redact_shapes(message)
+        self.hint = redact_shapes(hint) if hint else hint
+        self.file = redact(file) if file and file.startswith("--") else file
+        self.line = line
+        self.col = col
+        self.on_key = on_key
 
     @property
     def is_error(self) -> bool:

@@ -13,18 +13,23 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from trainspec.core.records import Record
 
-@dataclass
-class Listing:
+
+class Listing(Record):
     """A folder's content, by posix path relative to the folder, sorted."""
 
-    files: List[str] = field(default_factory=list)  # regular files
-    links: List[Tuple[str, str]] = field(default_factory=list)  # (path, what the link says)
-    others: List[Tuple[str, str]] = field(default_factory=list)  # (path, what it is): FIFO, socket, device
+    __slots__ = ("files", "links", "others")
+    __hash__ = None  # type: ignore[assignment]  # filled in as the folder is walked
+
+    def __init__(self, files: Optional[List[str]] = None, links: Optional[List[Tuple[str, str]]] = None,
+                 others: Optional[List[Tuple[str, str]]] = None) -> None:
+        self.files = [] if files is None else files  # regular files
+        self.links = [] if links is None else links  # (path, what the link says)
+        self.others = [] if others is None else others  # (path, what it is): FIFO, socket, device
 
 
 def kind_of(mode: int) -> str:

@@ -10,29 +10,35 @@ Plain data; pydantic only inside ``field()``, which only the models call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from trainspec.core.records import Record
 
 # an absolute path without NUL or a line break: read as is on every node
 FILE_PATTERN = r"^/[^\x00\n\r]*$"
 
 
-@dataclass(frozen=True)
-class Reference:
+class Reference(Record):
     """One way a platform keeps a secret: ``key`` under ``secrets.<NAME>``, its pydantic field
     (``field()``: (type, FieldInfo)), how plan shows it (``shown(value)``), and the rules its
     pattern cannot state (``errors(path, value)``: diagnostics at ``path``, run by validation)."""
 
-    key: str
-    field: Callable[[], Tuple[Any, Any]]
-    shown: Callable[[Any], str]
-    example: str  # as a spec writes it, for hints
-    errors: Optional[Callable[[tuple, Any], List[Any]]] = None
-    # what the shim reads (TRAINSPEC_SECRETS, runtime/secret_refs.py secret_values), None where the
-    # platform itself sets the variable (a Kubernetes secretKeyRef)
-    runtime: Optional[Callable[[Any], dict]] = None
-    # what a value that misses its pattern is, by the path below secrets.<NAME>.<key> (spec/explain.py)
-    words: Optional[Dict[Tuple[str, ...], str]] = None
+    __slots__ = ("key", "field", "shown", "example", "errors", "runtime", "words")
+
+    def __init__(self, key: str, field: Callable[[], Tuple[Any, Any]], shown: Callable[[Any], str],
+                 example: str, errors: Optional[Callable[[tuple, Any], List[Any]]] = None,
+                 runtime: Optional[Callable[[Any], dict]] = None,
+                 words: Optional[Dict[Tuple[str, ...], str]] = None) -> None:
+        self.key = key
+        self.field = field
+        self.shown = shown
+        self.example = example  # as a spec writes it, for hints
+        self.errors = errors
+        # what the shim reads (TRAINSPEC_SECRETS, runtime/secret_refs.py secret_values), None where
+        # the platform itself sets the variable (a Kubernetes secretKeyRef)
+        self.runtime = runtime
+        # what a value that misses its pattern is, by the path below secrets.<NAME>.<key> (spec/explain.py)
+        self.words = words
 
 
 def _file_field() -> Tuple[Any, Any]:

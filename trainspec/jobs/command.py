@@ -22,6 +22,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from trainspec.build import Outcome, build_all, target as target_of
 from trainspec.compile.base import Artifact
+from trainspec.core import records
 from trainspec.jobs import api
 from trainspec.jobs.api import Context, Job, Scheduler, State, Status, SubmitError
 
@@ -227,7 +228,7 @@ def job_folder(outcome: Outcome, artifact: Artifact, options: Options, name: str
 
     if options.out:
         return target_dir(Path(options.out), artifact)
-    staged = replace(artifact, name=name)
+    staged = records.replace(artifact, name=name)
     folder = target_dir(STAGE, staged)
     if not folder.is_dir():  # the name is the content's digest: a folder there holds this job already
         write_all(STAGE, [staged])

@@ -304,7 +304,7 @@ def _catalog_changes(old: Outcome, new: Outcome) -> List[Change]:
         return []
     where = "in " + (_display(str(new.valid.catalog), new) if new.valid.catalog else "the built-in catalog")
     return [Change(f"size {b.name}: {name}", getattr(a, name), getattr(b, name), where)
-            for name in a.__dataclass_fields__ if getattr(a, name) != getattr(b, name)]
+            for name in a.__slots__ if getattr(a, name) != getattr(b, name)]
 
 
 def _union(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:

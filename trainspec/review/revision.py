@@ -182,7 +182,7 @@ class Unchanged:
 
     def outcome(self, file: str, extends: Optional[Dict[str, Optional[str]]] = None) -> Optional[Outcome]:
         """A copy of the head side's outcome of ``file`` (repository-relative) when it holds here."""
-        from dataclasses import replace
+        from trainspec.core.records import replace
 
         head = self.by_file.get(Path(file).as_posix())
         if head is None or head.valid is None or not head.ok or not self._holds(file, head, extends or {}):
@@ -278,7 +278,7 @@ class Unchanged:
 
 
 def _relabel(diagnostic: Diagnostic, label: str) -> Diagnostic:
-    from dataclasses import replace
+    from trainspec.core.records import replace
 
     if diagnostic.file and not diagnostic.file.startswith("--"):
         return replace(diagnostic, file=f"{label}:{Path(diagnostic.file).as_posix()}")

@@ -11,13 +11,13 @@ problem in an override names the override.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from trainspec.core.diagnostics import SpecError, SpecPath, error, shown
 from trainspec.core.files import in_repository, inside
 from trainspec.core.fields import is_remote
+from trainspec.core.records import replace
 from trainspec.spec.loader import (MAX_DEPTH, Document, NestedTooDeeply, ReadProblem, depth_limited, load_bytes,
                                    path_text_problem, read_bounded, real_path, repository_root)
 

@@ -13,11 +13,11 @@ import errno
 import os
 import re
 import stat
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from trainspec.core.diagnostics import Diagnostic, SpecError, SpecPath, error
+from trainspec.core.records import Record, replace
 
 MAX_BYTES = 1024 * 1024  # a spec is a page of YAML; a megabyte is already absurd
 MAX_NODES = 20_000  # after alias expansion: stops "billion laughs" long before memory does
@@ -27,12 +27,16 @@ NAME_MAX = 255  # bytes in one part of a path (Linux, macOS, Windows)
 PATH_MAX = 4095  # bytes in a whole path
 
 
-@dataclass
-class Positions:
+class Positions(Record):
     """Spec path -> 1-based (line, col) of its key and of its value."""
 
-    keys: Dict[SpecPath, Tuple[int, int]] = field(default_factory=dict)
-    values: Dict[SpecPath, Tuple[int, int]] = field(default_factory=dict)
+    __slots__ = ("keys", "values")
+    __hash__ = None  # type: ignore[assignment]  # filled in as the spec is read
+
+    def __init__(self, keys: Optional[Dict[SpecPath, Tuple[int, int]]] = None,
+                 values: Optional[Dict[SpecPath, Tuple[int, int]]] = None) -> None:
+        self.keys = {} if keys is None else keys
+        self.values = {} if values is None else values
 
     def find(self, path: SpecPath, on_key: bool = False) -> Tuple[int, int]:
         """The position of ``path``, or of its nearest ancestor that has one."""
@@ -47,20 +51,25 @@ class Positions:
             path = path[:-1]
 
 
-@dataclass
-class Document:
-    file: str  # as the user named it, for messages
-    path: Path  # resolved, for relative lookups
-    data: Any
-    positions: Positions
-    raw: bytes
-    # after composition (compose.py): which file each path came from, and which paths an
-    # override (--set / --var) wrote; empty for a single file
-    origins: Dict[SpecPath, "Document"] = field(default_factory=dict)
-    overrides: Dict[SpecPath, str] = field(default_factory=dict)
-    # every file of the extends chain, base first: a file whose fields are all overridden, or that
-    # holds only `extends:`, writes no path of ``origins`` but still decides what the spec is
-    chain: Tuple[Path, ...] = ()
+class Document(Record):
+    __slots__ = ("file", "path", "data", "positions", "raw", "origins", "overrides", "chain")
+    __hash__ = None  # type: ignore[assignment]  # compose fills in a composed one
+
+    def __init__(self, file: str, path: Path, data: Any, positions: Positions, raw: bytes,
+                 origins: Optional[Dict[SpecPath, Document]] = None, overrides: Optional[Dict[SpecPath, str]] = None,
+                 chain: Tuple[Path, ...] = ()) -> None:
+        self.file = file  # as the user named it, for messages
+        self.path = path  # resolved, for relative lookups
+        self.data = data
+        self.positions = positions
+        self.raw = raw
+        # after composition (compose.py): which file each path came from, and which paths an
+        # override (--set / --var) wrote; empty for a single file
+        self.origins = {} if origins is None else origins
+        self.overrides = {} if overrides is None else overrides
+        # every file of the extends chain, base first: a file whose fields are all overridden, or that
+        # holds only `extends:`, writes no path of ``origins`` but still decides what the spec is
+        self.chain = chain
 
     def locate(self, diagnostic: Diagnostic) -> Diagnostic:
         """Attach file:line:col: of the file (or override) that wrote the diagnostic's path."""

@@ -7,28 +7,34 @@ little and reads the JSON once, on first use.
 
 import json
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from trainspec.core.records import Record
 
 _PREFIX = "standard_"
 _CATALOG = Path(__file__).with_name("skus.json")
 
 
-@dataclass(frozen=True)
-class Sku:
-    name: str                     # canonical Azure name, e.g. "Standard_NC24rs_v3"
-    gpus: int                     # whole GPUs per VM (0 for CPU sizes)
-    gpu: Optional[str]            # GPU model, e.g. "V100"; None iff gpus == 0
-    gpu_memory_gb: int            # memory of one GPU (0 for CPU sizes)
-    vcpus: int
-    memory_gb: float
-    infiniband: bool              # has an InfiniBand/RDMA back-end network usable by NCCL/MPI
-    family: str                   # size series, e.g. "NCv3"
-    note: Optional[str] = None    # caveats: retirement, SR-IOV, what a letter in the name means
-    retired: Optional[str] = None # date Azure stopped provisioning the size (ISO), if it did
-    vendor: Optional[str] = None  # who makes its GPUs: "nvidia" or "amd" (VENDORS); None: no GPU, or unknown
+class Sku(Record):
+    __slots__ = ("name", "gpus", "gpu", "gpu_memory_gb", "vcpus", "memory_gb", "infiniband", "family", "note",
+                 "retired", "vendor")
+
+    def __init__(self, name: str, gpus: int, gpu: Optional[str], gpu_memory_gb: int, vcpus: int, memory_gb: float,
+                 infiniband: bool, family: str, note: Optional[str] = None, retired: Optional[str] = None,
+                 vendor: Optional[str] = None) -> None:
+        self.name = name                    # canonical Azure name, e.g. "Standard_NC24rs_v3"
+        self.gpus = gpus                    # whole GPUs per VM (0 for CPU sizes)
+        self.gpu = gpu                      # GPU model, e.g. "V100"; None iff gpus == 0
+        self.gpu_memory_gb = gpu_memory_gb  # memory of one GPU (0 for CPU sizes)
+        self.vcpus = vcpus
+        self.memory_gb = memory_gb
+        self.infiniband = infiniband        # has an InfiniBand/RDMA back-end network usable by NCCL/MPI
+        self.family = family                # size series, e.g. "NCv3"
+        self.note = note                    # caveats: retirement, SR-IOV, what a letter in the name means
+        self.retired = retired              # date Azure stopped provisioning the size (ISO), if it did
+        self.vendor = vendor                # who makes its GPUs: "nvidia" or "amd" (VENDORS); None: no GPU, or unknown
 
 
 @lru_cache(maxsize=1)
@@ -220,19 +226,24 @@ PLACES = {"computes": "computes: {gpu-cluster: Standard_NC24ads_A100_v4}",
           "node_groups": "node_groups: {H100Nodes: Standard_ND96isr_H100_v5}"}
 
 
-@dataclass(frozen=True)
-class Catalog:
+class Catalog(Record):
     """The built-in sizes, plus a team's own from ``trainspec-skus.yaml`` (which win)."""
 
-    team_file: Optional[Path] = None
-    team: Tuple[Sku, ...] = ()
-    computes: Tuple[Tuple[str, str], ...] = ()  # Azure ML compute clusters and their VM size
-    partitions: Tuple[Tuple[str, str], ...] = ()  # Slurm partitions and their VM size
-    node_groups: Tuple[Tuple[str, str], ...] = ()  # HPC Pack node groups and their VM size
-    region: Optional[str] = None  # the team's Azure region (region:), which prices its jobs (spec/prices.py)
-    # the team's own rates (prices:), which win over the snapshot's: (canonical size, pay-as-you-go
-    # USD/h or None, spot USD/h or None)
-    prices: Tuple[Tuple[str, Optional[float], Optional[float]], ...] = ()
+    __slots__ = ("team_file", "team", "computes", "partitions", "node_groups", "region", "prices")
+
+    def __init__(self, team_file: Optional[Path] = None, team: Tuple[Sku, ...] = (),
+                 computes: Tuple[Tuple[str, str], ...] = (), partitions: Tuple[Tuple[str, str], ...] = (),
+                 node_groups: Tuple[Tuple[str, str], ...] = (), region: Optional[str] = None,
+                 prices: Tuple[Tuple[str, Optional[float], Optional[float]], ...] = ()) -> None:
+        self.team_file = team_file
+        self.team = team
+        self.computes = computes  # Azure ML compute clusters and their VM size
+        self.partitions = partitions  # Slurm partitions and their VM size
+        self.node_groups = node_groups  # HPC Pack node groups and their VM size
+        self.region = region  # the team's Azure region (region:), which prices its jobs (spec/prices.py)
+        # the team's own rates (prices:), which win over the snapshot's: (canonical size, pay-as-you-go
+        # USD/h or None, spot USD/h or None)
+        self.prices = prices
 
     def compute_size(self, compute: str) -> Optional[Sku]:
         """The size of the team's compute cluster ``compute`` (``computes:`` in the team file)."""

@@ -12,12 +12,12 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from trainspec.core import files, secrets
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warning
+from trainspec.core.records import Record
 from trainspec.runtime import shim as contract
 from trainspec.spec import skus, structure, templating
 from trainspec.spec.structure import ValidationError  # pydantic-core's, without its package's start-up cost
@@ -41,47 +41,54 @@ ENVIRONMENT_SOURCES = ("image", "azureml", "conda_file", "pip")
 _AZUREML_ASSET = re.compile(r"^azureml:(?!//)([^:@/]+)(?:(:[^:@/]+)|(@[^:@/]+))?$")
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(Record):
     """Where a spec came from, in the forms messages and outputs need."""
 
-    file: str  # as the user named it: for diagnostics
-    path: Path  # absolute: for resolving relative paths
-    display: str  # relative to the repository root (or the file name): for generated headers/tags
-    digest: str  # content hash of the validated spec
+    __slots__ = ("file", "path", "display", "digest")
+
+    def __init__(self, file: str, path: Path, display: str, digest: str) -> None:
+        self.file = file  # as the user named it: for diagnostics
+        self.path = path  # absolute: for resolving relative paths
+        self.display = display  # relative to the repository root (or the file name): for generated headers/tags
+        self.digest = digest  # content hash of the validated spec
 
     @property
     def dir(self) -> Path:
         return self.path.parent
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(Record):
     """A target's setting that the team catalog (trainspec-skus.yaml) maps to a VM size: on that
     target, the job runs on ``size`` (``targets.<target>.<setting>: <value>``)."""
 
-    target: str
-    setting: str  # e.g. "partition"
-    value: str  # e.g. "gpu-h100"
-    size: str  # the size's canonical name, e.g. "Standard_ND96isr_H100_v5"
+    __slots__ = ("target", "setting", "value", "size")
+
+    def __init__(self, target: str, setting: str, value: str, size: str) -> None:
+        self.target = target
+        self.setting = setting  # e.g. "partition"
+        self.value = value  # e.g. "gpu-h100"
+        self.size = size  # the size's canonical name, e.g. "Standard_ND96isr_H100_v5"
 
     def __str__(self) -> str:
         return f"{self.setting} {self.value}"
 
 
-@dataclass(frozen=True)
-class ValidSpec:
+class ValidSpec(Record):
     """A spec that passed validation, with every default resolved."""
 
-    spec: Spec
-    source: Source
-    gpus_per_node: int
-    procs_per_node: int
-    backend: str
-    sku: Optional[skus.Sku]
-    catalog: Optional[Path] = None  # the team's trainspec-skus.yaml the size was looked up in, if any
-    # the targets' settings the team catalog maps to a size (each agrees with sku: validated)
-    placements: Tuple[Placement, ...] = ()
+    __slots__ = ("spec", "source", "gpus_per_node", "procs_per_node", "backend", "sku", "catalog", "placements")
+
+    def __init__(self, spec: Spec, source: Source, gpus_per_node: int, procs_per_node: int, backend: str,
+                 sku: Optional[skus.Sku], catalog: Optional[Path] = None, placements: Tuple[Placement, ...] = ()) -> None:
+        self.spec = spec
+        self.source = source
+        self.gpus_per_node = gpus_per_node
+        self.procs_per_node = procs_per_node
+        self.backend = backend
+        self.sku = sku
+        self.catalog = catalog  # the team's trainspec-skus.yaml the size was looked up in, if any
+        # the targets' settings the team catalog maps to a size (each agrees with sku: validated)
+        self.placements = placements
 
     def placement(self, target: str) -> Optional[Placement]:
         """The setting of ``target`` that the team catalog maps to this job's size, if any."""
