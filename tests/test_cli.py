@@ -88,6 +88,79 @@ def test_a_failed_write_leaves_previous_outputs_intact(tmp_path, monkeypatch):
     assert sorted(p.name for p in final.parent.iterdir()) == ["azureml"]
 
 
+def test_a_failed_fsync_of_one_target_swaps_in_no_target(tmp_path, monkeypatch):
+    """Every file of every target is made durable before any folder is swapped in: a failure on
+    one file leaves all the previous folders as they were, and no staging folder behind."""
+    from trainspec.compile import write as writer
+    from trainspec.compile.base import Artifact, OutFile
+
+    out = tmp_path / "out"
+    old = [Artifact(target, "job", (OutFile("a.txt", b"old\n"), OutFile("sub/b.txt", b"old\n")), "submit")
+           for target in ("azureml", "ray")]
+    writer.write_all(out, old)
+    real_fsync = os.fsync
+    synced = []
+
+    def fsync(fd):
+        synced.append(fd)
+        if len(synced) == 3:  # the ray folder's first file: azureml's two are durable already
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(writer, "FSYNC_THREADS", 1)  # one thread: the failure is the third fsync
+    monkeypatch.setattr(writer.os, "fsync", fsync)
+    new = [Artifact(a.target, "job", (OutFile("a.txt", b"new\n"), OutFile("sub/b.txt", b"new\n")), "submit") for a in old]
+    with pytest.raises(OSError, match="Input/output error"):
+        writer.write_all(out, new)
+    monkeypatch.setattr(writer.os, "fsync", real_fsync)
+    for target in ("azureml", "ray"):
+        assert (out / "job" / target / "a.txt").read_bytes() == b"old\n"
+        assert (out / "job" / target / "sub" / "b.txt").read_bytes() == b"old\n"
+    assert sorted(p.name for p in (out / "job").iterdir()) == ["azureml", "ray"]
+
+
+def test_a_recompile_replaces_the_folder_whole_and_deletes_a_link_in_it_without_following_it(tmp_path):
+    """The previous folder goes, whatever it holds: a file someone added, a subfolder, a link to a
+    folder elsewhere (deleted, while what it leads to stays)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine\n")
+    good = write_spec(tmp_path / "good.yaml", GOOD)
+    out = tmp_path / "build"
+    assert ts("compile", str(good), "-o", str(out)).returncode == 0
+    folder = out / "good" / "azureml"
+    written = sorted(p.name for p in folder.iterdir())
+    (folder / "added").mkdir()
+    (folder / "added" / "note.txt").write_text("x\n")
+    (folder / "link").symlink_to(elsewhere, target_is_directory=True)
+    proc = ts("compile", str(good), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in folder.iterdir()) == written
+    assert (elsewhere / "keep.txt").read_text() == "mine\n"
+    assert sorted(p.name for p in (out / "good").iterdir()) == ["azureml"]  # no .new or .old folder left
+
+
+def test_compile_starts_without_dataclasses_shutil_or_tempfile(tmp_path):
+    """Start-up (goal (b) of issue 30, docs/speed.md): a cold compile of three targets, over outputs
+    already there (the folder swap runs), imports neither dataclasses (with inspect, ast, dis) nor
+    shutil (with bz2, lzma) nor tempfile (with random). The time itself is measured in benchmarks/."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(GOOD.replace("CODE", str(REPO / "examples" / "mnist")).replace(
+        "targets: {azureml: {compute: gpu-cluster}}",
+        "targets: {azureml: {compute: gpu-cluster}, hpcpack: {node_group: LinuxNodes, shared_dir: /app}, "
+        "ray: {location: eastus, resource_group: rg}}"))
+    code = ("import sys; from trainspec.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+            "print('LOADED:' + ','.join(m for m in ('dataclasses', 'inspect', 'shutil', 'tempfile') "
+            "if m in sys.modules))")
+    for _ in range(2):  # the second run replaces the first one's folders
+        proc = subprocess.run([sys.executable, "-c", code, "compile", str(spec), "-o", str(tmp_path / "out")],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert "LOADED:\n" in proc.stdout, proc.stdout
+    assert sorted(p.name for p in (tmp_path / "out" / "good").iterdir()) == ["azureml", "hpcpack", "ray"]
+
+
 def test_compile_reports_an_unwritable_output_without_traceback(tmp_path):
     blocker = tmp_path / "out"
     blocker.write_text("a file where the output directory should be")

@@ -36,10 +36,7 @@ def write_all(out: Path, artifacts: Iterable[Artifact]) -> List[Path]:
         raise problem
     for artifact in artifacts:
         inside(out, target_dir(out, artifact))
-    written = []
-    for artifact in artifacts:
-        written.append(write(target_dir(out, artifact), artifact))
-    return written
+    return write_folders([(target_dir(out, artifact), artifact) for artifact in artifacts])
 
 
 def out_problem(out: Path) -> Optional[OSError]:
@@ -113,23 +110,86 @@ def inside(out: Path, final: Path) -> None:
 
 
 def write(final: Path, artifact: Artifact) -> Path:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = _new_folder(final, ".new")
+    return write_folders([(final, artifact)])[0]
+
+
+def write_folders(folders: List[Tuple[Path, Artifact]]) -> List[Path]:
+    """Each artifact's files into its folder, in three steps: every file is written into a staging
+    folder beside its final one; all of them are made durable together (``_fsync_all``); then each
+    folder is swapped in whole. A failure before the swaps leaves every previous folder as it was
+    and no staging folder behind; returns the folders written."""
+    staged: List[Tuple[Path, Path]] = []  # (staging, final)
     try:
-        for item in artifact.files:
-            path = staging / item.path
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as fh:
-                fh.write(item.data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(path, 0o755 if item.executable else 0o644)
-        os.chmod(staging, 0o755)
-        _swap(staging, final)
+        written: List[Path] = []
+        for final, artifact in folders:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            staging = _new_folder(final, ".new")
+            staged.append((staging, final))
+            written += _stage(staging, artifact)
+        _fsync_all(written)
+        for staging, _ in staged:
+            os.chmod(staging, 0o755)
     except BaseException:
-        _remove_tree(staging)
+        for staging, _ in staged:
+            _remove_tree(staging)
         raise
-    return final
+    for done, (staging, final) in enumerate(staged):
+        try:
+            _swap(staging, final)
+        except BaseException:
+            for left, _ in staged[done:]:
+                _remove_tree(left)
+            raise
+    return [final for _, final in staged]
+
+
+def _stage(staging: Path, artifact: Artifact) -> List[Path]:
+    """Write the artifact's files into ``staging`` (not yet durable); returns their paths."""
+    paths = []
+    for item in artifact.files:
+        path = staging / item.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(item.data)
+        os.chmod(path, 0o755 if item.executable else 0o644)
+        paths.append(path)
+    return paths
+
+
+FSYNC_THREADS = 16
+
+
+def _fsync_all(paths: List[Path]) -> None:
+    """fsync every file before any folder is swapped in (docs/reliability.md), from up to
+    FSYNC_THREADS threads at once: the file system then commits them together instead of one
+    journal commit per file (13 files of a 3-target compile: ~44 ms one after another on the
+    development machine's disk, ~12 ms at once; docs/speed.md). A failure is raised here: that of
+    the first file in ``paths`` that failed, whichever thread saw it first."""
+    import threading
+
+    failures: List[Tuple[int, BaseException]] = []
+
+    def sync(share: List[Tuple[int, Path]]) -> None:
+        for index, path in share:
+            try:
+                fd = os.open(path, os.O_WRONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except BaseException as exc:  # handed to the caller's thread below
+                failures.append((index, exc))
+                return
+
+    numbered = list(enumerate(paths))
+    threads = [threading.Thread(target=sync, args=(numbered[i::FSYNC_THREADS],))
+               for i in range(min(FSYNC_THREADS, len(paths)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise min(failures, key=lambda failure: failure[0])[1]
 
 
 def _swap(staging: Path, final: Path) -> None:
