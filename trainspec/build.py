@@ -136,9 +136,8 @@ def _extended(files: Iterable[str], known: Dict[str, Optional[str]]) -> set:
 def extends_of(file: str, known: Optional[Dict[str, Optional[str]]] = None) -> Optional[str]:
     """What the spec in ``file`` names in `extends:` (None: nothing, or a file that cannot be
     read or parsed: build() reports it). ``known``: by the sha256 of a file's bytes, used and filled."""
-    import hashlib
-
     from trainspec.core.diagnostics import SpecError
+    from trainspec.core.digests import sha256
     from trainspec.spec.loader import ReadProblem, load_bytes, read_bounded
 
     known = {} if known is None else known
@@ -146,7 +145,7 @@ def extends_of(file: str, known: Optional[Dict[str, Optional[str]]] = None) -> O
         raw = read_bounded(file)
         if b"extends:" not in raw:
             return None  # the common case, without parsing
-        digest = hashlib.sha256(raw).hexdigest()
+        digest = sha256(raw).hexdigest()
         if digest not in known:
             data = load_bytes(raw, file).data  # the bytes the digest is of
             parent = data.get("extends") if isinstance(data, dict) else None

@@ -60,10 +60,10 @@ class OutFile(Record):
 def placeholder(file: OutFile) -> str:
     """The one line that stands for an embedded runtime file in what a reviewer reads (one line,
     no ': ' or '#', so a YAML or shell string holds it unquoted)."""
-    import hashlib
+    from trainspec.core.digests import sha256
 
     return (f"trainspec runtime file {file.path}, {len(file.data):,} bytes, sha256 "
-            f"{hashlib.sha256(file.data).hexdigest()} (summarised here, written whole)")
+            f"{sha256(file.data).hexdigest()} (summarised here, written whole)")
 
 
 class Artifact(Record):

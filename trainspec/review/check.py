@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -26,6 +24,7 @@ from trainspec.compile import base
 from trainspec.compile.write import links_in, out_problem, target_dir
 from trainspec.core import files
 from trainspec.core.diagnostics import printable
+from trainspec.core.records import Record
 from trainspec.core.markdown import visible
 from trainspec.core.secrets import redact_bytes
 from trainspec.review.outputs import Header, folder_header, repo_root, unified
@@ -36,13 +35,16 @@ from trainspec.review.outputs import Header, folder_header, repo_root, unified
 KINDS = ("stale", "hand-edited", "missing", "orphaned", "foreign", "link")
 
 
-@dataclass
-class Finding:
-    kind: str  # one of KINDS
-    path: Path
-    why: str
-    fix: str  # a command that fixes it, as the user types it
-    diff: str = ""
+class Finding(Record):
+    __slots__ = ("kind", "path", "why", "fix", "diff")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, kind: str, path: Path, why: str, fix: str, diff: str = "") -> None:
+        self.kind = kind  # one of KINDS
+        self.path = path
+        self.why = why
+        self.fix = fix  # a command that fixes it, as the user types it
+        self.diff = diff
 
     def render(self) -> str:
         # a folder a pull request added to the output directory may be named `x\n::error::...`: one
@@ -222,6 +224,8 @@ def prune(outcomes: Sequence[Outcome], out: Path, targets: Sequence[str] = ()) -
     """Remove orphaned output folders (never one without a trainspec header); returns them."""
     if out_problem(out) is not None or links_in(out):
         return []  # compile --prune refuses first, naming each link; never delete through one
+    import shutil  # here: ~3 ms of every check's start otherwise (with bz2, lzma)
+
     removed = orphans(outcomes, out, targets)
     for folder, _ in removed:
         shutil.rmtree(folder)  # refuses a link itself, and unlinks links inside without following them
