@@ -109,7 +109,8 @@ def test_a_failed_fsync_of_one_target_swaps_in_no_target(tmp_path, monkeypatch):
 
     monkeypatch.setattr(writer, "FSYNC_THREADS", 1)  # one thread: the failure is the third fsync
     monkeypatch.setattr(writer.os, "fsync", fsync)
-    new = [Artifact(a.target, "job", (OutFile("a.txt", b"new\n"), OutFile("sub/b.txt", b"new\n")), "submit") for a in old]
+    new = [Artifact(a.target, "job", (OutFile("a.txt", b"new\n"), OutFile("sub/b.txt", b"new\n")), "submit")
+           for a in old]
     with pytest.raises(OSError, match="Input/output error"):
         writer.write_all(out, new)
     monkeypatch.setattr(writer.os, "fsync", real_fsync)

@@ -79,7 +79,8 @@ class ValidSpec(Record):
     __slots__ = ("spec", "source", "gpus_per_node", "procs_per_node", "backend", "sku", "catalog", "placements")
 
     def __init__(self, spec: Spec, source: Source, gpus_per_node: int, procs_per_node: int, backend: str,
-                 sku: Optional[skus.Sku], catalog: Optional[Path] = None, placements: Tuple[Placement, ...] = ()) -> None:
+                 sku: Optional[skus.Sku], catalog: Optional[Path] = None,
+                 placements: Tuple[Placement, ...] = ()) -> None:
         self.spec = spec
         self.source = source
         self.gpus_per_node = gpus_per_node
