@@ -100,11 +100,13 @@ def read_regular(path, limit: Optional[int] = None) -> bytes:
 
 
 def inside(real: Path, root: Path) -> bool:
-    """``real`` is ``root`` or below it (both already resolved)."""
-    return real == root or root in real.parents
+    """``real`` is ``root`` or below it (both already resolved, so compared as text: a part at a
+    time, `/repo-other` is not below `/repo`)."""
+    real, root = os.fspath(real), os.fspath(root)
+    return real == root or real.startswith(os.path.join(root, ""))
 
 
 def in_repository(real: Path, root: Path) -> bool:
     """``real`` (resolved) is inside the repository ``root`` and not in its ``.git`` folder (the
     credentials actions/checkout leaves in .git/config, the hooks git runs)."""
-    return inside(real, root) and not inside(real, root / ".git")
+    return inside(real, root) and not inside(real, os.path.join(root, ".git"))

@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from trainspec.core.diagnostics import SpecError, SpecPath, error, shown
 from trainspec.core.files import in_repository, inside
 from trainspec.core.fields import is_remote
-from trainspec.spec.loader import (MAX_DEPTH, Document, NestedTooDeeply, ReadProblem, depth_limited, load_bytes,
-                                   path_text_problem, read_bounded, real_path, repository_root)
+from trainspec.spec.loader import (MAX_DEPTH, Document, NestedTooDeeply, ReadProblem, depth_limited, is_link,
+                                   load_bytes, path_text_problem, read_bounded, real_path, repository_root)
 
 MAX_CHAIN = 16
 _PATH_FIELDS: Tuple[SpecPath, ...] = (("code",), ("environment", "conda_file"), ("environment", "build", "path"))
@@ -125,7 +125,7 @@ def named(path: str) -> str:
         if part == "..":
             if absolute and not out:
                 continue  # /.. is /
-            if out and out[-1] != ".." and not os.path.islink(("/" if absolute else "") + "/".join(out)):
+            if out and out[-1] != ".." and not is_link(("/" if absolute else "") + "/".join(out)):
                 out.pop()
                 continue
         out.append(part)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from trainspec.core import memo
 from trainspec.core.diagnostics import Diagnostic, SpecError, SpecPath, error
 
 MAX_BYTES = 1024 * 1024  # a spec is a page of YAML; a megabyte is already absurd
@@ -119,8 +120,12 @@ def path_text_problem(text: str) -> Optional[str]:
 
 def real_path(path) -> Path:
     """``path`` with every symlink resolved, or ReadProblem for a loop (never RuntimeError, never
-    a hang): Path.resolve() raises RuntimeError on a loop before Python 3.13."""
-    text = os.fspath(path)
+    a hang): Path.resolve() raises RuntimeError on a loop before Python 3.13. Asked once per
+    path in a command (core/memo.py)."""
+    return memo.answer(_real_path, os.fspath(path))
+
+
+def _real_path(text: str) -> Path:
     problem = path_text_problem(text)
     if problem:
         raise ReadProblem(f"the path {problem}")
@@ -132,9 +137,29 @@ def real_path(path) -> Path:
         raise _problem(exc) from None
 
 
+def resolved(path) -> Path:
+    """``Path(path).resolve()`` (RuntimeError on a loop), asked once per path in a command."""
+    return memo.answer(_resolved, os.fspath(path))
+
+
+def _resolved(text: str) -> Path:
+    return Path(text).resolve()
+
+
+def is_link(path) -> bool:
+    """``os.path.islink(path)``, asked once per path in a command."""
+    return memo.answer(os.path.islink, os.fspath(path))
+
+
 def repository_root(start: Path) -> Optional[Path]:
     """The nearest folder at or above ``start`` that has a .git (resolved), or None: every path a
-    spec in it names must stay inside it (`--git`'s extracted revision has a .git marker too)."""
+    spec in it names must stay inside it (`--git`'s extracted revision has a .git marker too).
+    Asked once per folder in a command (core/memo.py)."""
+    return memo.answer(_repository_root, os.fspath(start))
+
+
+def _repository_root(text: str) -> Optional[Path]:
+    start = Path(text)
     for folder in (start, *start.parents):
         if os.path.lexists(folder / ".git"):
             if _through_a_link_inside_a_repository(folder):

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from trainspec.core import files, secrets
+from trainspec.core import files, memo, secrets
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warning
 from trainspec.runtime import shim as contract
 from trainspec.spec import skus, structure, templating
 from trainspec.spec.structure import ValidationError  # pydantic-core's, without its package's start-up cost
-from trainspec.spec.loader import Document, ReadProblem, path_text_problem, real_path, repository_root
+from trainspec.spec.loader import Document, ReadProblem, path_text_problem, real_path, repository_root, resolved
 from trainspec.core.fields import (ENV_NAME_PATTERN, IO_NAME_PATTERN, is_remote, memory_bytes, split_command,
                                    unwritable_char)
 
@@ -110,7 +110,7 @@ class ValidSpec:
 
     def resolve(self, relative: str) -> Path:
         """A path written in the spec, made absolute against the spec's directory."""
-        return (self.source.dir / relative).resolve()
+        return resolved(os.path.join(self.source.dir, relative))
 
     def template_context(self, refs: templating.Refs) -> Dict[str, Any]:
         return templating.context(
@@ -742,7 +742,12 @@ def _usable_path(path: SpecPath, text: str, out: List[Diagnostic]) -> Optional[s
 
 
 def _kind(path: Path) -> str:
-    """What is at ``path`` (links followed): folder, file, missing, loop, or what else it is."""
+    """What is at ``path`` (links followed): folder, file, missing, loop, or what else it is;
+    asked once per path in a command (core/memo.py)."""
+    return memo.answer(_kind_of, os.fspath(path))
+
+
+def _kind_of(path: str) -> str:
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
