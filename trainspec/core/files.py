@@ -90,13 +90,27 @@ def read_regular(path, limit: Optional[int] = None) -> bytes:
         raise OSError(errno.ELOOP, "is a symbolic link", str(path))
     fd = os.open(path, flags)
     try:
-        mode = os.fstat(fd).st_mode
+        status = os.fstat(fd)
+        mode = status.st_mode
         if not stat.S_ISREG(mode):
             raise OSError(errno.EINVAL, f"is {kind_of(mode) if not stat.S_ISDIR(mode) else 'a folder'}", str(path))
-        with open(fd, "rb", closefd=False) as fh:
-            return fh.read() if limit is None else fh.read(limit + 1)
+        return read_open(fd, status.st_size, limit)
     finally:
         os.close(fd)
+
+
+def read_open(fd: int, size: int, limit: Optional[int] = None) -> bytes:
+    """The bytes of the open regular file ``fd`` whose stat said ``size``, at most ``limit`` + 1
+    with a limit. A read allocates what it is asked for, so it asks for the size, not the limit
+    (a 256 MiB limit would cost a 256 MiB buffer per file), and reads on if the file grew since."""
+    with open(fd, "rb", closefd=False) as fh:
+        if limit is None:
+            return fh.read()
+        want = min(size, limit) + 1
+        data = fh.read(want)
+        if len(data) == want and want <= limit:  # it grew since its stat: on to limit + 1, as asked
+            data += fh.read(limit + 1 - want)
+        return data
 
 
 def inside(real: Path, root: Path) -> bool:

@@ -19,6 +19,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from trainspec.core import memo
 from trainspec.core.diagnostics import Diagnostic, SpecError, SpecPath, error
+from trainspec.core.files import read_open
 
 MAX_BYTES = 1024 * 1024  # a spec is a page of YAML; a megabyte is already absurd
 MAX_NODES = 20_000  # after alias expansion: stops "billion laughs" long before memory does
@@ -213,9 +214,9 @@ def read_bounded(file, limit: int = MAX_BYTES) -> bytes:
     except OSError as exc:
         raise _problem(exc) from None
     try:
-        _regular(os.fstat(fd))
-        with open(fd, "rb", closefd=False) as fh:
-            return fh.read(limit + 1)
+        status = os.fstat(fd)
+        _regular(status)
+        return read_open(fd, status.st_size, limit)
     except OSError as exc:
         raise _problem(exc) from None
     finally:
