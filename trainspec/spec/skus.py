@@ -264,7 +264,16 @@ class Catalog:
 
 def team_file_for(start: Path) -> Optional[Path]:
     """The nearest ``trainspec-skus.yaml`` from ``start`` up to the repository root (the first
-    folder with a .git), or None."""
+    folder with a .git), or None; looked for once per folder in a command (core/memo.py)."""
+    import os
+
+    from trainspec.core import memo
+
+    return memo.answer(_team_file_for, os.fspath(start))
+
+
+def _team_file_for(text: str) -> Optional[Path]:
+    start = Path(text)
     for folder in (start, *start.parents):
         candidate = folder / TEAM_FILE
         if candidate.is_file():

@@ -927,6 +927,13 @@ def _path_problems(file: str, display: str) -> List[Diagnostic]:
 
 
 def _display_path(path: Path) -> str:
+    """``path`` relative to the nearest folder above it with a .git (its name without one);
+    found once per path in a command (core/memo.py)."""
+    return memo.answer(_relative_to_repository, os.fspath(path))
+
+
+def _relative_to_repository(text: str) -> str:
+    path = Path(text)
     for parent in path.parents:
         if (parent / ".git").exists():
             return path.relative_to(parent).as_posix()
