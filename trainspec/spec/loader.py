@@ -197,19 +197,12 @@ def _problem(exc: OSError) -> ReadProblem:
 
 def read_bounded(file, limit: int = MAX_BYTES) -> bytes:
     """At most ``limit`` + 1 bytes of a regular file, never blocking: a FIFO, a socket or a device
-    (``/dev/stdin``, ``/dev/zero``) is refused from its stat before it is opened, and the file is
-    opened non-blocking and checked again, so a swap in between cannot make a read wait."""
+    (``/dev/stdin``, ``/dev/zero``) is refused from its stat before it is opened (checked once per
+    path in a command), and the file is opened non-blocking and checked again, so a swap in
+    between cannot make a read wait."""
     text = os.fspath(file)
-    problem = path_text_problem(text)
-    if problem:
-        raise ReadProblem(f"the path {problem}")
+    memo.answer(_readable, text)
     try:
-        shown = os.path.abspath(text)
-        if any(shown == p or shown.startswith(p) for p in _STREAMS) \
-                or real_path(text).as_posix().startswith(_KERNEL):  # resolved once, not once per prefix
-            raise ReadProblem("names a device or a process's stream, not a file",
-                              "a spec and the files it names are regular files")
-        _regular(os.stat(text))
         fd = os.open(text, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise _problem(exc) from None
@@ -221,6 +214,23 @@ def read_bounded(file, limit: int = MAX_BYTES) -> bytes:
         raise _problem(exc) from None
     finally:
         os.close(fd)
+
+
+def _readable(text: str) -> None:
+    """ReadProblem unless ``text`` names a regular file outside the process's streams and the
+    kernel's files, as far as its name and its stat tell."""
+    problem = path_text_problem(text)
+    if problem:
+        raise ReadProblem(f"the path {problem}")
+    try:
+        shown = os.path.abspath(text)
+        if any(shown == p or shown.startswith(p) for p in _STREAMS) \
+                or real_path(text).as_posix().startswith(_KERNEL):  # resolved once, not once per prefix
+            raise ReadProblem("names a device or a process's stream, not a file",
+                              "a spec and the files it names are regular files")
+        _regular(os.stat(text))
+    except OSError as exc:
+        raise _problem(exc) from None
 
 
 def _regular(st: os.stat_result) -> None:

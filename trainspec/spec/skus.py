@@ -6,11 +6,14 @@ little and reads the JSON once, on first use.
 """
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from trainspec.core import memo
 
 _PREFIX = "standard_"
 _CATALOG = Path(__file__).with_name("skus.json")
@@ -265,10 +268,6 @@ class Catalog:
 def team_file_for(start: Path) -> Optional[Path]:
     """The nearest ``trainspec-skus.yaml`` from ``start`` up to the repository root (the first
     folder with a .git), or None; looked for once per folder in a command (core/memo.py)."""
-    import os
-
-    from trainspec.core import memo
-
     return memo.answer(_team_file_for, os.fspath(start))
 
 

@@ -718,7 +718,7 @@ def _check_no_links(path: SpecPath, text: str, folder: Path, out: List[Diagnosti
     and the platform's upload would follow it), an error names each one."""
     import posixpath
 
-    listing = files.list_folder(folder)
+    listing = memo.answer(files.list_folder, os.fspath(folder))  # read, never changed: one per folder
     link = ("never follows a link in a folder the job ships, and the platform's upload would",
             "replace the link with a copy of the file it points to, or delete it")
     special = ("ships regular files only: reading this one could block or read a device", "delete it")
@@ -776,7 +776,7 @@ def _check_code_scope(text: str, code: Path, spec_dir: Path, out: List[Diagnosti
                          "whole machine", "code is the folder of your training code, relative to the spec file"))
         return False
     root = repository_root(spec_dir)
-    if root is not None and real != root and real in root.parents:
+    if root is not None and real != root and files.inside(root, real):  # real is above root
         out.append(error(("code",), f"'{text}' is {real}, above the repository root {root}: the job would "
                          "upload more than the repository", "point code at a folder inside the repository"))
         return False
