@@ -94,6 +94,17 @@ def test_a_relative_path_is_answered_for_the_folder_it_was_asked_from(tmp_path, 
         assert loader.real_path("here") == tmp_path / "two" / "two"
 
 
+def test_a_relative_path_in_a_deleted_working_folder_is_asked_as_before(tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with memo.one_command():
+        for _ in range(2):
+            with pytest.raises(loader.ReadProblem, match="no such file"):
+                loader.read_bounded("spec.yaml")
+
+
 def test_a_nested_command_starts_with_no_answers_and_the_outer_ones_come_back(tmp_path):
     tmp_path = tmp_path.resolve()
     link = tmp_path / "link"

@@ -41,7 +41,13 @@ def answer(question: Callable[[str], Any], path: str) -> Any:
     answers = _ANSWERS
     if answers is None:
         return question(path)
-    key = (question, path) if path.startswith("/") else (question, os.getcwd(), path)
+    if path.startswith("/"):
+        key: Any = (question, path)
+    else:
+        try:
+            key = (question, os.getcwd(), path)
+        except OSError:  # the working folder was deleted: nothing to tell this path's answer by
+            return question(path)
     try:
         found = answers[key]
     except KeyError:
