@@ -142,7 +142,7 @@ def test_a_bounded_read_returns_at_most_limit_plus_one_bytes(tmp_path, size):
 def test_a_file_that_grew_since_its_stat_is_read_on_to_the_limit(tmp_path):
     file = tmp_path / "f"
     file.write_bytes(b"x" * 8)
-    for stale, limit, expected in ((3, 10, 8), (3, 5, 6), (0, 10, 8)):
+    for stale, limit, expected in ((3, 10, 8), (3, 5, 6), (0, 10, 8), (3, None, 8), (0, None, 8), (20, None, 8)):
         fd = os.open(file, os.O_RDONLY)
         try:
             assert files.read_open(fd, stale, limit) == b"x" * expected

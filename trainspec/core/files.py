@@ -101,16 +101,20 @@ def read_regular(path, limit: Optional[int] = None) -> bytes:
 
 def read_open(fd: int, size: int, limit: Optional[int] = None) -> bytes:
     """The bytes of the open regular file ``fd`` whose stat said ``size``, at most ``limit`` + 1
-    with a limit. A read allocates what it is asked for, so it asks for the size, not the limit
-    (a 256 MiB limit would cost a 256 MiB buffer per file), and reads on if the file grew since."""
-    with open(fd, "rb", closefd=False) as fh:
-        if limit is None:
-            return fh.read()
-        want = min(size, limit) + 1
-        data = fh.read(want)
-        if len(data) == want and want <= limit:  # it grew since its stat: on to limit + 1, as asked
-            data += fh.read(limit + 1 - want)
-        return data
+    with a limit. A read allocates what it is asked for, so it asks for the size (and one byte
+    more, to see the end), not the limit: a 256 MiB limit would cost a 256 MiB buffer per file.
+    A file that grew since its stat is read on, up to the limit. ``os.read`` rather than a
+    buffered file object: a spec is read in one call, and the object cost twice that."""
+    parts: List[bytes] = []
+    got = 0
+    while limit is None or got <= limit:
+        want = size - got + 1 if got <= size else 64 * 1024  # past its stat's size: it grew
+        part = os.read(fd, want if limit is None else min(want, limit + 1 - got))
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
 
 
 def inside(real: Path, root: Path) -> bool:
