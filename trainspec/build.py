@@ -17,6 +17,7 @@ from trainspec.compile.write import landing
 from trainspec.core.diagnostics import Diagnostic, SpecError
 from trainspec.core.records import Record
 from trainspec.spec.compose import compose
+from trainspec.spec.loader import resolved
 from trainspec.spec.validate import ValidSpec, secret_reference_errors, validate
 from trainspec.targets import DEFAULT_TARGET, TARGETS
 
@@ -246,7 +247,7 @@ def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lo
         conda = valid.spec.environment.conda_file
         reads = {doc.path, *doc.chain, *(d.path for d in doc.origins.values()), *([valid.resolve(conda)] if conda else []),
                  *([valid.catalog] if valid.catalog else [])}
-        outcome.reads = sorted(Path(p).resolve() for p in reads)
+        outcome.reads = sorted(resolved(p) for p in reads)
     outcome.diagnostics = sorted((doc.locate(d) for d in found), key=lambda d: (d.line or 0, d.col or 0))
     return outcome
 

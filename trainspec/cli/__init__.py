@@ -29,6 +29,7 @@ else:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     from trainspec.cli.output import UsageError, _err
     from trainspec.cli.parser import parser
+    from trainspec.core.memo import one_command
 
     argv = list(argv) if argv is not None else sys.argv[1:]
     top = parser(argv)
@@ -37,7 +38,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         sys.exit(0)
     args = top.parse_args(argv)  # exits 2 on a bad command line
     try:
-        code = importlib.import_module(f"trainspec.cli.{args.module}").command(args)
+        with one_command():  # file-system answers are remembered for this command only
+            code = importlib.import_module(f"trainspec.cli.{args.module}").command(args)
         sys.stdout.flush()
     except BrokenPipeError:
         _closed_pipe()

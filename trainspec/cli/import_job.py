@@ -26,6 +26,7 @@ def command(args: argparse.Namespace) -> int:
     import_job, spec_text = importer.import_job, importer.spec_text
 
     from trainspec.core.diagnostics import printable
+    from trainspec.core.memo import one_command
     from trainspec.spec.loader import ReadProblem, path_text_problem, real_path
 
     job = Path(args.job)  # `/` and `.` have no name: the job cannot be read, and import says so
@@ -56,7 +57,8 @@ def command(args: argparse.Namespace) -> int:
         target.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write {args.out}: {exc.strerror}") from None
-    outcome = build(args.out, Path("build"), [importer.TARGET], lower=False)
+    with one_command():  # what this command wrote is read afresh, not as the file system answered before
+        outcome = build(args.out, Path("build"), [importer.TARGET], lower=False)
     for d in outcome.diagnostics:
         print(d.render(), file=sys.stderr)
     verdict = "it validates" if outcome.ok else "it does not validate yet: fix what is listed above"

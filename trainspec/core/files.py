@@ -95,21 +95,41 @@ def read_regular(path, limit: Optional[int] = None) -> bytes:
         raise OSError(errno.ELOOP, "is a symbolic link", str(path))
     fd = os.open(path, flags)
     try:
-        mode = os.fstat(fd).st_mode
+        status = os.fstat(fd)
+        mode = status.st_mode
         if not stat.S_ISREG(mode):
             raise OSError(errno.EINVAL, f"is {kind_of(mode) if not stat.S_ISDIR(mode) else 'a folder'}", str(path))
-        with open(fd, "rb", closefd=False) as fh:
-            return fh.read() if limit is None else fh.read(limit + 1)
+        return read_open(fd, status.st_size, limit)
     finally:
         os.close(fd)
 
 
+def read_open(fd: int, size: int, limit: Optional[int] = None) -> bytes:
+    """The bytes of the open regular file ``fd`` whose stat said ``size``, at most ``limit`` + 1
+    with a limit. A read allocates what it is asked for, so it asks for the size (and one byte
+    more, to see the end), not the limit: a 256 MiB limit would cost a 256 MiB buffer per file.
+    A file that grew since its stat is read on, up to the limit. ``os.read`` rather than a
+    buffered file object: a spec is read in one call, and the object cost twice that."""
+    parts: List[bytes] = []
+    got = 0
+    while limit is None or got <= limit:
+        want = size - got + 1 if got <= size else 64 * 1024  # past its stat's size: it grew
+        part = os.read(fd, want if limit is None else min(want, limit + 1 - got))
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
 def inside(real: Path, root: Path) -> bool:
-    """``real`` is ``root`` or below it (both already resolved)."""
-    return real == root or root in real.parents
+    """``real`` is ``root`` or below it (both already resolved, so compared as text: a part at a
+    time, `/repo-other` is not below `/repo`)."""
+    real, root = os.fspath(real), os.fspath(root)
+    return real == root or real.startswith(os.path.join(root, ""))
 
 
 def in_repository(real: Path, root: Path) -> bool:
     """``real`` (resolved) is inside the repository ``root`` and not in its ``.git`` folder (the
     credentials actions/checkout leaves in .git/config, the hooks git runs)."""
-    return inside(real, root) and not inside(real, root / ".git")
+    return inside(real, root) and not inside(real, os.path.join(root, ".git"))

@@ -18,8 +18,8 @@ from trainspec.core.diagnostics import SpecError, SpecPath, error, shown
 from trainspec.core.files import in_repository, inside
 from trainspec.core.fields import is_remote
 from trainspec.core.records import replace
-from trainspec.spec.loader import (MAX_DEPTH, Document, NestedTooDeeply, ReadProblem, depth_limited, load_bytes,
-                                   path_text_problem, read_bounded, real_path, repository_root)
+from trainspec.spec.loader import (MAX_DEPTH, Document, NestedTooDeeply, ReadProblem, depth_limited, is_link,
+                                   load_bytes, path_text_problem, read_bounded, real_path, repository_root)
 
 MAX_CHAIN = 16
 _PATH_FIELDS: Tuple[SpecPath, ...] = (("code",), ("environment", "conda_file"), ("environment", "build", "path"))
@@ -36,7 +36,7 @@ def compose(file: str, sets: Sequence[str] = (), variables: Sequence[str] = ()) 
         if isinstance(content, dict):
             content.pop("extends", None)
             if doc is not leaf:
-                content = _rebase(content, Path(doc.path).parent, Path(leaf.path).parent)
+                content = _rebase(content, os.path.dirname(doc.path), os.path.dirname(leaf.path))
         data = _merge(data, content, (), doc, origins) if isinstance(content, dict) else content
     composed = Document(file=leaf.file, path=leaf.path, data=data, positions=leaf.positions, raw=leaf.raw)
     composed.origins = origins
@@ -102,7 +102,7 @@ def _chain(file: str) -> List[Document]:
             raise SpecError([doc.locate(error(("extends",), f"the path {problem}", "e.g. extends: ../base.yaml"))])
         if len(docs) == 1:  # the spec itself: its repository holds the whole chain
             project = repository_root(resolved.parent)
-        outside = _outside(parent_ref, Path(resolved).parent, project) if project is not None else None
+        outside = _outside(parent_ref, os.path.dirname(resolved), project) if project is not None else None
         if outside:
             raise SpecError([doc.locate(error(("extends",), outside, "extends names a base spec inside the "
                                               "repository, relative to the file it is written in"))])
@@ -125,7 +125,7 @@ def named(path: str) -> str:
         if part == "..":
             if absolute and not out:
                 continue  # /.. is /
-            if out and out[-1] != ".." and not os.path.islink(("/" if absolute else "") + "/".join(out)):
+            if out and out[-1] != ".." and not is_link(("/" if absolute else "") + "/".join(out)):
                 out.pop()
                 continue
         out.append(part)
@@ -137,22 +137,21 @@ def _spec_stays_inside(file: str, resolved: Path) -> None:
     """A spec file in a repository that is a link leading out of it (`specs/x.yaml ->
     /home/runner/secret.yaml`) is never read: ReadProblem. A spec named outside any repository is
     the user's own file."""
-    lexical = Path(os.path.abspath(file))
-    root = repository_root(lexical.parent)
+    root = repository_root(os.path.dirname(os.path.abspath(file)))
     if root is not None and not in_repository(resolved, root):
         where = f"inside {root / '.git'}" if inside(resolved, root) else f"outside the repository {root}"
         raise ReadProblem(f"is a symbolic link to {resolved}, {where}: never read",
                           "a spec is a regular file inside the repository")
 
 
-def _outside(text: str, folder: Path, project: Path) -> Optional[str]:
+def _outside(text: str, folder: str, project: Path) -> Optional[str]:
     """Why the base spec ``text`` (relative to ``folder``) is not read: an absolute path, or one
     that leads (through a link or `..`) out of ``project``; None when it stays inside."""
     where = f"the repository {project}"
     if os.path.isabs(text):
         return f"'{text}' is an absolute path: a base spec is read only inside {where}"
     try:
-        real = real_path(folder / text)
+        real = real_path(os.path.join(folder, text))
     except ReadProblem:
         return None  # a loop: reading it says so
     if in_repository(real, project):
@@ -199,12 +198,12 @@ def _claim(value: Any, path: SpecPath, doc: Document, origins: Dict[SpecPath, Do
             _claim(item, path + (index,), doc, origins)
 
 
-def _rebase(content: Dict[str, Any], base_dir: Path, leaf_dir: Path) -> Dict[str, Any]:
+def _rebase(content: Dict[str, Any], base_dir: str, leaf_dir: str) -> Dict[str, Any]:
     """Relative paths in a base file are relative to it; make them relative to the spec."""
     def fix(value: Any) -> Any:
         if not isinstance(value, str) or is_remote(value) or os.path.isabs(value):
             return value
-        return Path(os.path.relpath(base_dir / value, leaf_dir)).as_posix()
+        return Path(os.path.relpath(os.path.join(base_dir, value), leaf_dir)).as_posix()
 
     out = dict(content)
     for path in _PATH_FIELDS:

@@ -16,7 +16,9 @@ import stat
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from trainspec.core import memo
 from trainspec.core.diagnostics import Diagnostic, SpecError, SpecPath, error
+from trainspec.core.files import read_open
 from trainspec.core.records import Record, replace
 
 MAX_BYTES = 1024 * 1024  # a spec is a page of YAML; a megabyte is already absurd
@@ -128,8 +130,12 @@ def path_text_problem(text: str) -> Optional[str]:
 
 def real_path(path) -> Path:
     """``path`` with every symlink resolved, or ReadProblem for a loop (never RuntimeError, never
-    a hang): Path.resolve() raises RuntimeError on a loop before Python 3.13."""
-    text = os.fspath(path)
+    a hang): Path.resolve() raises RuntimeError on a loop before Python 3.13. Asked once per
+    path in a command (core/memo.py)."""
+    return memo.answer(_real_path, os.fspath(path))
+
+
+def _real_path(text: str) -> Path:
     problem = path_text_problem(text)
     if problem:
         raise ReadProblem(f"the path {problem}")
@@ -141,9 +147,29 @@ def real_path(path) -> Path:
         raise _problem(exc) from None
 
 
+def resolved(path) -> Path:
+    """``Path(path).resolve()`` (RuntimeError on a loop), asked once per path in a command."""
+    return memo.answer(_resolved, os.fspath(path))
+
+
+def _resolved(text: str) -> Path:
+    return Path(text).resolve()
+
+
+def is_link(path) -> bool:
+    """``os.path.islink(path)``, asked once per path in a command."""
+    return memo.answer(os.path.islink, os.fspath(path))
+
+
 def repository_root(start: Path) -> Optional[Path]:
     """The nearest folder at or above ``start`` that has a .git (resolved), or None: every path a
-    spec in it names must stay inside it (`--git`'s extracted revision has a .git marker too)."""
+    spec in it names must stay inside it (`--git`'s extracted revision has a .git marker too).
+    Asked once per folder in a command (core/memo.py)."""
+    return memo.answer(_repository_root, os.fspath(start))
+
+
+def _repository_root(text: str) -> Optional[Path]:
+    start = Path(text)
     for folder in (start, *start.parents):
         if os.path.lexists(folder / ".git"):
             if _through_a_link_inside_a_repository(folder):
@@ -180,9 +206,28 @@ def _problem(exc: OSError) -> ReadProblem:
 
 def read_bounded(file, limit: int = MAX_BYTES) -> bytes:
     """At most ``limit`` + 1 bytes of a regular file, never blocking: a FIFO, a socket or a device
-    (``/dev/stdin``, ``/dev/zero``) is refused from its stat before it is opened, and the file is
-    opened non-blocking and checked again, so a swap in between cannot make a read wait."""
+    (``/dev/stdin``, ``/dev/zero``) is refused from its stat before it is opened (checked once per
+    path in a command), and the file is opened non-blocking and checked again, so a swap in
+    between cannot make a read wait."""
     text = os.fspath(file)
+    memo.answer(_readable, text)
+    try:
+        fd = os.open(text, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise _problem(exc) from None
+    try:
+        status = os.fstat(fd)
+        _regular(status)
+        return read_open(fd, status.st_size, limit)
+    except OSError as exc:
+        raise _problem(exc) from None
+    finally:
+        os.close(fd)
+
+
+def _readable(text: str) -> None:
+    """ReadProblem unless ``text`` names a regular file outside the process's streams and the
+    kernel's files, as far as its name and its stat tell."""
     problem = path_text_problem(text)
     if problem:
         raise ReadProblem(f"the path {problem}")
@@ -193,17 +238,8 @@ def read_bounded(file, limit: int = MAX_BYTES) -> bytes:
             raise ReadProblem("names a device or a process's stream, not a file",
                               "a spec and the files it names are regular files")
         _regular(os.stat(text))
-        fd = os.open(text, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise _problem(exc) from None
-    try:
-        _regular(os.fstat(fd))
-        with open(fd, "rb", closefd=False) as fh:
-            return fh.read(limit + 1)
-    except OSError as exc:
-        raise _problem(exc) from None
-    finally:
-        os.close(fd)
 
 
 def _regular(st: os.stat_result) -> None:

@@ -6,11 +6,13 @@ little and reads the JSON once, on first use.
 """
 
 import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from trainspec.core import memo
 from trainspec.core.records import Record
 
 _PREFIX = "standard_"
@@ -275,7 +277,12 @@ class Catalog(Record):
 
 def team_file_for(start: Path) -> Optional[Path]:
     """The nearest ``trainspec-skus.yaml`` from ``start`` up to the repository root (the first
-    folder with a .git), or None."""
+    folder with a .git), or None; looked for once per folder in a command (core/memo.py)."""
+    return memo.answer(_team_file_for, os.fspath(start))
+
+
+def _team_file_for(text: str) -> Optional[Path]:
+    start = Path(text)
     for folder in (start, *start.parents):
         candidate = folder / TEAM_FILE
         if candidate.is_file():

@@ -15,13 +15,13 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from trainspec.core import files, secrets
+from trainspec.core import files, memo, secrets
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warning
 from trainspec.core.records import Record
 from trainspec.runtime import shim as contract
 from trainspec.spec import skus, structure, templating
 from trainspec.spec.structure import ValidationError  # pydantic-core's, without its package's start-up cost
-from trainspec.spec.loader import Document, ReadProblem, path_text_problem, real_path, repository_root
+from trainspec.spec.loader import Document, ReadProblem, path_text_problem, real_path, repository_root, resolved
 from trainspec.core.fields import (ENV_NAME_PATTERN, IO_NAME_PATTERN, is_remote, memory_bytes, split_command,
                                    unwritable_char)
 
@@ -118,7 +118,7 @@ class ValidSpec(Record):
 
     def resolve(self, relative: str) -> Path:
         """A path written in the spec, made absolute against the spec's directory."""
-        return (self.source.dir / relative).resolve()
+        return resolved(os.path.join(self.source.dir, relative))
 
     def template_context(self, refs: templating.Refs) -> Dict[str, Any]:
         return templating.context(
@@ -726,7 +726,7 @@ def _check_no_links(path: SpecPath, text: str, folder: Path, out: List[Diagnosti
     and the platform's upload would follow it), an error names each one."""
     import posixpath
 
-    listing = files.list_folder(folder)
+    listing = memo.answer(files.list_folder, os.fspath(folder))  # read, never changed: one per folder
     link = ("never follows a link in a folder the job ships, and the platform's upload would",
             "replace the link with a copy of the file it points to, or delete it")
     special = ("ships regular files only: reading this one could block or read a device", "delete it")
@@ -750,7 +750,12 @@ def _usable_path(path: SpecPath, text: str, out: List[Diagnostic]) -> Optional[s
 
 
 def _kind(path: Path) -> str:
-    """What is at ``path`` (links followed): folder, file, missing, loop, or what else it is."""
+    """What is at ``path`` (links followed): folder, file, missing, loop, or what else it is;
+    asked once per path in a command (core/memo.py)."""
+    return memo.answer(_kind_of, os.fspath(path))
+
+
+def _kind_of(path: str) -> str:
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
@@ -779,7 +784,7 @@ def _check_code_scope(text: str, code: Path, spec_dir: Path, out: List[Diagnosti
                          "whole machine", "code is the folder of your training code, relative to the spec file"))
         return False
     root = repository_root(spec_dir)
-    if root is not None and real != root and real in root.parents:
+    if root is not None and real != root and files.inside(root, real):  # real is above root
         out.append(error(("code",), f"'{text}' is {real}, above the repository root {root}: the job would "
                          "upload more than the repository", "point code at a folder inside the repository"))
         return False
@@ -930,6 +935,13 @@ def _path_problems(file: str, display: str) -> List[Diagnostic]:
 
 
 def _display_path(path: Path) -> str:
+    """``path`` relative to the nearest folder above it with a .git (its name without one);
+    found once per path in a command (core/memo.py)."""
+    return memo.answer(_relative_to_repository, os.fspath(path))
+
+
+def _relative_to_repository(text: str) -> str:
+    path = Path(text)
     for parent in path.parents:
         if (parent / ".git").exists():
             return path.relative_to(parent).as_posix()
