@@ -59,6 +59,16 @@ def _writer():
     # one Tag per type, made once: given a string, ruamel makes (and URI-decodes) a Tag for every
     # node, a quarter of the time of a dump
     tags = {name: Tag(suffix=f"tag:yaml.org,2002:{name}") for name in ("str", "int", "bool", "null", "map", "seq")}
+    new = ScalarNode.__new__
+
+    def scalar(tag: Tag, value: str, style: Optional[str] = None) -> ScalarNode:
+        """``ScalarNode(tag, value, style=style)`` with its tag kept as the string the emitter reads
+        (``node.tag``, once per node) rather than a Tag that ``str()`` unwraps each time: a third
+        of the cost of a node."""
+        node = new(ScalarNode)
+        node.ctag, node.value, node.style = tag.value, value, style
+        node.start_mark = node.end_mark = node.comment = node.anchor = None
+        return node
 
     class Representer(SafeRepresenter):
         def node(self, value: Any) -> Any:
@@ -68,13 +78,13 @@ def _writer():
             alias; keys are written as they are."""
             kind = type(value)
             if kind is str:
-                return ScalarNode(tags["str"], value, style=_style(value))
+                return scalar(tags["str"], value, _style(value))
             if kind is bool:
-                return ScalarNode(tags["bool"], "true" if value else "false")
+                return scalar(tags["bool"], "true" if value else "false")
             if kind is int:
-                return ScalarNode(tags["int"], str(value))
+                return scalar(tags["int"], str(value))
             if value is None:
-                return ScalarNode(tags["null"], "null")
+                return scalar(tags["null"], "null")
             if isinstance(value, Mapping):
                 return MappingNode(tags["map"], [(self.key(k), self.node(v)) for k, v in value.items()],
                                    flow_style=False)
@@ -84,7 +94,9 @@ def _writer():
 
         def key(self, value: Any) -> Any:
             kind = type(value)
-            if kind is str or kind is bool or kind is int or value is None:
+            if kind is str:
+                return scalar(tags["str"], value, _style(value))
+            if kind is bool or kind is int or value is None:
                 return self.node(value)
             return self.represent_data(value)
 
