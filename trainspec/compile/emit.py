@@ -59,14 +59,15 @@ def _writer():
     # one Tag per type, made once: given a string, ruamel makes (and URI-decodes) a Tag for every
     # node, a quarter of the time of a dump
     tags = {name: Tag(suffix=f"tag:yaml.org,2002:{name}") for name in ("str", "int", "bool", "null", "map", "seq")}
+    text = {name: tag.value for name, tag in tags.items()}
     new = ScalarNode.__new__
 
-    def scalar(tag: Tag, value: str, style: Optional[str] = None) -> ScalarNode:
+    def scalar(tag: str, value: str, style: Optional[str] = None) -> ScalarNode:
         """``ScalarNode(tag, value, style=style)`` with its tag kept as the string the emitter reads
         (``node.tag``, once per node) rather than a Tag that ``str()`` unwraps each time: a third
         of the cost of a node."""
         node = new(ScalarNode)
-        node.ctag, node.value, node.style = tag.value, value, style
+        node.ctag, node.value, node.style = tag, value, style
         node.start_mark = node.end_mark = node.comment = node.anchor = None
         return node
 
@@ -78,13 +79,13 @@ def _writer():
             alias; keys are written as they are."""
             kind = type(value)
             if kind is str:
-                return scalar(tags["str"], value, _style(value))
+                return scalar(text["str"], value, _style(value))
             if kind is bool:
-                return scalar(tags["bool"], "true" if value else "false")
+                return scalar(text["bool"], "true" if value else "false")
             if kind is int:
-                return scalar(tags["int"], str(value))
+                return scalar(text["int"], str(value))
             if value is None:
-                return scalar(tags["null"], "null")
+                return scalar(text["null"], "null")
             if isinstance(value, Mapping):
                 return MappingNode(tags["map"], [(self.key(k), self.node(v)) for k, v in value.items()],
                                    flow_style=False)
@@ -95,7 +96,7 @@ def _writer():
         def key(self, value: Any) -> Any:
             kind = type(value)
             if kind is str:
-                return scalar(tags["str"], value, _style(value))
+                return scalar(text["str"], value, _style(value))
             if kind is bool or kind is int or value is None:
                 return self.node(value)
             return self.represent_data(value)
@@ -131,15 +132,14 @@ def _writer():
         raise RuntimeError("ruamel.yaml's Resolver has path resolvers: yaml_bytes does not ask them")
     default = {ScalarNode: "tag:yaml.org,2002:str", SequenceNode: "tag:yaml.org,2002:seq",
                MappingNode: "tag:yaml.org,2002:map"}
-    # the Resolver's implicit patterns by first character, as compiled `match` methods: its own
-    # table holds lazily compiled patterns that cost a Python call per attribute read
+    # the Resolver's implicit patterns by first character, as the `match` methods of compiled
+    # patterns, looked up as characters come up: its own table holds lazily compiled patterns,
+    # which cost a Python call per attribute read
     matchers: dict[str, list] = {}
 
     def implicit(first: str) -> list:
-        found = matchers.get(first)
-        if found is None:
-            found = matchers[first] = [(tag, pattern.match)
-                                       for tag, pattern in Resolver.yaml_implicit_resolvers.get(first, ())]
+        patterns = Resolver.yaml_implicit_resolvers.get(first, ())
+        found = matchers[first] = [(tag, pattern.match) for tag, pattern in patterns]
         return found
 
     class Writer(emitter):
@@ -150,7 +150,9 @@ def _writer():
 
         def resolve(self, kind: Any, value: Any, implicit_flags: Any) -> str:
             if kind is ScalarNode and implicit_flags[0]:
-                for tag, match in implicit(value[:1]):
+                first = value[:1]
+                found = matchers.get(first)
+                for tag, match in implicit(first) if found is None else found:
                     if match(value):
                         return tag
             return default[kind]
