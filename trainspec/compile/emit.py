@@ -50,7 +50,7 @@ def _writer():
     every install uses, so the bytes never depend on what is installed) fed a node tree that
     ``Representer.node`` builds. ``YAML.dump`` would make a new dumper class per call, a fifth of
     the cost of a small file; the node tree and the emitter's questions are the same as in a dump."""
-    from ruamel.yaml import YAML
+    from ruamel.yaml.main import CEmitter  # what YAML(typ="safe", pure=False) writes with
     from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
     from ruamel.yaml.representer import SafeRepresenter
     from ruamel.yaml.resolver import Resolver
@@ -124,8 +124,7 @@ def _writer():
                          (dict, Representer.represent_dict), (list, Representer.represent_list)):
         Representer.add_representer(kind, method)
 
-    emitter = YAML(typ="safe", pure=False).Emitter
-    if emitter.__module__.split(".")[:3] != ["ruamel", "yaml", "clib"]:
+    if CEmitter is None or CEmitter.__module__.split(".")[:3] != ["ruamel", "yaml", "clib"]:
         raise RuntimeError("trainspec needs ruamel.yaml.clib (pip install ruamel.yaml.clib): its emitter "
                            "keeps compiled files byte-identical across installs")
     if Resolver.yaml_path_resolvers:
@@ -142,7 +141,7 @@ def _writer():
         found = matchers[first] = [(tag, pattern.match) for tag, pattern in patterns]
         return found
 
-    class Writer(emitter):
+    class Writer(CEmitter):
         """The emitter asks, for each node, which tag its value would read back as (plain,
         then quoted) to decide whether a tag must be written or a plain scalar quoted: the
         answer of ruamel's Resolver, as a string (the emitter compares it with the node's tag
