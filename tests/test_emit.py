@@ -73,3 +73,24 @@ def test_runtime_files_of_the_package_are_its_bytes_and_any_other_is_read_at_eac
     assert base.runtime_file("trainspec_shim.py", older).data == b"one"
     older.write_bytes(b"two")
     assert base.runtime_file("trainspec_shim.py", older).data == b"two"
+
+
+def _style_by_patterns(value):
+    """_style's answer from its patterns alone (what it computed for every string before the
+    quick answer for plain one-line ASCII strings)."""
+    if emit._SPECIAL.search(value):
+        return '"'
+    if "\n" in value.rstrip("\n") and not any(c in value for c in "\t\r") and value == value.strip(" "):
+        return "|"
+    if value == "" or emit._YAML11_NON_STRING.match(value):
+        return '"'
+    return None
+
+
+def test_the_quick_style_of_a_plain_string_is_the_patterns_answer():
+    alphabet = "aeiouyntfolrsNYTFOLRS0159+-._:=<~ #'\"\\/\n\t\r\x00\x7f\x85é"
+    values = [*TRICKY, *sorted(emit._YAML11_WORDS), *(a + b for a in alphabet for b in alphabet),
+              *(w + tail for w in emit._YAML11_WORDS for tail in ("\n", " ", "x", "\t", ".5", "1"))]
+    values += [a + b + c for a in "nNyYtTfFoO~=<" for b in "aeoulrsUL<" for c in "elsEFNS\n"]
+    assert [emit._style(v) for v in values] == [_style_by_patterns(v) for v in values]
+    assert {emit._style(v) for v in values} == {None, '"', "|"}

@@ -29,10 +29,18 @@ _YAML11_NON_STRING = re.compile(
 
 _SPECIAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
 
+# what _YAML11_NON_STRING matches of a one-line ASCII string that starts with no digit, sign or dot
+_YAML11_WORDS = frozenset("~ null Null NULL y Y yes Yes YES n N no No NO true True TRUE false False FALSE "
+                          "on On ON off Off OFF = <<".split())
+
 
 def _style(value: str) -> Optional[str]:
     """How a string is written: double-quoted when a reader could take it for something else or
     only escapes carry it, literal block when it is several plain lines, else plain."""
+    if value.isascii() and value.isprintable() and value[:1] not in "0123456789+-.":
+        # most strings (names, paths, commands): no control character or line break, and none of
+        # the numbers, dates or times; the same answer as below without its two patterns
+        return '"' if value in _YAML11_WORDS else None
     if _SPECIAL.search(value):
         # control characters and Unicode line breaks: only a double-quoted scalar carries them
         # unchanged (escaped); a plain or literal one lets readers turn NEL into a line end
