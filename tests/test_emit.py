@@ -32,6 +32,7 @@ def _ruamel_dump(data) -> bytes:
     yaml.width = 1 << 16
     yaml.default_flow_style = False
     yaml.allow_unicode = True
+    yaml.sort_base_mapping_type_on_output = False
     stream = io.StringIO()
     yaml.dump(data, stream)
     return stream.getvalue().encode("utf-8")
@@ -52,7 +53,7 @@ def test_the_writer_asks_what_ruamels_resolver_answers(value):
 def test_yaml_bytes_are_a_ruamel_dump_of_the_same_document():
     data = {"plain": TRICKY, "as keys": {value: value for value in TRICKY},
             "numbers": [0, -7, 10 ** 20, 1.5, float("inf"), True, False, None], "nested": {"a": [{"b": ("c", "d")}]},
-            "empty": {}, "none": []}
+            "empty": {}, "none": [], "left to ruamel": [{8, 1}, 2.5, -0.0, float("nan")]}
     assert emit.yaml_bytes(data, "# header\n") == b"# header\n" + _ruamel_dump(data)
 
 

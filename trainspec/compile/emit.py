@@ -137,8 +137,7 @@ def _writer():
                            "keeps compiled files byte-identical across installs")
     if Resolver.yaml_path_resolvers:
         raise RuntimeError("ruamel.yaml's Resolver has path resolvers: yaml_bytes does not ask them")
-    default = {ScalarNode: "tag:yaml.org,2002:str", SequenceNode: "tag:yaml.org,2002:seq",
-               MappingNode: "tag:yaml.org,2002:map"}
+    default = {ScalarNode: text["str"], SequenceNode: text["seq"], MappingNode: text["map"]}
     # the Resolver's implicit patterns by first character, as the `match` methods of compiled
     # patterns, looked up as characters come up: its own table holds lazily compiled patterns,
     # which cost a Python call per attribute read
@@ -185,7 +184,9 @@ def yaml_bytes(data: Mapping[str, Any], header: str = "") -> bytes:
     representer, writer = _WRITER
     stream = io.StringIO()
     stream.write(header)
-    node = representer(default_flow_style=False).node(data)
+    builder = representer(default_flow_style=False)
+    builder.sort_base_mapping_type_on_output = False  # as YAML.dump was set up: what ruamel builds keeps its order
+    node = builder.node(data)
     out = writer(stream, width=1 << 16, allow_unicode=True, encoding="utf-8")
     try:
         out.open()
