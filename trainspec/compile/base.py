@@ -477,9 +477,14 @@ def relative(target: Path, start: Path) -> str:
     return Path(rel).as_posix()
 
 
-# The shim's source, copied byte for byte next to every job. Read by path rather than through
-# `trainspec.runtime` so compiling never imports the runtime itself.
-SHIM_SOURCE = Path(__file__).resolve().parents[1] / "runtime" / "shim.py"
+# trainspec's runtime files (the shim, the Ray driver...), copied byte for byte next to jobs. Read
+# by path rather than through `trainspec.runtime` so compiling never imports the runtime itself.
+RUNTIME_DIR = Path(__file__).resolve().parents[1] / "runtime"
+SHIM_SOURCE = RUNTIME_DIR / "shim.py"
+
+# the runtime files read so far in this process, by path: they are trainspec's own and do not
+# change under a running command, while every spec of a `check` or `compile` copies them
+_RUNTIME_BYTES: Dict[Path, bytes] = {}
 
 
 def shim_file() -> OutFile:
@@ -487,10 +492,16 @@ def shim_file() -> OutFile:
 
 
 def runtime_file(name: str, source: Path) -> OutFile:
-    """A file of trainspec's runtime copied next to a job as ``name``, marked as such."""
+    """A file of trainspec's runtime copied next to a job as ``name``, marked as such. A file
+    from anywhere else (a test's older runtime) is read each time."""
     from trainspec import __version__
 
-    return OutFile(name, source.read_bytes(), runtime=__version__)
+    if source.parent != RUNTIME_DIR:
+        return OutFile(name, source.read_bytes(), runtime=__version__)
+    data = _RUNTIME_BYTES.get(source)
+    if data is None:
+        data = _RUNTIME_BYTES[source] = source.read_bytes()
+    return OutFile(name, data, runtime=__version__)
 
 
 _PYTHON = re.compile(r"^\s*(?P<python>python(?:3(?:\.\d+)?)?)\s+(?P<rest>\S.*)$", re.S)

@@ -29,10 +29,18 @@ _YAML11_NON_STRING = re.compile(
 
 _SPECIAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
 
+# what _YAML11_NON_STRING matches of a one-line ASCII string that starts with no digit, sign or dot
+_YAML11_WORDS = frozenset("~ null Null NULL y Y yes Yes YES n N no No NO true True TRUE false False FALSE "
+                          "on On ON off Off OFF = <<".split())
+
 
 def _style(value: str) -> Optional[str]:
     """How a string is written: double-quoted when a reader could take it for something else or
     only escapes carry it, literal block when it is several plain lines, else plain."""
+    if value.isascii() and value.isprintable() and value[:1] not in "0123456789+-.":
+        # most strings (names, paths, commands): no control character or line break, and none of
+        # the numbers, dates or times; the same answer as below without its two patterns
+        return '"' if value in _YAML11_WORDS else None
     if _SPECIAL.search(value):
         # control characters and Unicode line breaks: only a double-quoted scalar carries them
         # unchanged (escaped); a plain or literal one lets readers turn NEL into a line end
@@ -44,50 +52,61 @@ def _style(value: str) -> Optional[str]:
     return None
 
 
-def _plain(value: Any) -> Any:
-    """Mappings -> dicts (order kept), tuples -> lists: the types the representer knows."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _yaml():
-    """ruamel.yaml with libyaml's emitter (ruamel.yaml.clib): 4x faster than the pure-Python
-    one, and the one emitter every install uses, so the bytes never depend on what is installed."""
-    from ruamel.yaml import YAML
+def _writer():
+    """The node builder and the writer of ``yaml_bytes``, made once per process: ruamel.yaml's
+    libyaml emitter (ruamel.yaml.clib: 4x faster than the pure-Python one, and the one emitter
+    every install uses, so the bytes never depend on what is installed) fed a node tree that
+    ``Representer.node`` builds. ``YAML.dump`` would make a new dumper class per call, a fifth of
+    the cost of a small file; the node tree and the emitter's questions are the same as in a dump."""
+    from ruamel.yaml.main import CEmitter  # what YAML(typ="safe", pure=False) writes with
     from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
     from ruamel.yaml.representer import SafeRepresenter
+    from ruamel.yaml.resolver import Resolver
     from ruamel.yaml.tag import Tag
 
     # one Tag per type, made once: given a string, ruamel makes (and URI-decodes) a Tag for every
     # node, a quarter of the time of a dump
     tags = {name: Tag(suffix=f"tag:yaml.org,2002:{name}") for name in ("str", "int", "bool", "null", "map", "seq")}
+    text = {name: tag.value for name, tag in tags.items()}
+    new = ScalarNode.__new__
+
+    def scalar(tag: str, value: str, style: Optional[str] = None) -> ScalarNode:
+        """``ScalarNode(tag, value, style=style)`` with its tag kept as the string the emitter reads
+        (``node.tag``, once per node) rather than a Tag that ``str()`` unwraps each time: a third
+        of the cost of a node."""
+        node = new(ScalarNode)
+        node.ctag, node.value, node.style = tag, value, style
+        node.start_mark = node.end_mark = node.comment = node.anchor = None
+        return node
 
     class Representer(SafeRepresenter):
-        def represent(self, data: Any) -> None:
-            self.serializer.serialize(self.node(data))
-            self.represented_objects, self.object_keeper, self.alias_key = {}, [], None
-
         def node(self, value: Any) -> Any:
             """The node the methods below make for ``value``, made directly for the plain types
             (ruamel's generic dispatch and alias bookkeeping was a fifth of a cold `check`):
-            every mapping and list of ``_plain``'s output is a new object, so none is an alias."""
+            mappings become mappings (order kept) and tuples lists, each a new node, so none is an
+            alias; keys are written as they are."""
             kind = type(value)
             if kind is str:
-                return ScalarNode(tags["str"], value, style=_style(value))
-            if kind is dict:
-                return MappingNode(tags["map"], [(self.node(k), self.node(v)) for k, v in value.items()],
-                                   flow_style=False)
-            if kind is list:
-                return SequenceNode(tags["seq"], [self.node(v) for v in value], flow_style=False)
+                return scalar(text["str"], value, _style(value))
             if kind is bool:
-                return ScalarNode(tags["bool"], "true" if value else "false")
+                return scalar(text["bool"], "true" if value else "false")
             if kind is int:
-                return ScalarNode(tags["int"], str(value))
+                return scalar(text["int"], str(value))
             if value is None:
-                return ScalarNode(tags["null"], "null")
+                return scalar(text["null"], "null")
+            if isinstance(value, Mapping):
+                return MappingNode(tags["map"], [(self.key(k), self.node(v)) for k, v in value.items()],
+                                   flow_style=False)
+            if isinstance(value, (list, tuple)):
+                return SequenceNode(tags["seq"], [self.node(v) for v in value], flow_style=False)
+            return self.represent_data(value)
+
+        def key(self, value: Any) -> Any:
+            kind = type(value)
+            if kind is str:
+                return scalar(text["str"], value, _style(value))
+            if kind is bool or kind is int or value is None:
+                return self.node(value)
             return self.represent_data(value)
 
         def represent_str(self, value: str):
@@ -112,29 +131,69 @@ def _yaml():
                          (bool, Representer.represent_bool), (type(None), Representer.represent_none),
                          (dict, Representer.represent_dict), (list, Representer.represent_list)):
         Representer.add_representer(kind, method)
-    yaml = YAML(typ="safe", pure=False)
-    if yaml.Emitter.__module__.split(".")[:3] != ["ruamel", "yaml", "clib"]:
+
+    if CEmitter is None or CEmitter.__module__.split(".")[:3] != ["ruamel", "yaml", "clib"]:
         raise RuntimeError("trainspec needs ruamel.yaml.clib (pip install ruamel.yaml.clib): its emitter "
                            "keeps compiled files byte-identical across installs")
-    yaml.Representer = Representer
-    yaml.width = 1 << 16
-    yaml.default_flow_style = False
-    yaml.sort_base_mapping_type_on_output = False
-    yaml.allow_unicode = True
-    return yaml
+    if Resolver.yaml_path_resolvers:
+        raise RuntimeError("ruamel.yaml's Resolver has path resolvers: yaml_bytes does not ask them")
+    default = {ScalarNode: text["str"], SequenceNode: text["seq"], MappingNode: text["map"]}
+    # the Resolver's implicit patterns by first character, as the `match` methods of compiled
+    # patterns, looked up as characters come up: its own table holds lazily compiled patterns,
+    # which cost a Python call per attribute read
+    matchers: dict[str, list] = {}
+
+    def implicit(first: str) -> list:
+        patterns = Resolver.yaml_implicit_resolvers.get(first, ())
+        found = matchers[first] = [(tag, pattern.match) for tag, pattern in patterns]
+        return found
+
+    class Writer(CEmitter):
+        """The emitter asks, for each node, which tag its value would read back as (plain,
+        then quoted) to decide whether a tag must be written or a plain scalar quoted: the
+        answer of ruamel's Resolver, as a string (the emitter compares it with the node's tag
+        string) rather than a new Tag per question."""
+
+        def resolve(self, kind: Any, value: Any, implicit_flags: Any) -> str:
+            if kind is ScalarNode and implicit_flags[0]:
+                first = value[:1]
+                found = matchers.get(first)
+                for tag, match in implicit(first) if found is None else found:
+                    if match(value):
+                        return tag
+            return default[kind]
+
+        def descend_resolver(self, parent: Any, index: Any) -> None:
+            """No path resolvers (checked above): nothing to track."""
+
+        def ascend_resolver(self) -> None:
+            """No path resolvers: nothing to track."""
+
+    return Representer, Writer
 
 
-_YAML = None
+_WRITER = None
 
 
 def yaml_bytes(data: Mapping[str, Any], header: str = "") -> bytes:
-    """``data`` as YAML bytes, preceded by ``header`` (already a comment block)."""
-    global _YAML
-    if _YAML is None:
-        _YAML = _yaml()
+    """``data`` as YAML bytes, preceded by ``header`` (already a comment block). Lines never wrap,
+    non-ASCII characters are written as they are, mappings keep their order."""
+    global _WRITER
+    if _WRITER is None:
+        _WRITER = _writer()
+    representer, writer = _WRITER
     stream = io.StringIO()
     stream.write(header)
-    _YAML.dump(_plain(data), stream)
+    builder = representer(default_flow_style=False)
+    builder.sort_base_mapping_type_on_output = False  # as YAML.dump was set up: what ruamel builds keeps its order
+    node = builder.node(data)
+    out = writer(stream, width=1 << 16, allow_unicode=True, encoding="utf-8")
+    try:
+        out.open()
+        out.serialize(node)
+        out.close()
+    finally:
+        out.dispose()
     return stream.getvalue().encode("utf-8")
 
 
