@@ -12,31 +12,35 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
-from trainspec.cli.output import _err, _report, _summary, _specs
+from trainspec.cli.output import UsageError, _err, _report, _summary
 
 
 def command(args: argparse.Namespace) -> int:
-    from trainspec.build import build, claim_names
-    from trainspec.review.cache import Cache, Extends, options_of, outputs_match
+    from trainspec.build import SearchError, build, claim_names, search
+    from trainspec.compile.write import links_in, out_problem
+    from trainspec.review.cache import Cache, Extends, options_of
     from trainspec.review.check import KINDS, check_outputs
 
     out_path = Path(args.out)
     cache = Cache(out_path, options_of(args.targets, args.sets, args.variables))
     known = Extends()
-    files = _specs(args.paths, known)
+    try:
+        found, searched = search(args.paths)
+    except SearchError as exc:
+        raise UsageError(str(exc)) from None
+    links = None if out_problem(out_path) is not None else dict(links_in(out_path))
+    checker = _Checker(args, out_path, cache, known, set(searched), links)
+    seen = _check_all(list(dict.fromkeys(found)), checker)
+    # find_specs' rule: a file found in a folder that another found file extends is a base
+    bases = checker.bases()
+    files = [f for f in found if not (f in checker.walked and seen[f].real in bases)]
+    if not files:
+        raise UsageError(f"no spec files (*.yaml, *.yml) in {' '.join(args.paths)}")
     known.save()
-    cached = {}  # file -> its record: what the cache proves equal, from bytes alone
-    for file in files:
-        record = cache.lookup(file)
-        if record is not None:
-            folders = {out_path / record["name"] / target: hashes for target, hashes in record["outputs"].items()}
-            if all(outputs_match(folder, hashes) for folder, hashes in folders.items()):
-                cached[file] = record
-    pending = [f for f in files if f not in cached]
-    built = dict(zip(pending, _build_all(pending, lambda file: build(file, out_path, args.targets, sets=args.sets,
-                                                                     variables=args.variables))))
+    built = {f: seen[f].outcome for f in files if seen[f].outcome is not None}
+    cached = {f: seen[f].record for f in files if seen[f].record is not None}  # what the cache proves equal
     # one job name, one spec: a cached spec that shares its name with another is compiled again,
     # so that the error is located like every other
     names = [r["name"] for r in cached.values()] + [o.valid.name for o in built.values() if o.valid is not None]
@@ -46,8 +50,12 @@ def command(args: argparse.Namespace) -> int:
             built[file] = build(file, out_path, args.targets, sets=args.sets, variables=args.variables)
     outcomes = [built[f] for f in files if f in built]
     claim_names(outcomes)
-    for outcome in outcomes:
-        cache.remember(outcome)
+    compared = {}  # output folder -> its findings, for the outcomes that kept their artifacts
+    for file, outcome in built.items():
+        mine = outcome is seen[file].outcome
+        cache.remember(outcome, seen[file].remembered if mine else None)
+        if mine and outcome.artifacts:
+            compared.update(seen[file].compared)
     cache.save()
     verified = {}  # output folder -> its spec
     for record in cached.values():
@@ -57,7 +65,7 @@ def command(args: argparse.Namespace) -> int:
     if errors:
         _err(_summary(len(files), errors, warnings) + "; fix the specs first")
         return 1
-    findings = check_outputs(outcomes, out_path, _fix_command(args), args.targets, verified)
+    findings = check_outputs(outcomes, out_path, _fix_command(args), args.targets, verified, compared)
     for finding in findings:
         print(finding.render())
     count = sum(len(o.artifacts) for o in outcomes) + len(verified)
@@ -72,45 +80,123 @@ def command(args: argparse.Namespace) -> int:
     return 0
 
 
-FORK_FROM = 64  # specs to compile from which check shares them with a second process
+class _Seen:
+    """One file the search found, as the process that checked it saw it: what it extends, and
+    either the cache's record (its outputs proved equal from bytes alone) or its compile with
+    what follows from it (the cache's record of it, its outputs compared with the files)."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.real: Optional[Path] = None  # its resolved path (files found in a folder)
+        self.base: Optional[Path] = None  # the resolved file it extends (files found in a folder)
+        self.record: Optional[Dict[str, Any]] = None
+        self.outcome: Any = None  # build.Outcome
+        self.remembered: Optional[Dict[str, Any]] = None
+        self.compared: Dict[Path, list] = {}
 
 
-def _build_all(files: List[str], build_one: Callable[[str], Any]) -> List[Any]:
-    """``build_one`` of each of ``files``, in their order. With FORK_FROM files or more and a
-    second core, a forked worker builds the second half while this process builds the first, and
-    sends its Outcomes back pickled. A worker that fails (killed, or raising) is reported on
-    stderr and its half built here, so the result is the one a single process gives."""
+class _Checker:
+    """The work check does per file, the same in either process: look (what it extends), then
+    check (the cache, or a compile compared with OUT). Its bases are left out when its own looks
+    show them; the process that merges leaves out those that only the other process saw."""
+
+    def __init__(self, args: argparse.Namespace, out: Path, cache: Any, known: Dict[str, Optional[str]],
+                 walked: Set[str], links: Optional[Dict[Path, str]]) -> None:
+        self.args, self.out, self.cache, self.known, self.walked, self.links = args, out, cache, known, walked, links
+        self.seen: Dict[str, _Seen] = {}
+
+    def look(self, file: str) -> _Seen:
+        from trainspec.build import _real, base_of
+
+        if file not in self.seen:
+            seen = self.seen[file] = _Seen(file)
+            if file in self.walked:
+                seen.base = base_of(file, self.known)
+                seen.real = _real(file)
+        return self.seen[file]
+
+    def bases(self) -> Set[Path]:
+        return {s.base for s in self.seen.values() if s.base is not None}
+
+    def check(self, file: str, bases: Set[Path]) -> None:
+        """``file``, looked at already, unless it is one of ``bases``."""
+        from trainspec.build import build
+        from trainspec.review.cache import outputs_match
+        from trainspec.review.check import compare
+
+        seen = self.seen[file]
+        if file in self.walked and seen.real in bases:
+            return
+        record = self.cache.lookup(file)
+        if record is not None:
+            folders = {self.out / record["name"] / target: hashes for target, hashes in record["outputs"].items()}
+            if all(outputs_match(folder, hashes) for folder, hashes in folders.items()):
+                seen.record = record
+                return
+        args = self.args
+        seen.outcome = build(file, self.out, args.targets, sets=args.sets, variables=args.variables)
+        seen.remembered = self.cache.record_of(seen.outcome)
+        seen.compared = compare(seen.outcome, self.out, _fix_command(args), self.links)
+
+    def run(self, files: List[str]) -> Dict[str, _Seen]:
+        for file in files:
+            self.look(file)
+        bases = self.bases()
+        for file in files:
+            self.check(file, bases)
+        return {file: self.seen[file] for file in files}
+
+
+FORK_FROM = 64  # files from which check shares them with a second process
+
+
+def _check_all(files: List[str], checker: _Checker) -> Dict[str, _Seen]:
+    """``checker``'s look and check of every one of ``files`` (no two alike). With FORK_FROM
+    files or more and a second core, a forked worker checks the second half while this process
+    checks the first, and sends its results back pickled (with the `extends` values it parsed,
+    for check's cache). A worker that fails (killed, or raising) is reported on stderr and its
+    half checked here, so the result is the one a single process gives."""
     if len(files) < FORK_FROM or len(os.sched_getaffinity(0)) < 2:
-        return [build_one(f) for f in files]
-    first = [build_one(files[0])]  # what every spec needs (the validator, the targets' modules) is made once
-    files = files[1:]
-    half = len(files) // 2
+        return checker.run(files)
+    # what every spec needs (the validator, the targets' modules) is made once, before the fork,
+    # by checking the first file that extends another (the first file may be a base)
+    first = next((f for f in files if checker.look(f).base is not None), files[0])
+    checker.check(first, checker.bases())
+    rest = [f for f in files if f != first]
+    half = len(rest) // 2
+    known = set(checker.known)
     sys.stdout.flush()
     sys.stderr.flush()
     reader, writer = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the worker: build, send, and leave without running the parent's exit handlers
+    if pid == 0:  # the worker: check, send, and leave without running the parent's exit handlers
         status = 1
         try:
             os.close(reader)
+            theirs = checker.run(rest[half:])
+            parsed = {digest: parent for digest, parent in checker.known.items() if digest not in known}
             with os.fdopen(writer, "wb") as pipe:
-                pickle.dump([build_one(f) for f in files[half:]], pipe, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump((theirs, parsed), pipe, protocol=pickle.HIGHEST_PROTOCOL)
             status = 0
         finally:
             os._exit(status)
     os.close(writer)
     reaped = False
     try:
-        mine = [build_one(f) for f in files[:half]]
+        checker.run(rest[:half])
         with os.fdopen(reader, "rb", closefd=False) as pipe:
             sent = pipe.read()  # until the worker exits: its end closes with it
         _, status = os.waitpid(pid, 0)
         reaped = True
         if status == 0:
-            return first + mine + pickle.loads(sent)
-        _err(f"trainspec check: the worker process failed ({_how(status)}); checking its "
-             f"{len(files) - half} spec(s) here")
-        return first + mine + [build_one(f) for f in files[half:]]
+            theirs, parsed = pickle.loads(sent)
+            checker.seen.update(theirs)
+            checker.known.update(parsed)
+        else:
+            _err(f"trainspec check: the worker process failed ({_how(status)}); checking its "
+                 f"{len(rest) - half} file(s) here")
+            checker.run(rest[half:])
+        return checker.seen
     finally:
         os.close(reader)
         if not reaped:  # this process is failing (an error, ^C): the worker ends with it

@@ -253,16 +253,27 @@ class Cache:
             return None  # a record of another shape: not trusted
         return record
 
-    def remember(self, outcome) -> None:
-        """Record a spec that compiled without an error."""
+    def remember(self, outcome, record: Optional[Dict[str, Any]] = None) -> None:
+        """Record a spec that compiled without an error; ``record``: its record, made already
+        (by check's worker process) with ``record_of``."""
         if self.file is None or not outcome.ok or outcome.valid is None:
             return
+        record = record or self.record_of(outcome)
+        if record is not None:
+            self.records[str(Path(outcome.file).resolve())] = record
+            self.changed = True
+
+    def record_of(self, outcome) -> Optional[Dict[str, Any]]:
+        """What remember() records for an outcome without an error (None: a file it read cannot
+        be hashed now, so nothing is recorded)."""
+        if self.file is None or not outcome.ok or outcome.valid is None:
+            return None
         spec_path = str(Path(outcome.file).resolve())
         spec_digest = self.facts.bytes_of(spec_path)
         reads = [(str(p), self.facts.bytes_of(str(p))) for p in outcome.reads if str(p) != spec_path]
         if spec_digest is None or any(d is None for _, d in reads):
-            return
-        self.records[spec_path] = {
+            return None
+        return {
             "spec": spec_digest,
             "place": list(self.facts.place(str(Path(spec_path).parent))),
             "reads": reads,
@@ -273,7 +284,6 @@ class Cache:
             "outputs": {a.target: {f.path: hashlib.sha256(f.data).hexdigest() for f in a.files}
                         for a in outcome.artifacts},
         }
-        self.changed = True
 
     def save(self) -> None:
         """Write the records (atomically; a cache that cannot be written is left as it was)."""
@@ -324,7 +334,7 @@ class Extends(dict):
 
     def save(self) -> None:
         if self.file is not None and len(self) != self.loaded:
-            _write(self.file, dict(self))
+            _write(self.file, dict(sorted(self.items())))  # whichever process of check parsed them
 
 
 def outputs_match(folder: Path, expected: Dict[str, str]) -> bool:
