@@ -298,7 +298,7 @@ def _write(file: Path, data: Any) -> None:
         fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=file.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh)
+                fh.write(json.dumps(data))  # json.dump's text, from the C encoder (dump's is Python's)
             os.replace(temporary, file)
         except BaseException:
             os.unlink(temporary)

@@ -78,17 +78,19 @@ FixCommand = Callable[[Optional[Sequence[str]], bool], str]
 
 def check_outputs(outcomes: Sequence[Outcome], out: Path, fix: FixCommand,
                   targets: Sequence[str] = (), verified: Optional[Dict[Path, str]] = None,
-                  compared: Optional[Dict[Path, List[Finding]]] = None) -> List[Finding]:
+                  compared: Optional[Dict[Path, List[Finding]]] = None,
+                  links: Optional[Dict[Path, str]] = None) -> List[Finding]:
     """Every way the files under ``out`` differ from what ``outcomes`` compile to, each with
     what it is and the command that fixes it. ``verified``: output folders already known to hold
     exactly what their spec compiles to (review/cache.py), by the spec they are written from.
-    ``compared``: output folders already compared (``compare``), with their findings."""
+    ``compared``: output folders already compared (``compare``), with their findings; ``links``:
+    links_in(out), when the caller has it already."""
     compared = compared or {}
     findings: List[Finding] = []
     problem = out_problem(out)
     if problem is not None:  # OUT leads out of the repository: nothing under it is read
         return [Finding("link", out, problem.strerror, f"rm -- {_shell_word(str(out))}")]
-    links = dict(links_in(out))
+    links = dict(links_in(out)) if links is None else links
     for link, target in links.items():
         findings.append(_link(link, target))
     expected: Dict[Path, Any] = dict.fromkeys(verified or {})
