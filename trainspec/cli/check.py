@@ -148,14 +148,17 @@ class _Checker:
 
 
 FORK_FROM = 64  # files from which check shares them with a second process
+CHUNK = 8  # files the two processes take at a time
 
 
 def _check_all(files: List[str], checker: _Checker) -> Dict[str, _Seen]:
     """``checker``'s look and check of every one of ``files`` (no two alike). With FORK_FROM
-    files or more and a second core, a forked worker checks the second half while this process
-    checks the first, and sends its results back pickled (with the `extends` values it parsed,
-    for check's cache). A worker that fails (killed, or raising) is reported on stderr and its
-    half checked here, so the result is the one a single process gives."""
+    files or more and a second core, a forked worker shares them with this process: each takes
+    CHUNK files at a time from a pipe of tickets until none are left (so a process slowed by
+    the machine's other work takes fewer), and the worker sends its results back pickled (with
+    the `extends` values it parsed, for check's cache). A worker that fails (killed, or raising)
+    is reported on stderr and the files it took are checked here, so the result is the one a
+    single process gives."""
     if len(files) < FORK_FROM or len(os.sched_getaffinity(0)) < 2:
         return checker.run(files)
     # what every spec needs (the validator, the targets' modules) is made once, before the fork,
@@ -163,7 +166,21 @@ def _check_all(files: List[str], checker: _Checker) -> Dict[str, _Seen]:
     first = next((f for f in files if checker.look(f).base is not None), files[0])
     checker.check(first, checker.bases())
     rest = [f for f in files if f != first]
-    half = len(rest) // 2
+    size = max(CHUNK, -(-len(rest) // 1000))  # at most 1000 tickets of 2 bytes: one write to a pipe
+    chunks = [rest[i:i + size] for i in range(0, len(rest), size)]
+    tickets, writer = os.pipe()
+    # a read of 2 bytes takes one ticket whole, whichever process reads; the last chunk is the
+    # worker's from the start
+    os.write(writer, b"".join(i.to_bytes(2, "big") for i in range(len(chunks) - 1)))
+    os.close(writer)
+
+    def taken() -> Iterable[List[str]]:
+        while True:
+            ticket = os.read(tickets, 2)
+            if not ticket:
+                return
+            yield chunks[int.from_bytes(ticket, "big")]
+
     known = set(checker.known)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -173,7 +190,9 @@ def _check_all(files: List[str], checker: _Checker) -> Dict[str, _Seen]:
         status = 1
         try:
             os.close(reader)
-            theirs = checker.run(rest[half:])
+            theirs = checker.run(chunks[-1])
+            for chunk in taken():
+                theirs.update(checker.run(chunk))
             _one_copy(theirs.values())
             parsed = {digest: parent for digest, parent in checker.known.items() if digest not in known}
             with os.fdopen(writer, "wb") as pipe:
@@ -184,7 +203,9 @@ def _check_all(files: List[str], checker: _Checker) -> Dict[str, _Seen]:
     os.close(writer)
     reaped = False
     try:
-        checker.run(rest[:half])
+        mine = {first}
+        for chunk in taken():
+            mine.update(checker.run(chunk))
         with os.fdopen(reader, "rb", closefd=False) as pipe:
             sent = pipe.read()  # until the worker exits: its end closes with it
         _, status = os.waitpid(pid, 0)
@@ -194,12 +215,14 @@ def _check_all(files: List[str], checker: _Checker) -> Dict[str, _Seen]:
             checker.seen.update(theirs)
             checker.known.update(parsed)
         else:
-            _err(f"trainspec check: the worker process failed ({_how(status)}); checking its "
-                 f"{len(rest) - half} file(s) here")
-            checker.run(rest[half:])
+            left = [f for f in rest if f not in mine]
+            _err(f"trainspec check: the worker process failed ({_how(status)}); checking the "
+                 f"{len(left)} file(s) it took here")
+            checker.run(left)
         return checker.seen
     finally:
         os.close(reader)
+        os.close(tickets)
         if not reaped:  # this process is failing (an error, ^C): the worker ends with it
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
