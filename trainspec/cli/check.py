@@ -12,7 +12,7 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from trainspec.cli.output import UsageError, _err, _report, _summary
 
@@ -91,7 +91,7 @@ class _Seen:
         self.base: Optional[Path] = None  # the resolved file it extends (files found in a folder)
         self.record: Optional[Dict[str, Any]] = None
         self.outcome: Any = None  # build.Outcome
-        self.remembered: Optional[Dict[str, Any]] = None
+        self.remembered: Optional[Tuple[str, Dict[str, Any]]] = None  # Cache.record_of
         self.compared: Dict[Path, list] = {}
 
 

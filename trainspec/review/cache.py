@@ -253,19 +253,19 @@ class Cache:
             return None  # a record of another shape: not trusted
         return record
 
-    def remember(self, outcome, record: Optional[Dict[str, Any]] = None) -> None:
+    def remember(self, outcome, record: Optional[Tuple[str, Dict[str, Any]]] = None) -> None:
         """Record a spec that compiled without an error; ``record``: its record, made already
         (by check's worker process) with ``record_of``."""
         if self.file is None or not outcome.ok or outcome.valid is None:
             return
         record = record or self.record_of(outcome)
         if record is not None:
-            self.records[str(Path(outcome.file).resolve())] = record
+            self.records[record[0]] = record[1]
             self.changed = True
 
-    def record_of(self, outcome) -> Optional[Dict[str, Any]]:
-        """What remember() records for an outcome without an error (None: a file it read cannot
-        be hashed now, so nothing is recorded)."""
+    def record_of(self, outcome) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """(the spec's resolved path, what remember() records for it) for an outcome without an
+        error; None: a file it read cannot be hashed now, so nothing is recorded."""
         if self.file is None or not outcome.ok or outcome.valid is None:
             return None
         spec_path = str(Path(outcome.file).resolve())
@@ -273,7 +273,7 @@ class Cache:
         reads = [(str(p), self.facts.bytes_of(str(p))) for p in outcome.reads if str(p) != spec_path]
         if spec_digest is None or any(d is None for _, d in reads):
             return None
-        return {
+        return spec_path, {
             "spec": spec_digest,
             "place": list(self.facts.place(str(Path(spec_path).parent))),
             "reads": reads,
