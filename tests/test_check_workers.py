@@ -40,6 +40,7 @@ def check(root, cache, monkeypatch, capsys, fork_from):
 
     monkeypatch.setattr(trainspec.cli.check, "FORK_FROM", fork_from)
     monkeypatch.setattr(trainspec.cli.check, "CHUNK", 2)  # 12 files: 6 tickets
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine, whatever this one does
     monkeypatch.setenv("TRAINSPEC_CACHE_DIR", str(cache))
     monkeypatch.chdir(root)
     with pytest.raises(SystemExit) as exit:
@@ -161,3 +162,16 @@ def test_one_core_checks_in_this_process(team, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     check(team, tmp_path / "c", monkeypatch, capsys, fork_from=2)
     assert set(pids()) == {str(os.getpid())}
+
+
+@pytest.mark.parametrize("load, forks", [(0.9, True), (1.0, True), (1.1, False), (3.5, False)])
+def test_a_second_process_only_while_a_core_is_free(monkeypatch, load, forks):
+    from trainspec.cli.check import _free_core
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
+    assert _free_core() is forks
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert _free_core() is (load <= 3)  # 4 cores: one is free while the load is 3 or less
+    monkeypatch.delattr(os, "fork")
+    assert _free_core() is False

@@ -153,13 +153,13 @@ CHUNK = 8  # files the two processes take at a time
 
 def _check_all(files: List[str], checker: _Checker) -> Dict[str, _Seen]:
     """``checker``'s look and check of every one of ``files`` (no two alike). With FORK_FROM
-    files or more and a second core, a forked worker shares them with this process: each takes
+    files or more and a free core (``_free_core``), a forked worker shares them with this process: each takes
     CHUNK files at a time from a pipe of tickets until none are left (so a process slowed by
     the machine's other work takes fewer), and the worker sends its results back pickled (with
     the `extends` values it parsed, for check's cache). A worker that fails (killed, or raising)
     is reported on stderr and the files it took are checked here, so the result is the one a
     single process gives."""
-    if len(files) < FORK_FROM or len(os.sched_getaffinity(0)) < 2:
+    if len(files) < FORK_FROM or not _free_core():
         return checker.run(files)
     # what every spec needs (the validator, the targets' modules) is made once, before the fork,
     # by checking the first file that extends another (the first file may be a base)
@@ -226,6 +226,21 @@ def _check_all(files: List[str], checker: _Checker) -> Dict[str, _Seen]:
         if not reaped:  # this process is failing (an error, ^C): the worker ends with it
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+def _free_core() -> bool:
+    """Whether a second process would run beside this one: a system that forks, two cores or
+    more that this process may use, and (where the system says) a 1-minute load average that
+    leaves one of them free. On a machine busy with other work, a second process costs more CPU
+    than it saves wall time (docs/speed.md, "Check on both cores")."""
+    if not hasattr(os, "fork"):
+        return False
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0  # not known: the cores decide
+    return cores >= 2 and load <= cores - 1
 
 
 def _one_copy(seen: Iterable[_Seen]) -> None:
