@@ -85,6 +85,11 @@ def test_a_forked_check_prints_and_caches_what_one_process_does(team, tmp_path, 
     assert check(team, tmp_path / "c4", monkeypatch, capsys, fork_from=2) == alone  # its cache as well
     assert check(team, tmp_path / "c4", monkeypatch, capsys, fork_from=2) == alone  # that cache, warm
     assert check(team, tmp_path / "c3", monkeypatch, capsys, fork_from=10**9) == alone
+    # a copied name beside warm caches: the cached spec with that name is compiled again
+    edit(team / "specs" / "job-0010.yaml", "name: job-0010", "name: job-0004")
+    alone = check(team, tmp_path / "c3", monkeypatch, capsys, fork_from=10**9)
+    assert alone[0] == 1 and "job-0004" in alone[2]
+    assert check(team, tmp_path / "c4", monkeypatch, capsys, fork_from=2) == alone
 
 
 @two_cores

@@ -51,7 +51,8 @@ def command(args: argparse.Namespace) -> int:
     outcomes = [built[f] for f in files if f in built]
     claim_names(outcomes)
     compared = {}  # output folder -> its findings, for the outcomes that kept their artifacts
-    for file, outcome in built.items():
+    for file in (f for f in files if f in built):  # in the specs' order, as the outcomes
+        outcome = built[file]
         mine = outcome is seen[file].outcome
         cache.remember(outcome, seen[file].remembered if mine else None)
         if mine and outcome.artifacts:
