@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from trainspec.compile.base import Artifact, Target
 from trainspec.compile.write import landing
@@ -62,6 +62,16 @@ def find_specs(paths: Iterable[str], known: Optional[Dict[str, Optional[str]]] =
     entries; a named folder that is, or links to, the file-system root is refused. ``known``: the
     `extends` value of files by the sha256 of their bytes, used and filled (check's cache: what a
     file extends follows from its bytes)."""
+    found, searched = search(paths)
+    bases = _extended(searched, {} if known is None else known)
+    walked = set(searched)
+    return [f for f in found if not (f in walked and _real(f) in bases)]
+
+
+def search(paths: Iterable[str]) -> Tuple[List[str], List[str]]:
+    """(every file find_specs looks at, in its order; those of them found in a named folder,
+    which are left out when another of those extends them): the walk of find_specs, without
+    reading any file, so that check can share the reading with its worker process."""
     found: List[str] = []
     searched: List[str] = []
     for name in paths:
@@ -72,8 +82,7 @@ def find_specs(paths: Iterable[str], known: Optional[Dict[str, Optional[str]]] =
                 searched.append(child)
         else:
             found.append(name)
-    bases = _extended(searched, {} if known is None else known)
-    return [f for f in found if not (f in searched and _real(f) in bases)]
+    return found, searched
 
 
 def _is_dir(path: Path) -> bool:
@@ -124,14 +133,13 @@ def _real(file: str) -> Optional[Path]:
 def _extended(files: Iterable[str], known: Dict[str, Optional[str]]) -> set:
     """The resolved paths that any of ``files`` (found in a folder, so regular files) names in
     `extends:`."""
-    bases = set()
-    for file in files:
-        parent = extends_of(file, known)
-        if parent:
-            real = _real(str(Path(file).parent / parent))
-            if real is not None:
-                bases.add(real)
-    return bases
+    return {base for base in (base_of(file, known) for file in files) if base is not None}
+
+
+def base_of(file: str, known: Dict[str, Optional[str]]) -> Optional[Path]:
+    """The resolved path of the file that ``file`` names in `extends:`, if any."""
+    parent = extends_of(file, known)
+    return _real(str(Path(file).parent / parent)) if parent else None
 
 
 def extends_of(file: str, known: Optional[Dict[str, Optional[str]]] = None) -> Optional[str]:

@@ -262,16 +262,27 @@ class Cache:
             return None  # a record of another shape: not trusted
         return record
 
-    def remember(self, outcome) -> None:
-        """Record a spec that compiled without an error."""
+    def remember(self, outcome, record: Optional[Tuple[str, Dict[str, Any]]] = None) -> None:
+        """Record a spec that compiled without an error; ``record``: its record, made already
+        (by check's worker process) with ``record_of``."""
         if self.file is None or not outcome.ok or outcome.valid is None:
             return
+        record = record or self.record_of(outcome)
+        if record is not None:
+            self.records[record[0]] = record[1]
+            self.changed = True
+
+    def record_of(self, outcome) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """(the spec's resolved path, what remember() records for it) for an outcome without an
+        error; None: a file it read cannot be hashed now, so nothing is recorded."""
+        if self.file is None or not outcome.ok or outcome.valid is None:
+            return None
         spec_path = str(Path(outcome.file).resolve())
         spec_digest = self.facts.bytes_of(spec_path)
         reads = [(str(p), self.facts.bytes_of(str(p))) for p in outcome.reads if str(p) != spec_path]
         if spec_digest is None or any(d is None for _, d in reads):
-            return
-        self.records[spec_path] = {
+            return None
+        return spec_path, {
             "spec": spec_digest,
             "place": list(self.facts.place(str(Path(spec_path).parent))),
             "reads": reads,
@@ -282,7 +293,6 @@ class Cache:
             "outputs": {a.target: {f.path: hashlib.sha256(f.data).hexdigest() for f in a.files}
                         for a in outcome.artifacts},
         }
-        self.changed = True
 
     def save(self) -> None:
         """Write the records (atomically; a cache that cannot be written is left as it was)."""
@@ -299,7 +309,7 @@ def _write(file: Path, data: Any) -> None:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh)
+                fh.write(json.dumps(data))  # json.dump's text, from the C encoder (dump's is Python's)
             os.replace(temporary, file)
         except BaseException:
             os.unlink(temporary)
@@ -335,7 +345,7 @@ class Extends(dict):
 
     def save(self) -> None:
         if self.file is not None and len(self) != self.loaded:
-            _write(self.file, dict(self))
+            _write(self.file, dict(sorted(self.items())))  # whichever process of check parsed them
 
 
 def outputs_match(folder: Path, expected: Dict[str, str]) -> bool:

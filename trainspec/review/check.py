@@ -79,15 +79,20 @@ FixCommand = Callable[[Optional[Sequence[str]], bool], str]
 
 
 def check_outputs(outcomes: Sequence[Outcome], out: Path, fix: FixCommand,
-                  targets: Sequence[str] = (), verified: Optional[Dict[Path, str]] = None) -> List[Finding]:
+                  targets: Sequence[str] = (), verified: Optional[Dict[Path, str]] = None,
+                  compared: Optional[Dict[Path, List[Finding]]] = None,
+                  links: Optional[Dict[Path, str]] = None) -> List[Finding]:
     """Every way the files under ``out`` differ from what ``outcomes`` compile to, each with
     what it is and the command that fixes it. ``verified``: output folders already known to hold
-    exactly what their spec compiles to (review/cache.py), by the spec they are written from."""
+    exactly what their spec compiles to (review/cache.py), by the spec they are written from.
+    ``compared``: output folders already compared (``compare``), with their findings; ``links``:
+    links_in(out), when the caller has it already."""
+    compared = compared or {}
     findings: List[Finding] = []
     problem = out_problem(out)
     if problem is not None:  # OUT leads out of the repository: nothing under it is read
         return [Finding("link", out, problem.strerror, f"rm -- {_shell_word(str(out))}")]
-    links = dict(links_in(out))
+    links = dict(links_in(out)) if links is None else links
     for link, target in links.items():
         findings.append(_link(link, target))
     expected: Dict[Path, Any] = dict.fromkeys(verified or {})
@@ -99,7 +104,10 @@ def check_outputs(outcomes: Sequence[Outcome], out: Path, fix: FixCommand,
     for folder, (outcome, artifact) in compiled.items():
         if folder in links or folder.parent in links:
             continue  # reported as a link, never read
-        findings += _compare(folder, outcome, artifact, fix([outcome.file], False))
+        if folder in compared:
+            findings += compared[folder]
+        else:
+            findings += _compare(folder, outcome, artifact, fix([outcome.file], False))
     prune = fix(None, True)
     for folder, header in orphans(outcomes, out, targets, verified):
         findings.append(Finding("orphaned", folder, f"written from {header.spec}, which is gone or no longer "
@@ -108,6 +116,21 @@ def check_outputs(outcomes: Sequence[Outcome], out: Path, fix: FixCommand,
         findings.append(Finding("foreign", path, "not written by trainspec (no trainspec header), inside the "
                                 "output directory: move it elsewhere or delete it", f"rm -r -- {_shell_word(str(path))}"))
     return findings
+
+
+def compare(outcome: Outcome, out: Path, fix: FixCommand,
+            links: Optional[Dict[Path, str]]) -> Dict[Path, List[Finding]]:
+    """check_outputs' findings for the folders of one outcome's artifacts, by folder, as the
+    worker process of check finds them. ``links``: links_in(out); None when out_problem(out)
+    (then nothing under OUT is read). Folders that are or lie in a link are not read."""
+    if links is None:
+        return {}
+    found = {}
+    for artifact in outcome.artifacts:
+        folder = target_dir(out, artifact)
+        if not (folder in links or folder.parent in links):
+            found[folder] = _compare(folder, outcome, artifact, fix([outcome.file], False))
+    return found
 
 
 def _link(path: Path, target: str) -> Finding:

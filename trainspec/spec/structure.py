@@ -47,6 +47,21 @@ class Record:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
 
+    def __reduce__(self) -> Any:
+        # the record classes are made when the validator is built, so a pickle names the class
+        # (check's worker process sends its outcomes to the process that started it)
+        slots = {name: getattr(self, name, None) for name in Record.__slots__ if name != "__dict__"}
+        return _unpickled, (type(self).__name__, self.__dict__, slots)
+
+
+def _unpickled(name: str, values: Dict[str, Any], slots: Dict[str, Any]) -> Record:
+    """A Record pickled by ``Record.__reduce__``, as this process's class ``name``."""
+    validator()
+    record = object.__new__(_records[name])
+    for slot, value in {"__dict__": values, **slots}.items():
+        object.__setattr__(record, slot, value)
+    return record
+
 
 def written(value: Any) -> Any:
     """What the spec wrote, validated: Records -> dicts of their set fields, recursively (as
@@ -172,6 +187,7 @@ def compatible(taken_with: str, installed: str = _core.__version__) -> bool:
 
 
 _validator: Optional[Any] = None
+_records: Dict[str, type] = {}  # the validator's Record classes, by name
 
 
 def validator() -> Any:
@@ -181,7 +197,7 @@ def validator() -> Any:
         snapshot = json.loads(SNAPSHOT.read_text())
         if not compatible(snapshot["pydantic_core"]):
             snapshot = take()  # another pydantic-core: its own schema, from the models
-        _validator = _core.SchemaValidator(_resolve(snapshot["schema"], {}), snapshot["config"])
+        _validator = _core.SchemaValidator(_resolve(snapshot["schema"], _records), snapshot["config"])
     return _validator
 
 
