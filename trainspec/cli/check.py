@@ -247,7 +247,7 @@ def _free_core() -> bool:
 def _one_copy(seen: Iterable[_Seen]) -> None:
     """Output files with the same bytes (every job's copy of the shim) hold one bytes object, so
     that the worker's pickle carries them once (500 shims: 22 MB to send and copy, otherwise)."""
-    from dataclasses import replace
+    from trainspec.core.records import replace
 
     first: Dict[bytes, bytes] = {}
     for item in seen:
