@@ -95,7 +95,10 @@ def peer_venv(name: str, packages: List[str]) -> Optional[Path]:
     venv = VENVS / name
     python = venv / "bin" / "python"
     marker = venv / ".installed"
-    if marker.exists():
+    # the packages and where the virtualenv was made: its scripts name their python by its
+    # absolute path, so a copied or moved virtualenv (another checkout's) is made again here
+    wanted = f"{' '.join(packages)} in {venv.resolve()}"
+    if marker.exists() and marker.read_text() == wanted:
         return python
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -103,7 +106,7 @@ def peer_venv(name: str, packages: List[str]) -> Optional[Path]:
     if result.returncode != 0:
         print(f"  skipped {name}: pip install {' '.join(packages)} failed: {result.stderr.strip()[-200:]}")
         return None
-    marker.write_text(" ".join(packages))
+    marker.write_text(wanted)
     return python
 
 
