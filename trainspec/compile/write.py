@@ -156,40 +156,30 @@ def _stage(staging: Path, artifact: Artifact) -> List[Path]:
     return paths
 
 
-FSYNC_THREADS = 16
-
-
 def _fsync_all(paths: List[Path]) -> None:
-    """fsync every file before any folder is swapped in (docs/reliability.md), from up to
-    FSYNC_THREADS threads at once: the file system then commits them together instead of one
-    journal commit per file (13 files of a 3-target compile: ~44 ms one after another on the
-    development machine's disk, ~12 ms at once; docs/speed.md). A failure is raised here: that of
-    the first file in ``paths`` that failed, whichever thread saw it first."""
-    import threading
-
-    failures: List[Tuple[int, BaseException]] = []
-
-    def sync(share: List[Tuple[int, Path]]) -> None:
-        for index, path in share:
-            try:
-                fd = os.open(path, os.O_WRONLY)
+    """fsync every file before any folder is swapped in (docs/reliability.md). Each file's
+    write-back is started first, all of them at once (``posix_fadvise(DONTNEED)`` on Linux starts
+    it and waits for nothing), so the file system allocates and commits them together; the fsyncs
+    that follow, in order, then mostly find their file committed already. 13 files of a 3-target
+    compile on the development machine's ext4: ~1.6 ms, against ~9 ms fsynced from 13 threads at
+    once and 3 - 30 ms one after another (docs/speed.md). A failure is raised here: that of the
+    first file in ``paths`` whose fsync failed (the advice is only advice: its failure is none)."""
+    fds: List[int] = []
+    try:
+        for path in paths:
+            fds.append(os.open(path, os.O_WRONLY))
+        advise = getattr(os, "posix_fadvise", None)
+        if advise is not None:
+            for fd in fds:
                 try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            except BaseException as exc:  # handed to the caller's thread below
-                failures.append((index, exc))
-                return
-
-    numbered = list(enumerate(paths))
-    threads = [threading.Thread(target=sync, args=(numbered[i::FSYNC_THREADS],))
-               for i in range(min(FSYNC_THREADS, len(paths)))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise min(failures, key=lambda failure: failure[0])[1]
+                    advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                except OSError:
+                    pass  # write-back starts at the fsync below instead
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _swap(staging: Path, final: Path) -> None:

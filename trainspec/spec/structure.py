@@ -161,21 +161,28 @@ def write(path: Path = SNAPSHOT) -> None:
 
 # --- using it (pydantic-core only) -------------------------------------------------------------
 
-def _resolve(node: Any, records: Dict[str, type]) -> Any:
-    if isinstance(node, dict):
-        if "$record" in node:
-            name = node["$record"]
-            if name not in records:
-                records[name] = type(name, (Record,), {"__slots__": ()})
-            return records[name]
-        if "$function" in node:
-            import importlib
+def _marker(node: Dict[str, Any], records: Dict[str, type]) -> Any:
+    """What a mapping of the snapshot stands for: the Record class it names (``$record``), the
+    function it names (``$function``), or itself."""
+    if "$record" in node:
+        name = node["$record"]
+        if name not in records:
+            records[name] = type(name, (Record,), {"__slots__": ()})
+        return records[name]
+    if "$function" in node:
+        import importlib
 
-            module, _, name = node["$function"].partition(":")
-            if module not in _FUNCTIONS:
-                raise ValueError(f"snapshot names a function outside {', '.join(_FUNCTIONS)}: {module}")
-            return getattr(importlib.import_module(module), name)
-        return {k: _resolve(v, records) for k, v in node.items()}
+        module, _, name = node["$function"].partition(":")
+        if module not in _FUNCTIONS:
+            raise ValueError(f"snapshot names a function outside {', '.join(_FUNCTIONS)}: {module}")
+        return getattr(importlib.import_module(module), name)
+    return node
+
+
+def _resolve(node: Any, records: Dict[str, type]) -> Any:
+    """``node`` (what ``take`` returns) with its markers replaced, recursively."""
+    if isinstance(node, dict):
+        return _marker({k: _resolve(v, records) for k, v in node.items()}, records)
     if isinstance(node, list):
         return [_resolve(v, records) for v in node]
     return node
@@ -194,10 +201,13 @@ def validator() -> Any:
     """The spec validator (a pydantic_core.SchemaValidator), built once per process."""
     global _validator
     if _validator is None:
-        snapshot = json.loads(SNAPSHOT.read_text())
+        # the markers are replaced as the JSON is read (each mapping once, innermost first): a
+        # second walk over the parsed snapshot cost twice the parse (docs/speed.md)
+        snapshot = json.loads(SNAPSHOT.read_text(), object_hook=lambda node: _marker(node, _records))
         if not compatible(snapshot["pydantic_core"]):
             snapshot = take()  # another pydantic-core: its own schema, from the models
-        _validator = _core.SchemaValidator(_resolve(snapshot["schema"], _records), snapshot["config"])
+            snapshot["schema"] = _resolve(snapshot["schema"], _records)
+        _validator = _core.SchemaValidator(snapshot["schema"], snapshot["config"])
     return _validator
 
 
