@@ -3,6 +3,8 @@ ruamel.yaml's Resolver answers (whether a scalar reads back as its tag), so its 
 of a ruamel.yaml dump of the same tree; and the runtime files copied next to jobs."""
 
 import io
+import itertools
+import random
 
 import pytest
 
@@ -79,11 +81,12 @@ def test_runtime_files_of_the_package_are_its_bytes_and_any_other_is_read_at_eac
 def _style_by_patterns(value):
     """_style's answer from its patterns alone (what it computed for every string before the
     quick answer for plain one-line ASCII strings)."""
-    if emit._SPECIAL.search(value):
+    special, non_string = emit._patterns()
+    if special.search(value):
         return '"'
     if "\n" in value.rstrip("\n") and not any(c in value for c in "\t\r") and value == value.strip(" "):
         return "|"
-    if value == "" or emit._YAML11_NON_STRING.match(value):
+    if value == "" or non_string.match(value):
         return '"'
     return None
 
@@ -93,5 +96,12 @@ def test_the_quick_style_of_a_plain_string_is_the_patterns_answer():
     values = [*TRICKY, *sorted(emit._YAML11_WORDS), *(a + b for a in alphabet for b in alphabet),
               *(w + tail for w in emit._YAML11_WORDS for tail in ("\n", " ", "x", "\t", ".5", "1"))]
     values += [a + b + c for a in "nNyYtTfFoO~=<" for b in "aeoulrsUL<" for c in "elsEFNS\n"]
+    digits = "0178_"  # digits alone: ints, octals (0 then 0-7) and neither ("08"), as the patterns say
+    values += ["".join(d) for n in range(1, 5) for d in itertools.product(digits, repeat=n)]
+    values += ["0.5", "1e3", "1:30", "2026-12-07", "+1", "-0", ".inf", "1_000", "0x1F", "0b101", "12:", "1.2.3",
+               "1f450e678877eb74", "0.1.0", "./x", "../y", ".", "..", "._", ".e5", ".5e", "4x4", "0xg", "1_x", "-x"]
+    chars = "0123456789_.eE:xbB-+fiInN/ a"  # what the number, date and time forms start and go on with
+    chance = random.Random(30)
+    values += ["".join(chance.choice(chars) for _ in range(chance.randint(1, 7))) for _ in range(20000)]
     assert [emit._style(v) for v in values] == [_style_by_patterns(v) for v in values]
     assert {emit._style(v) for v in values} == {None, '"', "|"}

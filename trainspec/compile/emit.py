@@ -11,12 +11,14 @@ from __future__ import annotations
 import io
 import json
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Pattern, Tuple
 
 from trainspec import __version__
 
-_YAML11_NON_STRING = re.compile(
-    r"""^(?:
+# what a YAML 1.1 reader takes for something other than a string, and the characters only a
+# double-quoted scalar carries; compiled on first use (``_patterns``): ~1.6 ms that most
+# compiles never need, since the quick answers below cover their strings
+_YAML11_NON_STRING = r"""^(?:
         ~|null|Null|NULL|
         y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF|
         [-+]?(?:0|[1-9][0-9_]*)|[-+]?0[0-7_]+|[-+]?0x[0-9a-fA-F_]+|[-+]?0b[01_]+|
@@ -24,10 +26,18 @@ _YAML11_NON_STRING = re.compile(
         [-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?|
         [-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)|
         [0-9]{4}-[0-9]{1,2}-[0-9]{1,2}.*|=|<<
-    )$""", re.X)
+    )$"""
+_SPECIAL = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufeff]"
+_COMPILED: Optional[Tuple[Pattern[str], Pattern[str]]] = None
 
 
-_SPECIAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
+def _patterns() -> Tuple[Pattern[str], Pattern[str]]:
+    """(special characters, YAML 1.1 non-strings), compiled once per process, when first needed."""
+    global _COMPILED
+    if _COMPILED is None:
+        _COMPILED = (re.compile(_SPECIAL), re.compile(_YAML11_NON_STRING, re.X))
+    return _COMPILED
+
 
 # what _YAML11_NON_STRING matches of a one-line ASCII string that starts with no digit, sign or dot
 _YAML11_WORDS = frozenset("~ null Null NULL y Y yes Yes YES n N no No NO true True TRUE false False FALSE "
@@ -37,17 +47,37 @@ _YAML11_WORDS = frozenset("~ null Null NULL y Y yes Yes YES n N no No NO true Tr
 def _style(value: str) -> Optional[str]:
     """How a string is written: double-quoted when a reader could take it for something else or
     only escapes carry it, literal block when it is several plain lines, else plain."""
-    if value.isascii() and value.isprintable() and value[:1] not in "0123456789+-.":
-        # most strings (names, paths, commands): no control character or line break, and none of
-        # the numbers, dates or times; the same answer as below without its two patterns
-        return '"' if value in _YAML11_WORDS else None
-    if _SPECIAL.search(value):
+    if value.isascii() and value.isprintable():
+        # most strings (names, paths, commands, numbers as text): no control character or line
+        # break; the same answers as below, most without the patterns
+        if value[:1] not in "0123456789+-.":
+            return '"' if value in _YAML11_WORDS else None  # none of the numbers, dates or times
+        # the patterns' number, date and time forms, by what follows the first character: the
+        # strings none of them can match are answered here (tests/test_emit.py holds the two equal)
+        first = value[:1]
+        if first in "+-" and value[1:2] not in "0123456789.":
+            return None  # a sign, then neither a digit nor a dot ("--nnodes", "-m")
+        if first == "." and len(value) > 1 and value[1] not in "0123456789_eEiInN":
+            return None  # a dot, then no digit, exponent, inf or nan ("./train.py", "../data")
+        if value.isdigit():
+            # digits alone: an int (0, or no leading zero) or an octal (0, then 0-7) to a
+            # YAML 1.1 reader; anything else ("089") is a string
+            return '"' if first != "0" or not value.strip("01234567") else None
+        if first in "0123456789":
+            after = value.lstrip("0123456789_")
+            if after[:1] not in ".eE:xb-":
+                return None  # digits, then a letter no number or date has there ("1f45e0", "4x4")
+            if after[:1] == "." and after[1:].lstrip("0123456789_")[:1] not in "eE":
+                return None  # digits, a dot, digits, then neither the end nor an exponent ("0.1.0")
+        return '"' if value == "" or _patterns()[1].match(value) else None
+    special, non_string = _patterns()
+    if special.search(value):
         # control characters and Unicode line breaks: only a double-quoted scalar carries them
         # unchanged (escaped); a plain or literal one lets readers turn NEL into a line end
         return '"'
     if "\n" in value.rstrip("\n") and not any(c in value for c in "\t\r") and value == value.strip(" "):
         return "|"
-    if value == "" or _YAML11_NON_STRING.match(value):
+    if value == "" or non_string.match(value):
         return '"'
     return None
 
