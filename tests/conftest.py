@@ -18,6 +18,30 @@ SPECS = REPO / "specs"
 _PLUGINS = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
 
 
+# The suite runs in parallel (pytest-xdist, `-n 3 --dist loadgroup` in pyproject.toml). Tests that
+# start real engines share what one machine has once: loopback ports (a rank's master port: 6105,
+# 29400), a Ray head's ports, the Slurm packages and daemons, network namespaces. Each engine
+# module, and every other `realproc` test, runs in one of two groups, one test at a time within
+# a group: Ray and Slurm (their clusters are module fixtures, in namespaces or on Ray's own
+# ports) beside the rest on loopback (torch.distributed, Lightning, Open MPI, emulated pods).
+# Everything else goes to whichever worker is free.
+ENGINE_GROUPS = {
+    **dict.fromkeys(("test_ray_driver", "test_submit_ray", "test_slurm_cluster", "test_submit_slurm",
+                     "test_cpus_memory"), "ray-and-slurm"),
+    **dict.fromkeys(("test_local_run", "test_netns", "test_kubernetes_run", "test_kube_pods", "test_hpcpack_run",
+                     "test_runtime_procs", "test_runtime_hpcpack"), "loopback"),
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if item.module else ""
+        group = ENGINE_GROUPS.get(module) or ("loopback" if item.get_closest_marker("realproc") else None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True)
 def _own_environment(tmp_path, monkeypatch):
     """Every test's `trainspec check` caches in its own folder, never in the user's ~/.cache

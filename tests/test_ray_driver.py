@@ -308,7 +308,7 @@ def test_a_failing_rank_stops_the_run(cluster, tmp_path):
     assert_nothing_left(cluster, "examples/ddp")
 
 
-RUN_TIMEOUT = 40  # --timeout counts from the driver's start: far above the actors' start (~3 s quiet, ~6 s loaded)
+RUN_TIMEOUT = 25  # --timeout counts from the driver's start: far above the actors' start (~3 s quiet, ~6 s loaded)
 
 
 def test_timeout_stops_every_process_group(cluster, tmp_path):
@@ -327,7 +327,7 @@ def test_timeout_stops_every_process_group(cluster, tmp_path):
 
 
 def test_the_specs_timeout_in_the_request_ends_the_job_and_says_so(cluster, tmp_path):
-    # as launch.sh runs it: no --timeout; the request carries the spec's `timeout:` (40 s here)
+    # as launch.sh runs it: no --timeout; the request carries the spec's `timeout:` (RUN_TIMEOUT here)
     proc = launch(cluster, tmp_path, "--grace", "2", driver_timeout=None, timeout=RUN_TIMEOUT,
                   nodes=2, procs_per_node=1, launcher="per-process", command="echo started; sleep 317")
     assert proc.returncode == 124, proc.stdout + proc.stderr
