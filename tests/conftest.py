@@ -33,13 +33,23 @@ ENGINE_GROUPS = {
 }
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        module = item.module.__name__.rpartition(".")[2] if item.module else ""
-        group = ENGINE_GROUPS.get(module) or ("loopback" if item.get_closest_marker("realproc") else None)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+def pytest_itemcollected(item):
+    """Each item's group, marked as it is collected: xdist reads the marks when collection ends."""
+    module = item.module.__name__.rpartition(".")[2] if getattr(item, "module", None) else ""
+    group = ENGINE_GROUPS.get(module) or ("loopback" if item.get_closest_marker("realproc") else None)
+    if group:
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session):
+    """In a worker of --dist loadgroup, every grouped test must carry its group in its id, which is
+    what xdist schedules by: a pytest or xdist release that drops it (pytest-dev/pytest-xdist#1386)
+    would otherwise run two engine tests at once and fail them at random. Fails the run instead."""
+    if getattr(session.config.option, "loadgroup", False):
+        lost = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+        if lost:
+            raise pytest.UsageError(f"--dist loadgroup lost the group of {len(lost)} tests ({lost[0]}, ...): "
+                                    "this pytest-xdist does not group with this pytest; see pyproject.toml's pin")
 
 
 @pytest.fixture(autouse=True)
