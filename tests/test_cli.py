@@ -229,7 +229,9 @@ def test_two_specs_with_one_name_are_an_error(tmp_path):
     (b"version: 1\ncommand: [unclosed\n", "error: invalid YAML"),
     (b"[" * 5000 + b"]" * 5000, "error: document is nested too deeply"),
     (b"", "1:1: error: version: is required"),
-])
+], ids=["not-utf8", "binary", "over-1-MiB", "invalid-yaml", "nested-5000", "empty"])  # short ids: pytest puts the
+# test's id in the environment of every command it starts (PYTEST_CURRENT_TEST), and one of 1.2 MB is
+# more than exec allows (E2BIG)
 def test_hostile_files_get_one_clear_error(tmp_path, content, message):
     spec = tmp_path / "spec.yaml"
     spec.write_bytes(content)
