@@ -50,11 +50,11 @@ def _style(value: str) -> Optional[str]:
     if value.isascii() and value.isprintable():
         # most strings (names, paths, commands, numbers as text): no control character or line
         # break; the same answers as below, most without the patterns
-        if value[:1] not in "0123456789+-.":
+        first = value[:1]
+        if first not in "0123456789+-.":
             return '"' if value in _YAML11_WORDS else None  # none of the numbers, dates or times
         # the patterns' number, date and time forms, by what follows the first character: the
         # strings none of them can match are answered here (tests/test_emit.py holds the two equal)
-        first = value[:1]
         if first in "+-" and value[1:2] not in "0123456789.":
             return None  # a sign, then neither a digit nor a dot ("--nnodes", "-m")
         if first == "." and len(value) > 1 and value[1] not in "0123456789_eEiInN":
