@@ -91,6 +91,27 @@ def test_a_team_file_adds_sizes_that_are_then_checked(repo):
         (NEW, 4, True, str(repo / "trainspec-skus.yaml"))]
 
 
+def test_one_specs_problems_never_reach_another_spec_of_the_repository(repo):
+    """Bug: the team catalog's diagnostics list was cached and shared, and validation added each
+    spec's problems to it, so every later spec in the repository reported the earlier specs'
+    problems as its own (a link in a shared code folder: one error for the first spec, two for
+    the second, both at the second's line)."""
+    (repo / "trainspec-skus.yaml").write_text(TEAM)
+    for name, sku in (("a", NEW), ("b", "Standard_ND96isr_H100_v5"), ("c", NEW)):
+        (repo / "specs" / f"{name}.yaml").write_text(
+            f"version: 1\nname: {name}\ncode: ../code\ncommand: python train.py\n"
+            f"resources: {{nodes: 2, sku: {sku}, gpus_per_node: 8}}\nenvironment: {{image: python:3.11}}\n"
+            "targets: {azureml: {}}\n")  # a and c: 8 GPUs per node on a 4-GPU size; b: right
+    proc = ts("validate", "specs/", cwd=repo)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if ": error: " in line]
+    assert [line.split(":")[0] for line in errors] == ["specs/a.yaml", "specs/c.yaml"], proc.stderr
+    (repo / "code" / "leak.txt").symlink_to("/etc/hostname")  # every spec ships the folder: one error each
+    proc = ts("validate", "specs/", cwd=repo)
+    links = [line.split(":")[0] for line in proc.stderr.splitlines() if "leak.txt is a symbolic link" in line]
+    assert links == ["specs/a.yaml", "specs/b.yaml", "specs/c.yaml"], proc.stderr
+
+
 def test_a_team_files_mistakes_are_located_in_it(repo):
     (repo / "trainspec-skus.yaml").write_text("skus:\n  Standard_X1_v1:\n    gpus: two\n    infiniband: true\n"
                                               "  not-a-size: {gpus: 1, infiniband: false}\n")

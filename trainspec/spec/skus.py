@@ -467,12 +467,16 @@ _TEAM_CACHE: Dict[Path, Tuple[float, Any]] = {}
 
 def catalog_for(spec_dir: Path):
     """(Catalog, diagnostics) for a spec in ``spec_dir``: the built-in sizes and the team file
-    nearest to it. Read once per file and modification time."""
+    nearest to it. Read once per file and modification time; the diagnostics are a new list at
+    every call, the caller's to extend (validate adds each spec's own problems to it: a shared
+    list gave every later spec of the repository the earlier ones' problems)."""
     file = team_file_for(spec_dir)
     if file is None:
         return Catalog(), []
     stamp = file.stat().st_mtime_ns
     cached = _TEAM_CACHE.get(file)
     if cached is None or cached[0] != stamp:
-        cached = _TEAM_CACHE[file] = (stamp, load_team(file))
-    return cached[1]
+        catalog, diagnostics = load_team(file)
+        cached = _TEAM_CACHE[file] = (stamp, (catalog, tuple(diagnostics)))
+    catalog, diagnostics = cached[1]
+    return catalog, list(diagnostics)
