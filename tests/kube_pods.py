@@ -506,14 +506,38 @@ def _wait(procs: Dict[str, subprocess.Popen], exit_codes: Dict[str, int], timeou
 
 def _stop(procs: Dict[str, subprocess.Popen], exit_codes: Dict[str, int]) -> List[str]:
     """SIGTERM to each running pod's pid 1 (unshare's child), SIGKILL to unshare after GRACE
-    (its --kill-child takes pid 1, and with it every process of the pod's pid namespace)."""
+    (its --kill-child takes pid 1, and with it every process of the pod's pid namespace). Returns
+    once every pod's pid 1 has exited too: unshare's death only sends it SIGKILL, and it ends after
+    the kernel has ended every other process of its namespace, as a deleted pod is gone only when
+    its containers are."""
     running = {name: proc for name, proc in procs.items() if proc.poll() is None}
+    pid_ones: List[int] = []  # pidfds of each running pod's pid 1
     for proc in running.values():
         for child in _children(proc.pid):
             try:
+                pid_ones.append(os.pidfd_open(child))
                 os.kill(child, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+    try:
+        stopped = _stop_unshares(procs, running, exit_codes)
+        deadline = time.monotonic() + 60  # far above a SIGKILLed namespace's end
+        waiting = list(pid_ones)
+        while waiting and time.monotonic() < deadline:
+            ready, _, _ = select.select(waiting, [], [], max(0.0, deadline - time.monotonic()))
+            waiting = [fd for fd in waiting if fd not in ready]
+        if waiting:
+            raise EmulationError(f"{len(waiting)} pod(s) still running 60 s after SIGKILL")
+        return stopped
+    finally:
+        for fd in pid_ones:
+            os.close(fd)
+
+
+def _stop_unshares(procs: Dict[str, subprocess.Popen], running: Dict[str, subprocess.Popen],
+                   exit_codes: Dict[str, int]) -> List[str]:
+    """Each running pod's unshare ended (waited for GRACE after its pid 1's SIGTERM, then SIGKILL),
+    every exit code collected; returns the pods that were running."""
     deadline = time.monotonic() + GRACE
     for name, proc in running.items():
         try:
