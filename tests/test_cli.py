@@ -174,6 +174,77 @@ def test_a_recompile_replaces_the_folder_whole_and_deletes_a_link_in_it_without_
     assert sorted(p.name for p in (out / "good").iterdir()) == ["azureml"]  # no .new or .old folder left
 
 
+def test_a_folder_that_holds_what_compile_would_write_is_left_as_it_is(tmp_path):
+    """Compiling again over up-to-date outputs writes nothing: the same files (inode, time), no
+    staging folder, and the output says "unchanged". A folder that differs in any way (a byte, a
+    file's mode, a file replaced by a link to the same bytes, a file added) is written whole."""
+    good = write_spec(tmp_path / "good.yaml", GOOD.replace(
+        "targets: {azureml: {compute: gpu-cluster}}",
+        "targets: {azureml: {compute: gpu-cluster}, hpcpack: {node_group: LinuxNodes, shared_dir: /app}}"))
+    out = tmp_path / "build"
+    first = ts("compile", str(good), "-o", str(out))
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count("wrote ") == 2 and "unchanged" not in first.stdout
+    folder = out / "good" / "hpcpack"
+    job, stage = folder / "job.xml", folder / "stage.sh"
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+    again = ts("compile", str(good), "-o", str(out))
+    assert again.returncode == 0, again.stderr
+    assert f"unchanged {folder}/ (job.xml, stage.sh" in again.stdout and "wrote " not in again.stdout
+    assert again.stdout.count("  submit: ") == 2  # how to submit is said as after a write
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()} == before
+    assert sorted(p.name for p in (out / "good").iterdir()) == ["azureml", "hpcpack"]  # no staging left
+
+    def compiled_again() -> str:
+        proc = ts("compile", str(good), "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        return next(line.split()[0] for line in proc.stdout.splitlines() if f"{folder}/" in line)
+
+    xml = job.read_bytes()
+    job.write_bytes(xml.replace(b"LinuxNodes", b"LinuxNodez"))
+    assert compiled_again() == "wrote" and job.read_bytes() == xml
+    mode = stage.stat().st_mode & 0o777
+    stage.chmod(mode ^ 0o111)
+    assert compiled_again() == "wrote" and stage.stat().st_mode & 0o777 == mode
+    elsewhere = tmp_path / "job.xml"
+    elsewhere.write_bytes(xml)
+    job.unlink()
+    job.symlink_to(elsewhere)
+    assert compiled_again() == "wrote" and not job.is_symlink() and job.read_bytes() == xml
+    (folder / "notes.txt").write_text("mine\n")
+    assert compiled_again() == "wrote" and not (folder / "notes.txt").exists()
+    folder.chmod(0o700)
+    assert compiled_again() == "wrote" and folder.stat().st_mode & 0o777 == 0o755
+    assert compiled_again() == "unchanged"
+
+
+def test_an_unchanged_folder_is_still_made_durable_and_never_written(tmp_path, monkeypatch):
+    """Files another tool left (a git checkout, which does not fsync) are fsynced as compile's own
+    would be; nothing is opened for writing and no folder is swapped."""
+    from trainspec.compile import write as writer
+    from trainspec.compile.base import Artifact, OutFile
+
+    artifact = Artifact("azureml", "job", (OutFile("a.txt", b"a\n"), OutFile("sub/b.sh", b"b\n", True)), "submit")
+    folder = tmp_path / "out" / "job" / "azureml"
+    (folder / "sub").mkdir(parents=True)
+    folder.chmod(0o755)
+    (folder / "a.txt").write_bytes(b"a\n")
+    (folder / "sub" / "b.sh").write_bytes(b"b\n")
+    (folder / "a.txt").chmod(0o644)
+    (folder / "sub" / "b.sh").chmod(0o755)
+    synced, opened = [], []
+    real_fsync, real_open = os.fsync, os.open
+    monkeypatch.setattr(writer.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")),
+                                                        real_fsync(fd))[1])
+    monkeypatch.setattr(writer.os, "open", lambda path, flags, *a: (opened.append(flags), real_open(path, flags, *a))[1])
+    assert writer.write_all(tmp_path / "out", [artifact]) == [(folder, False)]
+    monkeypatch.undo()
+    assert sorted(synced) == [str(folder / "a.txt"), str(folder / "sub" / "b.sh")]
+    assert opened and all(flags & (os.O_WRONLY | os.O_RDWR) == 0 for flags in opened)
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["azureml"]
+
+
 def test_compile_starts_without_dataclasses_shutil_or_tempfile(tmp_path):
     """Start-up (goal (b) of issue 30, docs/speed.md): a cold compile of three targets, over outputs
     already there (the folder swap runs), imports neither dataclasses (with inspect, ast, dis) nor
@@ -187,11 +258,14 @@ def test_compile_starts_without_dataclasses_shutil_or_tempfile(tmp_path):
             "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
             "print('LOADED:' + ','.join(m for m in ('dataclasses', 'inspect', 'shutil', 'tempfile') "
             "if m in sys.modules))")
-    for _ in range(2):  # the second run replaces the first one's folders
+    for run in range(2):  # the second run, of a changed spec, replaces the first one's folders
+        if run:
+            spec.write_text(spec.read_text().replace("python train.py", "python train.py --again"))
         proc = subprocess.run([sys.executable, "-c", code, "compile", str(spec), "-o", str(tmp_path / "out")],
                               cwd=REPO, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert "LOADED:\n" in proc.stdout, proc.stdout
+        assert proc.stdout.count("wrote ") == 3, proc.stdout
     assert sorted(p.name for p in (tmp_path / "out" / "good").iterdir()) == ["azureml", "hpcpack", "ray"]
 
 

@@ -36,7 +36,7 @@ def command(args: argparse.Namespace) -> int:
             _err("trainspec: nothing written or removed")
             return 1
     try:
-        write_all(out_path, artifacts)
+        written = dict(write_all(out_path, artifacts))
         if args.prune:
             from trainspec.review.check import prune
 
@@ -49,7 +49,7 @@ def command(args: argparse.Namespace) -> int:
     for artifact in artifacts:
         where = target_dir(out_path, artifact)
         names = ", ".join(f.path for f in artifact.files)
-        print(f"wrote {where}/ ({names})")
+        print(f"{'wrote' if written[where] else 'unchanged'} {where}/ ({names})")
         print(f"  submit: {artifact.submit.format(dir=shlex.quote(str(where)))}")
     _err(_summary(len(files), errors, warnings))
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple
 
@@ -26,8 +27,9 @@ def landing(folder: Path) -> Path:
     return Path(os.path.realpath(folder))
 
 
-def write_all(out: Path, artifacts: Iterable[Artifact]) -> List[Path]:
-    """Write every artifact; returns the directories written. Before anything is written, ``out``
+def write_all(out: Path, artifacts: Iterable[Artifact]) -> List[Tuple[Path, bool]]:
+    """Write every artifact; returns each target folder and whether it was written (False: it held
+    the artifact's files already, and was left as it was). Before anything is written, ``out``
     is checked to stay in its repository (out_problem) and every target folder to have no link in
     ``OUT/<name>/<target>`` (inside); OSError otherwise, naming the link."""
     artifacts = list(artifacts)
@@ -110,18 +112,24 @@ def inside(out: Path, final: Path) -> None:
 
 
 def write(final: Path, artifact: Artifact) -> Path:
-    return write_folders([(final, artifact)])[0]
+    return write_folders([(final, artifact)])[0][0]
 
 
-def write_folders(folders: List[Tuple[Path, Artifact]]) -> List[Path]:
+def write_folders(folders: List[Tuple[Path, Artifact]]) -> List[Tuple[Path, bool]]:
     """Each artifact's files into its folder, in three steps: every file is written into a staging
     folder beside its final one; all of them are made durable together (``_fsync_all``); then each
-    folder is swapped in whole. A failure before the swaps leaves every previous folder as it was
-    and no staging folder behind; returns the folders written."""
+    folder is swapped in whole. A folder that holds exactly the artifact's files already (``_holds``)
+    is left as it is: nothing written, its files' times unchanged. A failure before the swaps
+    leaves every previous folder as it was and no staging folder behind; returns each folder and
+    whether it was written."""
     staged: List[Tuple[Path, Path]] = []  # (staging, final)
+    kept = set()
     try:
         written: List[Path] = []
         for final, artifact in folders:
+            if _holds(final, artifact):
+                kept.add(final)
+                continue
             final.parent.mkdir(parents=True, exist_ok=True)
             staging = _new_folder(final, ".new")
             staged.append((staging, final))
@@ -140,7 +148,46 @@ def write_folders(folders: List[Tuple[Path, Artifact]]) -> List[Path]:
             for left, _ in staged[done:]:
                 _remove_tree(left)
             raise
-    return [final for _, final in staged]
+    return [(final, final not in kept) for final, _ in folders]
+
+
+def _holds(final: Path, artifact: Artifact) -> bool:
+    """Whether ``final`` is a real folder (mode 0755) holding the artifact's files and no other:
+    each a regular file with its bytes and mode; no link, no other file, no special file. Those files are
+    fsynced (a clean file's fsync returns at once; one written by another tool, a git checkout,
+    is made durable as a written one would be). Any doubt (a link, a file it cannot read) is
+    False: the folder is written, and the write says what went wrong."""
+    from trainspec.core.files import list_folder
+
+    try:
+        status = os.lstat(final)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(status.st_mode) or stat.S_IMODE(status.st_mode) != 0o755:
+        return False
+    listing = list_folder(final, skip=())
+    if listing.links or listing.others or listing.files != sorted(item.path for item in artifact.files):
+        return False
+    fds: List[int] = []
+    try:
+        for item in artifact.files:
+            fds.append(os.open(final / item.path, _READ))
+            held = os.fstat(fds[-1])
+            if (not stat.S_ISREG(held.st_mode) or held.st_size != len(item.data)
+                    or stat.S_IMODE(held.st_mode) != (0o755 if item.executable else 0o644)
+                    or os.read(fds[-1], len(item.data) + 1) != item.data):
+                return False
+        for fd in fds:
+            os.fsync(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 def _stage(staging: Path, artifact: Artifact) -> List[Path]:
