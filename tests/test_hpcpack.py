@@ -181,3 +181,18 @@ def test_deterministic_and_shim_travels_with_the_job(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["job.xml", "stage.sh", "trainspec_hpcpack_election.py",
                                                         "trainspec_shim.py"]
     assert os.access(folder / "stage.sh", os.X_OK)
+
+
+def test_the_characters_a_job_xml_cannot_carry_are_found_with_or_without_the_pattern():
+    """xml_unsafe answers ASCII text without its pattern: for every character up to U+FFFF (and in
+    ASCII text around it) the answer is the pattern's."""
+    import re
+
+    from trainspec.targets.hpcpack.lower import xml_unsafe
+
+    pattern = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff\ud800-\udfff]")
+    for code in range(0x10000):
+        for text in (chr(code), f"python train.py --x {chr(code)}\tend\r\n"):
+            found = pattern.search(text)
+            assert xml_unsafe(text) == (found.group() if found else None), hex(code)
+    assert xml_unsafe("") is None and xml_unsafe("caf\u00e9 \U0001f600") is None

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, warning
 from trainspec.core.fields import duration_text
+from trainspec.core.patterns import Lazy
 from trainspec.core.records import Record
 from trainspec.runtime import shim as contract  # the TRAINSPEC_* names and default ports, written once
 from trainspec.runtime import secret_refs  # TRAINSPEC_SECRETS: what the secrets helper reads
@@ -505,7 +506,7 @@ def runtime_file(name: str, source: Path) -> OutFile:
 
 
 _PYTHON = re.compile(r"^\s*(?P<python>python(?:3(?:\.\d+)?)?)\s+(?P<rest>\S.*)$", re.S)
-_VARIABLE = re.compile(r"\$(?:\{[!#]?)?([A-Za-z_][A-Za-z0-9_]*)")
+_VARIABLE = Lazy(r"\$(?:\{[!#]?)?([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def _shell_scan(command: str) -> Tuple[bool, List[str], bool]:

@@ -6,6 +6,8 @@ the conversions by name, and the checks in validate.py.
 
 import re
 
+from trainspec.core.patterns import Lazy
+
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 IO_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,254}$"  # Azure ML input/output names
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -45,7 +47,7 @@ def unwritable_char(path: str):
     return None
 
 
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_DURATION = Lazy(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 # the same, for the JSON Schema: not empty, surrounding spaces allowed (parse_duration strips them)
 DURATION_PATTERN = r"^\s*(?=\d)(\d+d)?(\d+h)?(\d+m)?(\d+s)?\s*$"
 
@@ -113,8 +115,8 @@ def literal_input(value):
 _BLANKS = re.compile(r"[ \t\r\n]+")
 # one piece of a word: an unquoted run, a backslash escape, a '...' or a "..." string; else the
 # start of an unterminated quote or a trailing backslash
-_PIECE = re.compile(r"""([^ \t\r\n'"\\]+)|\\(.)|'([^']*)'|"((?:[^"\\]|\\.)*)"|([ \t\r\n]+)|(.)""", re.S)
-_DQ_ESCAPE = re.compile(r'\\(["\\])')
+_PIECE = Lazy(r"""([^ \t\r\n'"\\]+)|\\(.)|'([^']*)'|"((?:[^"\\]|\\.)*)"|([ \t\r\n]+)|(.)""", re.S)
+_DQ_ESCAPE = Lazy(r'\\(["\\])')
 
 
 def split_command(command: str) -> list:

@@ -22,6 +22,8 @@ import re
 from functools import lru_cache
 from typing import Any, Dict, Iterator, List, Optional, Pattern, Tuple
 
+from trainspec.core.patterns import Lazy
+
 REDACTED = "<redacted>"
 
 HINT = ("keep it where the job runs and reference it from `secrets:` (secrets.NAME: a Kubernetes Secret's key, a "
@@ -51,13 +53,13 @@ SHAPES: Tuple[Tuple[str, str], ...] = (
 _NAME = re.compile(r"(?i)(?:_|^(?=TOKEN|SECRET))(TOKEN|KEY|SECRET)$|(PASSWORD|PASSWD)")
 # *_KEY and *_TOKEN that are not credentials: a key of a sort or a map, a public key, a
 # tokenizer's special tokens; and names of a file or folder that holds a secret (the way to keep it out)
-_NOT_CREDENTIALS = re.compile(
+_NOT_CREDENTIALS = Lazy(
     r"(?i)(?:^|_)(?:SORT|PARTITION|CACHE|GROUP|METRIC|MONITOR|PRIMARY|FOREIGN|LABEL|LOOKUP|INDEX|DICT|MAP|"
     r"PUBLIC|PAD|BOS|EOS|UNK|SEP|CLS|MASK|SPECIAL)_(?:KEY|TOKEN)$|_(?:FILE|PATH|DIR|FOLDER)$")
 # values of a credential-named variable that hold no credential
 _FLAGS = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off", "none", "null"})
-_REFERENCE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\}|\([A-Za-z_][A-Za-z0-9_]*\))")
-_FILE_PATH = re.compile(r"(?:/|~/|\./|\.\./)\S*")
+_REFERENCE = Lazy(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\}|\([A-Za-z_][A-Za-z0-9_]*\))")
+_FILE_PATH = Lazy(r"(?:/|~/|\./|\.\./)\S*")
 _NAMED_FIELDS = ("env", "vars", "inputs")  # where a value has a name of its own
 
 

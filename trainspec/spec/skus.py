@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from trainspec.core import memo
+from trainspec.core.patterns import Lazy
 from trainspec.core.records import Record
 
 _PREFIX = "standard_"
@@ -97,8 +98,8 @@ def all_skus() -> List[Sku]:
 
 # Azure's naming: Standard_<family><vCPUs><additive features>[_<accelerator>...][_v<version>], e.g.
 # Standard_ND96isr_H100_v5 (features i, s, r: r = RDMA/InfiniBand), Standard_NCC40ads_H100_v5.
-_AZURE_NAME = re.compile(r"^Standard_(?P<family>[A-Z]{1,5})(?P<vcpus>\d+)(?P<features>[a-z]*)"
-                         r"(?P<rest>(?:_[A-Za-z0-9]+)*)$")
+_AZURE_NAME = Lazy(r"^Standard_(?P<family>[A-Z]{1,5})(?P<vcpus>\d+)(?P<features>[a-z]*)"
+                   r"(?P<rest>(?:_[A-Za-z0-9]+)*)$")
 # accelerators a size name may carry, for a size the catalog does not know (first match wins)
 _GPU_TOKENS = ("GB300", "GB200", "H200", "H100", "A100", "A10", "MI300X", "MI200", "V100", "P100", "P40", "T4",
                "L40S", "L40", "L4", "M60")

@@ -7,9 +7,10 @@ string actually contains template syntax: most specs compile without paying for 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Dict, Mapping, Optional
 
-import re
+from trainspec.core.patterns import Lazy
 
 TEMPLATE_MARKS = ("{{", "{%", "{#")
 # `{{ name }}` / `{{ inputs.x }}` and nothing else: rendered without importing Jinja2 (it costs
@@ -76,7 +77,7 @@ LIMITS_HINT = (f"a template renders at most {MAX_OUTPUT:,} characters in {MAX_ST
 
 
 # a width in a %-format or a str.format spec: `%0100000000d`, `{:>100000000}`
-_HUGE_WIDTH = re.compile(r"(?:%[-+ #0]*|\{[^{}]*:[^{}]*?)\d{8,}")
+_HUGE_WIDTH = Lazy(r"(?:%[-+ #0]*|\{[^{}]*:[^{}]*?)\d{8,}")
 
 
 def _check_sizes(what: str, values) -> None:
@@ -233,7 +234,7 @@ def _only_values(value: Any) -> Any:
     return value
 
 
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{4,}>")
+_ADDRESS = Lazy(r" at 0x[0-9a-fA-F]{4,}>")
 
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from trainspec.core import files, memo, secrets
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warning
+from trainspec.core.patterns import Lazy
 from trainspec.core.records import Record
 from trainspec.runtime import shim as contract
 from trainspec.spec import skus, structure, templating
@@ -38,7 +39,7 @@ RESERVED_INPUTS = frozenset({"trainspec_runtime", "trainspec_secret_refs"})
 LIGHTNING_VARIABLES = ("PL_TRAINER_NUM_NODES", "PL_TRAINER_DEVICES")
 # the fields of environment: that say where the software comes from (azureml: a registered environment)
 ENVIRONMENT_SOURCES = ("image", "azureml", "conda_file", "pip")
-_AZUREML_ASSET = re.compile(r"^azureml:(?!//)([^:@/]+)(?:(:[^:@/]+)|(@[^:@/]+))?$")
+_AZUREML_ASSET = Lazy(r"^azureml:(?!//)([^:@/]+)(?:(:[^:@/]+)|(@[^:@/]+))?$")
 
 
 class Source(Record):
@@ -362,8 +363,10 @@ def _check_hardware(spec: Spec, catalog: "skus.Catalog", sku: Optional[skus.Sku]
     gpu_types: List[Tuple[str, str, str]] = []
     for name in TARGETS:
         settings = getattr(spec.targets, name, None)
+        if settings is None:
+            continue  # a target the spec does not configure: its settings module is not loaded
         chooses = getattr(vocabulary(name), "hardware_settings", None)
-        if settings is None or chooses is None:
+        if chooses is None:
             continue
         for setting, kind, value in chooses(settings):
             size = catalog.place_size(kind, value) if kind in skus.PLACES else None

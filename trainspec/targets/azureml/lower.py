@@ -22,7 +22,6 @@ touched.
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 from typing import Any, Dict, List
@@ -30,6 +29,7 @@ from typing import Any, Dict, List
 from trainspec import __version__
 from trainspec.core.diagnostics import Diagnostic, error, warning
 from trainspec.core.fields import is_remote
+from trainspec.core.patterns import Lazy
 from trainspec.spec import skus
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, capabilities, emit
@@ -42,8 +42,8 @@ LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface"
 JOB_FILE = "job.yml"
 DOCKER_CONTEXT = "docker"  # image + pip: a Docker build context, FROM the image, pip into its Python
 # a Docker image reference: [host[:port]/]name[/name...][:tag][@sha256:digest]
-_IMAGE_REF = re.compile(r"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-                        r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+_IMAGE_REF = Lazy(r"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+                  r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
 SCHEMA_URL = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 SHIM_INPUT = "trainspec_runtime"
 # azure-ai-ml turns limits.timeout into a timedelta, sent as ISO 8601: at most 999999999 days, 23:59:59

@@ -27,14 +27,14 @@ Layout on the shared storage (``stage.sh`` makes it)::
 
 from __future__ import annotations
 
-import re
 import shlex
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from trainspec.core.diagnostics import Diagnostic, error
 from trainspec.core.fields import mebibytes
+from trainspec.core.patterns import Lazy
 from trainspec.spec import skus
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, capabilities, emit
@@ -53,9 +53,19 @@ SUBMIT = "job submit /jobfile:{dir}/" + JOB_FILE + "  (after: bash {dir}/" + STA
 
 # XML 1.0 has no way to carry C0 controls (but tab, newline, carriage return) or non-characters;
 # C1 controls and the Unicode line separators are turned into line ends by readers.
-_XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff\ud800-\udfff]")
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_XML_UNSAFE = Lazy("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff\ud800-\udfff]")
+_XML_LINE_ENDS = str.maketrans("", "", "\t\n\r")
+_NODE_NAME = Lazy(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 MAX_RUNTIME = 2 ** 31 - 1  # the job XML's RuntimeSeconds is an xs:int (../shared/reference/hpcpack/xsd)
+
+
+def xml_unsafe(text: str) -> Optional[str]:
+    """The first character of ``text`` a job XML cannot carry unchanged, or None. Text of ' ' to
+    '~', tabs and line ends (what nearly every spec writes) is answered without the pattern."""
+    if text.isascii() and text.translate(_XML_LINE_ENDS).isprintable():
+        return None
+    bad = _XML_UNSAFE.search(text)
+    return bad.group() if bad else None
 
 
 def _settings(valid: ValidSpec):
@@ -117,9 +127,9 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
         out += base.torchrun_errors(valid, refs_for(valid), "HPC Pack runs the command under torchrun",
                                     "write `python train.py ...`; put preparation in targets.hpcpack.setup")
     for path, text in _xml_strings(valid):
-        bad = _XML_UNSAFE.search(text)
-        if bad:
-            out.append(error(path, f"contains the character U+{ord(bad.group()):04X}, which an HPC Pack job XML "
+        bad = xml_unsafe(text)
+        if bad is not None:
+            out.append(error(path, f"contains the character U+{ord(bad):04X}, which an HPC Pack job XML "
                                    "cannot carry unchanged", "remove the control character"))
     if settings.nodes is not None:
         if len(settings.nodes) != valid.nodes:

@@ -29,12 +29,12 @@ keeps the cluster (then it says how to delete it).
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from trainspec.core.diagnostics import Diagnostic, error, warning
+from trainspec.core.patterns import Lazy
 from trainspec.spec import skus
 from trainspec.spec.validate import ValidSpec
 from trainspec.targets import TARGETS
@@ -64,7 +64,7 @@ VM_IMAGE = ":".join(IMAGE[key] for key in ("imagePublisher", "imageOffer", "imag
 AZURE_SDK = ("azure-cli-core", "azure-core", "azure-identity", "azure-mgmt-compute", "azure-mgmt-network",
              "azure-mgmt-resource", "azure-common", "msrest", "msrestazure")
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
-_REMOTE_DATA = re.compile(r"^(https?://|wasbs?://|abfss?://|s3://|gs://)")
+_REMOTE_DATA = Lazy(r"^(https?://|wasbs?://|abfss?://|s3://|gs://)")
 
 # Azure regions that offer GPU VM sizes (az account list-locations, 2026): a misspelt
 # location is otherwise caught only by `ray up`, after it created the resource group.
