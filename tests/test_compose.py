@@ -263,6 +263,19 @@ def test_a_base_is_named_by_its_normalised_path(tmp_path):
     assert ".." not in chain.stderr and "/./" not in chain.stderr, chain.stderr
 
 
+def test_a_missing_code_folder_is_named_by_its_normalised_path(tmp_path):
+    """`code: ../nope` in specs/job.yaml: the message said where it looked as
+    `.../specs/../nope`; now as normpath folds it, the way every diagnostic names a path."""
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "job.yaml").write_text(
+        "version: 1\nname: job\ncode: ../nope\ncommand: python train.py\nenvironment: {image: pytorch:latest}\n")
+    proc = ts("validate", "specs/job.yaml", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert f"specs/job.yaml:3:7: error: code: '../nope' does not exist (resolved against the spec's directory: " \
+           f"{tmp_path}/nope)" in proc.stderr, proc.stderr
+    assert "/../" not in proc.stderr.replace("'../nope'", ""), proc.stderr
+
+
 def test_a_base_reached_through_a_linked_folder_keeps_the_path_that_names_it(tmp_path):
     """No link is resolved: `bases` linked to a shared folder is still `bases/h100.yaml`; and
     `linked/..` (the parent of the link's *target*, for the file system) is never folded into a

@@ -660,7 +660,10 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
         kind = _kind(code)
         if kind != "folder":
             what = {"missing": "does not exist", "loop": "is a symbolic link loop"}.get(kind, "is not a directory")
-            out.append(error(("code",), f"'{spec.code}' {what} (resolved against the spec's directory: {code})",
+            from trainspec.spec.compose import named  # `specs/../nope` shown as `nope`, as every diagnostic path
+
+            out.append(error(("code",), f"'{spec.code}' {what} (resolved against the spec's directory: "
+                                        f"{named(str(code))})",
                              "code is a directory relative to the spec file"))
         elif _check_code_scope(spec.code, code, base, out) and \
                 _inside_project(("code",), spec.code, base, project, out):
