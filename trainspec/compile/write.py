@@ -170,21 +170,23 @@ def _holds(final: Path, artifact: Artifact) -> bool:
     listing = list_folder(final, skip=())
     if listing.links or listing.others or listing.files != sorted(item.path for item in artifact.files):
         return False
-    fds: List[int] = []
     try:
-        for item in artifact.files:
-            fds.append(os.open(final / item.path, _READ))
-            held = os.fstat(fds[-1])
-            if (not stat.S_ISREG(held.st_mode) or held.st_size != len(item.data)
-                    or stat.S_IMODE(held.st_mode) != (0o755 if item.executable else 0o644)
-                    or os.read(fds[-1], len(item.data) + 1) != item.data):
-                return False
-        return True
+        return all(_same(final / item.path, item.data, 0o755 if item.executable else 0o644)
+                   for item in artifact.files)
     except OSError:
         return False
+
+
+def _same(path: Path, data: bytes, mode: int) -> bool:
+    """Whether ``path`` is a regular file (not through a link, never a FIFO) of ``mode`` holding
+    ``data``; OSError when it cannot be opened."""
+    fd = os.open(path, _READ)
+    try:
+        held = os.fstat(fd)
+        return (stat.S_ISREG(held.st_mode) and stat.S_IMODE(held.st_mode) == mode and held.st_size == len(data)
+                and os.read(fd, len(data) + 1) == data)
     finally:
-        for fd in fds:
-            os.close(fd)
+        os.close(fd)
 
 
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
