@@ -1,6 +1,7 @@
 """`trainspec review --git BASE` (issue 30): the whole pull-request comment in one command -- the
-cost summary, the plan and the diff, byte for byte what `plan --git` then `diff --git` print
-(the example workflow's former `plan`, `echo`, `diff`) -- compiling each revision once. Real git
+cost summary, the plan and the diff, what `plan --git` then `diff --git` print (the example
+workflow's former `plan`, `echo`, `diff`), byte for byte unless the comment is full, when the
+two share its room -- compiling each revision once. Real git
 histories, like test_review_git.py."""
 
 import json
@@ -43,12 +44,35 @@ def workflow_comment(repo, fmt, base="HEAD~1"):
     return plan + "\n" + diff
 
 
-@pytest.mark.parametrize("fmt", ["markdown", "text"])
-def test_review_is_plan_then_diff_byte_for_byte(change, fmt):
-    flags = [] if fmt == "markdown" else ["--format", fmt]  # markdown is review's default: the comment
-    proc = ts("review", "--git", "HEAD~1", "specs/", *flags, cwd=change)
+def test_review_in_text_is_plan_then_diff_byte_for_byte(change):
+    proc = ts("review", "--git", "HEAD~1", "specs/", "--format", "text", cwd=change)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    assert proc.stdout == workflow_comment(change, fmt)
+    assert proc.stdout == workflow_comment(change, "text")
+
+
+def test_a_comment_that_needs_no_cut_is_plan_then_diff_byte_for_byte(tmp_path):
+    repo = spec_repo(tmp_path)
+    edit(repo / "specs" / "single-node.yaml", "  nodes: 1\n", "  nodes: 2\n")
+    proc = ts("review", "--git", "HEAD", "specs/", cwd=repo)  # markdown: review's default, the comment
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "Cut to fit" not in proc.stdout and "cut to " not in proc.stdout
+    assert proc.stdout == workflow_comment(repo, "markdown", "HEAD")
+
+
+def test_the_plan_uses_the_room_the_diff_leaves(change):
+    """The base bump of 18 jobs is one short change in the diff: `plan --git` alone keeps to its
+    24,000 characters and cuts the last plans to their headings, but in the comment the plan may
+    use what the diff leaves, and every plan is whole."""
+    cut = "(the rest of this job's plan is in the full plan)"
+    plan_alone = ts("plan", "--git", "HEAD~1", "specs/", "--format", "markdown", cwd=change, check=True).stdout
+    assert cut in plan_alone  # what the comment held before: some of the 20 plans cut
+    whole_plan = ts("plan", "--git", "HEAD~1", "specs/", "--format", "markdown", "--max-chars", "0",
+                    cwd=change, check=True).stdout
+    diff = ts("diff", "--git", "HEAD~1", "specs/", "--format", "markdown", cwd=change, check=True).stdout
+    text = ts("review", "--git", "HEAD~1", "specs/", cwd=change, check=True).stdout
+    assert cut not in text and "Cut to fit" not in text
+    assert text == whole_plan + "\n" + diff  # nothing cut, so the two whole documents
+    assert len(text) < 60_000 < GITHUB_LIMIT
 
 
 def test_the_comment_opens_with_the_cost_then_the_plan_then_the_diff(change):
@@ -96,7 +120,10 @@ def test_a_big_change_fits_one_comment_and_keeps_every_cost_row(tmp_path):
     for i, name in enumerate(names):
         if i % 5 == 0:
             assert f"- `{name}`: nodes `1` → `2`; GPUs `2` → `4`" in summary, name
-    assert text == workflow_comment(repo, "markdown", "HEAD")
+    # the plan and the diff share the comment: together they hold at least what each keeps alone
+    alone = workflow_comment(repo, "markdown", "HEAD")
+    plan_cut = "(the rest of this job's plan is in the full plan)"
+    assert text.count(plan_cut) <= alone.count(plan_cut) and len(alone) <= len(text)
 
 
 def run_in_process(repo, monkeypatch, capsys, *argv):

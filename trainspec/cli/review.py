@@ -1,7 +1,8 @@
 """`trainspec review --git BASE`: the whole pull-request comment in one command -- the cost
-summary, the plan and the diff of every job a branch changes, byte for byte what `plan --git`
-then `diff --git` print (a blank line between), from one compile of each revision instead of
-two. Markdown by default (it fits one GitHub comment), text for a log, json for tools.
+summary, the plan and the diff of every job a branch changes, what `plan --git` then `diff --git`
+print (a blank line between), from one compile of each revision instead of two. Markdown by
+default: one GitHub comment, which the plan and the diff share (review/change.review_text), text
+for a log, json for tools.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """A change under review (--git BASE): each side compiled once (review/revision.py), and what
 `plan --git`, `diff --git` and `review --git` print of it. `review` is the pull-request comment
-in one command: the plan (its cost summary first) and the diff, byte for byte what `plan` then
-`diff` print, from one compile of each revision instead of two.
+in one command: the plan (its cost summary first) and the diff, from one compile of each
+revision instead of two; what `plan` then `diff` print, byte for byte, unless one of them had to
+be cut, when the two share one comment's room instead of keeping to their own budgets.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from trainspec.build import Outcome
-from trainspec.review.comment import shares
+from trainspec.review.comment import COMMENT_LIMIT, shares
 from trainspec.review.cost import Summary, summarise
 from trainspec.review.diff import JobDiff, render_diffs, said_once
 from trainspec.review.plan import plan as make_plan, plan_document
@@ -72,8 +73,10 @@ def diff_text(change: Change, fmt: str, max_chars: Optional[int], rerun: Sequenc
 
 def review_text(change: Change, fmt: str, plan_rerun: Sequence[str], diff_rerun: Sequence[str]) -> str:
     """What `review --git` prints: in markdown and text, the plan, a blank line and the diff (what
-    the example workflow used to post as `plan`, `echo`, `diff`), each keeping to its budget in
-    markdown so that the whole stays one GitHub comment (comment.COMMENT_LIMIT); in json one
+    the example workflow used to post as `plan`, `echo`, `diff`). In markdown the whole stays one
+    GitHub comment (comment.COMMENT_LIMIT) and the two share it: each gets at least its own
+    budget, and what one leaves the other may use, so a part is cut only when the comment is full
+    (what `plan` then `diff` print, byte for byte, when neither is cut); in json one
     document: {"base", "cost", "plan": {"jobs", "removed"}, "diff": {"shared", "jobs"}}, the
     same values as plan's and diff's json."""
     import shlex
@@ -88,6 +91,14 @@ def review_text(change: Change, fmt: str, plan_rerun: Sequence[str], diff_rerun:
                      "jobs": [d.as_json(pointers[d.name].shared.id if d.name in pointers else None)
                               for d in change.diffs]},
         }, indent=2, sort_keys=True)
-    plan_part = plan_text(change, fmt, None, plan_rerun)
     diff_part = diff_text(change, fmt, None, diff_rerun, shlex.join(plan_rerun))
+    if fmt != "markdown":
+        return plan_text(change, fmt, None, plan_rerun) + "\n\n" + diff_part
+    # One comment: the plan may use what the diff leaves of it (never less than its own budget,
+    # which the diff's default leaves it), then the diff what the plan leaves beyond its own.
+    room = COMMENT_LIMIT - 3  # the blank line between them, print()'s newline
+    plan_part = plan_text(change, fmt, room - len(diff_part), plan_rerun)
+    diff_budget = shares(len(change.summary.render(fmt, shlex.join(plan_rerun))))[1]
+    if room - len(plan_part) > diff_budget:
+        diff_part = diff_text(change, fmt, room - len(plan_part), diff_rerun, shlex.join(plan_rerun))
     return plan_part + "\n\n" + diff_part
