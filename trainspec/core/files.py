@@ -19,17 +19,24 @@ from typing import List, Optional, Sequence, Tuple
 from trainspec.core.records import Record
 
 
+# entries of a folder a job ships (the code, a build context, local data) that validation and
+# check's cache walk: a project's folders, never a disk; a spec pointed at `/`, a home folder or
+# a dataset mount outside a repository is refused after this many, never walked whole (a hang)
+SHIPPED_LIMIT = 100_000
+
+
 class Listing(Record):
     """A folder's content, by posix path relative to the folder, sorted."""
 
-    __slots__ = ("files", "links", "others")
+    __slots__ = ("files", "links", "others", "more")
     __hash__ = None  # type: ignore[assignment]  # filled in as the folder is walked
 
     def __init__(self, files: Optional[List[str]] = None, links: Optional[List[Tuple[str, str]]] = None,
-                 others: Optional[List[Tuple[str, str]]] = None) -> None:
+                 others: Optional[List[Tuple[str, str]]] = None, more: bool = False) -> None:
         self.files = [] if files is None else files  # regular files
         self.links = [] if links is None else links  # (path, what the link says)
         self.others = [] if others is None else others  # (path, what it is): FIFO, socket, device
+        self.more = more  # the walk stopped at its limit: there is more than it lists
 
 
 def kind_of(mode: int) -> str:
@@ -53,11 +60,14 @@ def link_target(path) -> str:
         return "?"
 
 
-def list_folder(folder: Path, skip: Sequence[str] = (".git",)) -> Listing:
+def list_folder(folder: Path, skip: Sequence[str] = (".git",), limit: Optional[int] = None) -> Listing:
     """Every entry below ``folder`` (folder names in ``skip`` are not entered), never following a
-    link: links and special files are returned apart from the regular files."""
+    link: links and special files are returned apart from the regular files. With ``limit``, the
+    walk stops once it has seen more than ``limit`` entries (files, folders, links, others) and
+    the listing says so (``more``): a spec that names `/` or a whole disk is never walked whole."""
     found = Listing()
     pending = [""]
+    seen = 0
     while pending:
         relative = pending.pop()
         try:
@@ -65,6 +75,10 @@ def list_folder(folder: Path, skip: Sequence[str] = (".git",)) -> Listing:
                 items = sorted(entries, key=lambda e: e.name)
         except OSError:
             continue
+        seen += len(items)
+        if limit is not None and seen > limit:
+            found.more = True
+            break
         for entry in items:
             name = f"{relative}/{entry.name}" if relative else entry.name
             try:

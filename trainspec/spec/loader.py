@@ -148,12 +148,15 @@ def _real_path(text: str) -> Path:
 
 
 def resolved(path) -> Path:
-    """``Path(path).resolve()`` (RuntimeError on a loop), asked once per path in a command."""
+    """``Path(path).resolve()``, asked once per path in a command; a symbolic link loop is
+    resolved as far as it goes, never an exception (Path.resolve raises RuntimeError on one in
+    Python 3.11, OSError from 3.13: an input pointed at a loop was an internal error): the kind
+    checks say what is wrong with the path."""
     return memo.answer(_resolved, os.fspath(path))
 
 
 def _resolved(text: str) -> Path:
-    return Path(text).resolve()
+    return Path(os.path.realpath(text))  # not strict: follows what it can, never raises on a loop
 
 
 def is_link(path) -> bool:

@@ -724,6 +724,14 @@ def _inside_project(path: SpecPath, text: str, base: Path, project: Optional[Pat
 
 
 _MAX_LINKS_SHOWN = 20
+_TOO_BIG_HINT = {"code": "point code at the folder of your training code",
+                 "inputs": "keep large data where the platform reads it: an azureml: data asset, a datastore "
+                           "or https URL, or the target's volumes (targets.<target>.volumes)",
+                 "environment": "a build context holds only what the image's Dockerfile copies"}
+
+
+def _shipped_listing(folder: str) -> "files.Listing":
+    return files.list_folder(Path(folder), limit=files.SHIPPED_LIMIT)
 
 
 def _check_no_links(path: SpecPath, text: str, folder: Path, out: List[Diagnostic]) -> None:
@@ -732,7 +740,12 @@ def _check_no_links(path: SpecPath, text: str, folder: Path, out: List[Diagnosti
     and the platform's upload would follow it), an error names each one."""
     import posixpath
 
-    listing = memo.answer(files.list_folder, os.fspath(folder))  # read, never changed: one per folder
+    listing = memo.answer(_shipped_listing, os.fspath(folder))  # read, never changed: one per folder
+    if listing.more:
+        out.append(error(path, f"'{shown(text)}' holds more than {files.SHIPPED_LIMIT:,} files and folders: the job "
+                               "would ship all of them, and trainspec checks every entry of a folder it ships",
+                         _TOO_BIG_HINT[path[0]]))
+        return
     link = ("never follows a link in a folder the job ships, and the platform's upload would",
             "replace the link with a copy of the file it points to, or delete it")
     special = ("ships regular files only: reading this one could block or read a device", "delete it")
