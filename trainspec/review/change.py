@@ -67,8 +67,13 @@ def diff_text(change: Change, fmt: str, max_chars: Optional[int], rerun: Sequenc
     plan's cost summary (``plan_rerun``: the command line its note names) may have taken from
     (comment.shares)."""
     if max_chars is None and fmt == "markdown":
-        max_chars = shares(len(change.summary.render(fmt, plan_rerun)))[1]
+        max_chars = _diff_budget(change, fmt, plan_rerun)
     return render_diffs(change.diffs, fmt, change.base, max_chars, rerun)
+
+
+def _diff_budget(change: Change, fmt: str, plan_rerun: str) -> int:
+    """The diff's own budget: DIFF_BUDGET, less what the plan's cost summary takes beyond its share."""
+    return shares(len(change.summary.render(fmt, plan_rerun)))[1]
 
 
 def review_text(change: Change, fmt: str, plan_rerun: Sequence[str], diff_rerun: Sequence[str]) -> str:
@@ -91,14 +96,15 @@ def review_text(change: Change, fmt: str, plan_rerun: Sequence[str], diff_rerun:
                      "jobs": [d.as_json(pointers[d.name].shared.id if d.name in pointers else None)
                               for d in change.diffs]},
         }, indent=2, sort_keys=True)
-    diff_part = diff_text(change, fmt, None, diff_rerun, shlex.join(plan_rerun))
+    plan_command = shlex.join(plan_rerun)
     if fmt != "markdown":
-        return plan_text(change, fmt, None, plan_rerun) + "\n\n" + diff_part
+        return plan_text(change, fmt, None, plan_rerun) + "\n\n" + diff_text(change, fmt, None, diff_rerun, plan_command)
     # One comment: the plan may use what the diff leaves of it (never less than its own budget,
-    # which the diff's default leaves it), then the diff what the plan leaves beyond its own.
+    # which the diff's own leaves it), then the diff what the plan leaves beyond its own budget.
     room = COMMENT_LIMIT - 3  # the blank line between them, print()'s newline
+    diff_budget = _diff_budget(change, fmt, plan_command)
+    diff_part = diff_text(change, fmt, diff_budget, diff_rerun, plan_command)
     plan_part = plan_text(change, fmt, room - len(diff_part), plan_rerun)
-    diff_budget = shares(len(change.summary.render(fmt, shlex.join(plan_rerun))))[1]
     if room - len(plan_part) > diff_budget:
-        diff_part = diff_text(change, fmt, room - len(plan_part), diff_rerun, shlex.join(plan_rerun))
+        diff_part = diff_text(change, fmt, room - len(plan_part), diff_rerun, plan_command)
     return plan_part + "\n\n" + diff_part
