@@ -243,7 +243,7 @@ def valid_specs(draw, target: str) -> Gen:
     for name in draw(st.lists(IO_NAME, max_size=2, unique=True)):
         if target == "azureml":
             path = draw(st.sampled_from(["azureml:mnist@latest", "azureml:data:3", "https://example.com/d/",
-                                         "azureml://datastores/workspaceblobstore/paths/data/", str(CODE)]))
+                                         "azureml://datastores/workspaceblobstore/paths/data/", "RELATIVE"]))
             mode = draw(st.sampled_from(["ro_mount", "download"]))
         elif target in ("hpcpack", "slurm"):
             path, mode = str(draw(st.sampled_from([CODE, REPO / "examples"]))), "ro_mount"
@@ -1157,7 +1157,7 @@ def test_one_broken_field_is_named_at_its_line_and_nothing_is_written(workdir, c
             data["code"] = str(CODE)
         for item in data.get("inputs", {}).values():
             if isinstance(item, dict) and item.get("path") == "RELATIVE":
-                item["path"] = str(CODE)
+                item["path"] = os.path.relpath(CODE, folder)
         settings_ = data["targets"].get(gen.target, {})
         if settings_.get("python") == "PRINTER_QUOTED":
             settings_["python"] = shlex.quote(str(printer))

@@ -139,8 +139,9 @@ class Feature(enum.Enum):
                         _inputs(lambda valid, item: item.path.startswith("azureml:")), _REMOTE_DATA)
     INPUT_RELATIVE = ("inputs.<name>.path", "an input that is a relative local path",
                       _inputs(lambda valid, item: not is_remote(item.path) and not item.path.startswith("/")))
-    INPUT_NOT_HERE = ("inputs.<name>.path", "an input that is a local path missing on this machine",
-                      _inputs(lambda valid, item: not is_remote(item.path) and not valid.resolve(item.path).exists()))
+    # judged by its text alone: what is at such a path on the machine that compiles is never asked
+    INPUT_ABSOLUTE = ("inputs.<name>.path", "an input that is an absolute path: storage where the job runs",
+                      _inputs(lambda valid, item: item.path.startswith("/")))
     INPUT_EVAL_MODE = ("inputs.<name>.mode", "input mode eval_mount or eval_download (an MLTable's)",
                        _inputs(lambda valid, item: item.mode in ("eval_mount", "eval_download"), key="mode"),
                        ("input mode {mode} (an Azure ML runtime feature): the path is passed as it is", None))

@@ -207,7 +207,7 @@ def probes(outcome) -> List[str]:
     spec = valid.spec
     paths = [valid.resolve(spec.code)]
     paths += [valid.resolve(item.path) for item in spec.inputs.values() if item.path is not None
-              and not is_remote(item.path)]
+              and not is_remote(item.path) and not item.path.startswith("/")]  # absolute: never asked
     build = spec.environment.build
     if build is not None:
         paths += [valid.resolve(build.path), valid.resolve(build.path) / build.dockerfile_path]

@@ -685,8 +685,10 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
             continue
         if _usable_path(("inputs", name, "path"), item.path, out) is None:
             continue
-        # an absolute path names the cluster's storage (HPC Pack, Ray): trainspec never reads it;
-        # a relative one is local data the platform uploads, so it stays inside the project
+        # an absolute path names storage where the job runs (Slurm's, HPC Pack's or Ray's nodes, a
+        # pod; Azure ML has none and refuses it: targets/azureml/lower.py): trainspec never reads,
+        # stats or resolves it, so nothing it says depends on the machine that compiles. A relative
+        # one is local data the platform uploads, so it stays inside the project
         if item.path.startswith("/"):
             continue
         if _kind(base / item.path) in ("missing", "loop"):

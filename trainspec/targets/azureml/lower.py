@@ -65,6 +65,9 @@ def refs_for(valid: ValidSpec):
 
 # What Azure ML cannot run, by feature (capabilities.py: the catalogue, the matrix in docs/capabilities.md);
 # its messages may name {compute}, the compute cluster's name
+_WHERE_AZUREML_READS = ("name the data where Azure ML reads it: azureml:<asset>@<version>, "
+                        "azureml://datastores/<datastore>/paths/<path>, an https://, abfss:// or wasbs:// URL, or a "
+                        "path relative to the spec inside the repository (uploaded at submit)")
 _NO_SIZE = only("without resources.sku", lambda valid: valid.sku is None)
 CANNOT_RUN = {
     Feature.NO_ENVIRONMENT: problem("Azure ML needs an environment",
@@ -86,9 +89,12 @@ CANNOT_RUN = {
                                      "{spec.resources.memory_per_node}",
                                      "set resources.sku to the cluster's VM size: validation holds memory_per_node "
                                      "to it", fatal=False, when=_NO_SIZE),
-    Feature.INPUT_NOT_HERE: problem("local path '{path}' does not exist: Azure ML uploads local inputs from this "
-                                    "machine", "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an "
-                                    "existing path"),
+    # an absolute path names storage where the job runs, and an Azure ML job has none: azure-ai-ml
+    # would take it as a file of the machine that submits (a CI runner: /proc/self/environ is its
+    # environment) and upload it. Judged by the text, never by what is at the path here.
+    Feature.INPUT_ABSOLUTE: problem("'{path}' is an absolute path, storage where the job runs on the other "
+                                    "targets: an Azure ML job has none, and azure-ai-ml would upload the file of "
+                                    "that name from the machine that submits the job", _WHERE_AZUREML_READS),
 }
 
 
@@ -310,7 +316,7 @@ def _inputs(valid: ValidSpec, out_dir: Path) -> Dict[str, Any]:
             inputs[name] = item.value
             continue
         path = item.path
-        if not is_remote(path):
+        if not is_remote(path):  # a folder or file of the repository (validation), which azure-ai-ml uploads
             path = base.relative(valid.resolve(path), out_dir)
         inputs[name] = {"type": item.type, "path": path, "mode": item.mode}
     inputs[SHIM_INPUT] = {"type": "uri_file", "path": f"./{base.SHIM_FILE}", "mode": "download"}
