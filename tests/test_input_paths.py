@@ -21,7 +21,7 @@ from xml.etree import ElementTree
 import pytest
 import yaml
 
-from conftest import REPO, git
+from conftest import git
 from test_submit_azureml import WORKSPACE, azure, trainspec  # noqa: F401 (azure: the fake Azure ML, a fixture)
 
 SECRET = "hunter2-runner"

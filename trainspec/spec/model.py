@@ -107,7 +107,9 @@ class Environment(Model):
 
 class Input(Model):
     path: Optional[str] = Field(None, min_length=1,
-                                description="Data asset (azureml:name@latest), datastore or URL, or a local path.",
+                                description="Data asset (azureml:name@latest), datastore or URL; local data as a path "
+                                            "relative to the spec, inside the repository (uploaded); or an "
+                                            "absolute path: storage where the job runs (not on Azure ML).",
                                 examples=["azureml:mnist@latest"])
     value: Optional[LiteralValue] = Field(
         None, description="A literal input (written `epochs: 5` for short): Azure ML keeps ${{inputs.x}} in the "
