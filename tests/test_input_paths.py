@@ -208,6 +208,18 @@ def test_a_relative_input_path_that_leaves_the_repository_is_an_error_at_its_fie
     assert not (root / "build").exists()
 
 
+@pytest.mark.parametrize("path", ["file:///proc/self/environ", "file:../data"])
+def test_a_file_url_input_is_an_error_at_its_field(capsys, monkeypatch, tmp_path, path):
+    """A `file:` URL names a file of the machine that compiles or submits (azure-ai-ml's schema
+    reads it as a local path): no target reads data there, whatever the spec lists."""
+    repository(tmp_path, f"data: {{path: '{path}'}}")
+    code, out, err = run(capsys, monkeypatch, tmp_path, "validate", "specs/")
+    assert code == 1
+    assert re.search(rf"^specs/job\.yaml:7:23: error: inputs\.data\.path: '{re.escape(path)}' is a file: URL, a file "
+                     r"of the machine that compiles or submits the job: no target reads data from there \(hint: local "
+                     r"data is a path relative to the spec, inside the repository", err, re.M), err
+
+
 def test_compiles_are_byte_identical_whatever_is_at_an_absolute_input_path(capsys, monkeypatch, tmp_path):
     """Nothing missing, a file, a folder, a link to this process's environment, or /proc/self/environ
     itself in two processes (two pids): every target's output, and Azure ML's error, are the same."""

@@ -683,6 +683,10 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
     for name, item in spec.inputs.items():
         if item.path is None or is_remote(item.path):
             continue
+        if item.path.startswith("file:"):  # azure-ai-ml's form of a file of the machine that submits
+            out.append(error(("inputs", name, "path"), f"'{shown(item.path)}' is a file: URL, a file of the machine "
+                             "that compiles or submits the job: no target reads data from there", _LOCAL_DATA_HINT))
+            continue
         if _usable_path(("inputs", name, "path"), item.path, out) is None:
             continue
         # an absolute path names storage where the job runs (Slurm's, HPC Pack's or Ray's nodes, a
@@ -697,6 +701,11 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
         elif _inside_project(("inputs", name, "path"), item.path, base, project, out) and \
                 _kind(base / item.path) == "folder":  # local data the platform uploads: no link in it
             _check_no_links(("inputs", name, "path"), item.path, base / item.path, out)
+
+
+_LOCAL_DATA_HINT = ("local data is a path relative to the spec, inside the repository (../data); data where the "
+                    "job runs is an absolute path (/shared/data), a target's volumes, or on Azure ML an azureml: "
+                    "asset, an azureml:// datastore or a URL")
 
 
 def _inside_project(path: SpecPath, text: str, base: Path, project: Optional[Path], out: List[Diagnostic]) -> bool:
