@@ -170,8 +170,9 @@ def test_an_absolute_input_path_is_where_the_job_runs_and_never_asked_about_here
     for command, (code, out, err) in results.items():
         assert SECRET not in out + err, command
         if target == "azureml":
-            assert code == 1 and re.search(rf"^specs/job\.yaml:7:23: error: inputs\.data\.path: '{re.escape(str(place))}' "
-                                           "is an absolute path, storage where the job runs", err, re.M), (command, err)
+            assert code == 1 and re.search(rf"^specs/job\.yaml:7:23: error: inputs\.data\.path: "
+                                           rf"'{re.escape(str(place))}' is an absolute path, storage where the job runs",
+                                           err, re.M), (command, err)
         else:
             assert code == 0, (command, out + err)
     if target == "azureml":
@@ -206,6 +207,19 @@ def test_a_relative_input_path_that_leaves_the_repository_is_an_error_at_its_fie
                          rf"{re.escape(str(place.resolve()))}, outside the repository ", err, re.M), err
         assert SECRET not in out + err
     assert not (root / "build").exists()
+
+
+def test_a_local_input_azure_ml_would_take_for_a_data_asset_is_an_error_on_azureml(capsys, monkeypatch, tmp_path):
+    """azure-ai-ml looks a path with ':' or '@' up as a data asset (name:version, name@label) and
+    never uploads it: a repository folder `data@v2` would not be the job's data."""
+    (tmp_path / "data@v2").mkdir()
+    repository(tmp_path, "data: {path: ../data@v2}", ["azureml", "ray"])
+    code, out, err = run(capsys, monkeypatch, tmp_path, "validate", "specs/")
+    assert code == 1
+    assert re.search(r"^specs/job\.yaml:7:23: error: inputs\.data\.path: '\.\./data@v2' holds ':' or '@': "
+                     r"azure-ai-ml reads such a path as a data asset \(name:version, name@label\), not as the "
+                     r"repository's data to upload \(hint: rename", err, re.M), err
+    assert run(capsys, monkeypatch, tmp_path, "compile", "specs/", "-t", "ray", "-o", "build")[0] == 0  # Ray uploads it
 
 
 @pytest.mark.parametrize("path", ["file:///proc/self/environ", "file:../data"])

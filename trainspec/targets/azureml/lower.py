@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from trainspec import __version__
-from trainspec.core.diagnostics import Diagnostic, error, warning
+from trainspec.core.diagnostics import Diagnostic, error, shown, warning
 from trainspec.core.fields import is_remote
 from trainspec.core.patterns import Lazy
 from trainspec.spec import skus
@@ -115,6 +115,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
         out += _docker_context_problems(valid)
     launcher = base.launcher(valid, LAUNCHERS)
     out += base.command_variable_errors(NAME, valid, launcher)
+    out += _asset_shaped_local_inputs(valid)
     if launcher == "per-node" and spec.framework != "lightning":
         out += base.torchrun_errors(valid, refs, "per-node launch wraps the command in torchrun",
                                     "write `python train.py ...`, or use launcher: per-process")
@@ -126,6 +127,21 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     if spec.distribution.backend == "mpi" and launcher != "mpi":
         out.append(warning(("distribution", "backend"), "torch's mpi backend needs an MPI launch",
                            "set distribution.launcher: mpi"))
+    return out
+
+
+def _asset_shaped_local_inputs(valid: ValidSpec) -> List[Diagnostic]:
+    """A local input (a relative path) whose path holds ':' or '@': azure-ai-ml takes a path with
+    either for a data asset (name:version, name@label) and looks it up instead of uploading the
+    folder, so the job would fail at submit, or read something else than the repository's data."""
+    out: List[Diagnostic] = []
+    for name, item in valid.spec.inputs.items():
+        path = item.path
+        if path is None or is_remote(path) or path.startswith("/") or not (":" in path or "@" in path):
+            continue
+        out.append(error(("inputs", name, "path"), f"'{shown(path)}' holds ':' or '@': azure-ai-ml reads such a "
+                         "path as a data asset (name:version, name@label), not as the repository's data to upload",
+                         "rename the folder or file without ':' and '@'"))
     return out
 
 
