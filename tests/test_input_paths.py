@@ -209,6 +209,17 @@ def test_a_relative_input_path_that_leaves_the_repository_is_an_error_at_its_fie
     assert not (root / "build").exists()
 
 
+def test_a_local_input_that_is_a_fifo_is_an_error_at_its_field(capsys, monkeypatch, tmp_path):
+    """Local data is uploaded (Azure ML, Ray's file_mounts): a FIFO in the repository would block
+    the upload, or hand it what another process writes; a regular file or a folder only."""
+    os.mkfifo(tmp_path / "pipe")
+    repository(tmp_path, "data: {path: ../pipe, type: uri_file}")
+    code, out, err = run(capsys, monkeypatch, tmp_path, "validate", "specs/")
+    assert code == 1
+    assert re.search(r"^specs/job\.yaml:7:23: error: inputs\.data\.path: '\.\./pipe' is a FIFO \(named pipe\), not "
+                     r"a regular file or a folder", err, re.M), err
+
+
 def test_a_local_input_azure_ml_would_take_for_a_data_asset_is_an_error_on_azureml(capsys, monkeypatch, tmp_path):
     """azure-ai-ml looks a path with ':' or '@' up as a data asset (name:version, name@label) and
     never uploads it: a repository folder `data@v2` would not be the job's data."""

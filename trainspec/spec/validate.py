@@ -695,12 +695,18 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
         # one is local data the platform uploads, so it stays inside the project
         if item.path.startswith("/"):
             continue
-        if _kind(base / item.path) in ("missing", "loop"):
+        kind = _kind(base / item.path)
+        if kind in ("missing", "loop"):
             out.append(error(("inputs", name, "path"), f"local path '{item.path}' does not exist (relative to the spec)",
                              "use azureml:<asset>@latest, azureml://datastores/..., a URL, or an existing path"))
-        elif _inside_project(("inputs", name, "path"), item.path, base, project, out) and \
-                _kind(base / item.path) == "folder":  # local data the platform uploads: no link in it
+        elif not _inside_project(("inputs", name, "path"), item.path, base, project, out):
+            pass
+        elif kind == "folder":  # local data the platform uploads: no link in it
             _check_no_links(("inputs", name, "path"), item.path, base / item.path, out)
+        elif kind != "file":  # the upload would read it: a FIFO blocks, a device never ends
+            out.append(error(("inputs", name, "path"), f"'{shown(item.path)}' is {kind}, not a regular file or a "
+                             "folder: local data is uploaded, and trainspec ships regular files only",
+                             "replace it with a regular file, or name the data where the job runs"))
 
 
 _LOCAL_DATA_HINT = ("local data is a path relative to the spec, inside the repository (../data); data where the "
