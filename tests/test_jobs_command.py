@@ -24,6 +24,7 @@ class Platform:
 
     def __init__(self, states=(State.QUEUED, State.RUNNING, State.COMPLETED), refuse=None, interrupt_at=None):
         self.jobs = {}
+        self.digests = {}  # name -> the digest the job carries
         self.states = list(states)
         self.polls = {}
         self.calls = []
@@ -39,16 +40,18 @@ class FakeScheduler(api.Scheduler):
     def find(self, name):
         self.platform.calls.append(("find", name))
         job_id = self.platform.jobs.get(name)
-        return None if job_id is None else Job(self.context.spec_name and "fake", name, job_id, f"fake://{job_id}")
+        return None if job_id is None else Job(self.context.spec_name and "fake", name, job_id, f"fake://{job_id}",
+                                               digest=self.platform.digests.get(name, ""))
 
-    def submit(self, job_dir, name):
+    def submit(self, job_dir, name, digest):
         self.platform.calls.append(("submit", name, Path(job_dir)))
         if self.platform.refuse:
             raise SubmitError(self.platform.refuse, "ask for more quota")
         assert Path(job_dir).is_dir()
         job_id = str(100 + len(self.platform.jobs))
         self.platform.jobs[name] = job_id
-        return Job("fake", name, job_id, f"fake://{job_id}")
+        self.platform.digests[name] = digest
+        return Job("fake", name, job_id, f"fake://{job_id}", digest=digest)
 
     def status(self, job):
         polls = self.platform.polls[job.id] = self.platform.polls.get(job.id, 0) + 1
@@ -290,8 +293,8 @@ from trainspec.jobs import api, command
 class Forever(api.Scheduler):
     def find(self, name):
         return None
-    def submit(self, job_dir, name):
-        return api.Job("slurm", name, "7", "squeue -j 7")
+    def submit(self, job_dir, name, digest):
+        return api.Job("slurm", name, "7", "squeue -j 7", digest=digest)
     def status(self, job):
         return api.Status(api.State.RUNNING, "RUNNING")
     def logs(self, job, cursor, all_ranks):

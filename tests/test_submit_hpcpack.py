@@ -146,10 +146,12 @@ class Handler(BaseHTTPRequestHandler):
         if root.get("Name") is None or root.find(f"{SCHED}Tasks") is None:
             return self.reply(400, fault("The job XML is not valid."))
         tasks = [{"name": t.get("Name"), "out": t.get("StdOutFilePath")} for t in root.iter(f"{SCHED}Task")]
+        custom = [(t.findtext(f"{SCHED}Name"), t.findtext(f"{SCHED}Value"))
+                  for t in root.findall(f"{SCHED}CustomProperties/{SCHED}Term")]
         id = head.next_id
         head.next_id += 1
         head.jobs[id] = {"name": root.get("Name"), "states": ["Configuring"], "at": 0, "tasks": tasks,
-                         "error": "", "xml": body}
+                         "error": "", "xml": body, "custom": custom}
         return self.reply(200, f'<int xmlns="http://schemas.microsoft.com/2003/10/Serialization/">{id}</int>'.encode())
 
     def job_call(self, method, id, job, rest, query, body):
@@ -171,6 +173,8 @@ class Handler(BaseHTTPRequestHandler):
             if "State" in wanted:
                 head.advance(id, job)
             return self.reply(200, reply)
+        if method == "GET" and rest == ["CustomProperties"]:  # Get Job Custom Properties: every one
+            return self.reply(200, properties(job.get("custom", [])))
         if method == "GET" and rest == ["Tasks"]:
             state = head.state(job)
             rows = []
