@@ -467,6 +467,7 @@ def test_a_job_of_the_same_name_without_the_digest_is_an_error_not_a_match(spec,
     assert "give the spec another name" in err
     assert [c[0] for c in platform.calls if c[0] == "submit"] == [] and platform.polls == {}
     assert main("cancel", str(spec)) == 3 and platform.canceled == []  # nor canceled, nor read as this job
+    assert f"it carries no trainspec_digest, not {digest}; not read, nor canceled" in capsys.readouterr().err
     assert main("plan", str(spec), "--submitted") == 0
     assert "refused: a job of this name is there (666) without this job's digest" in capsys.readouterr().out
     platform.digests[name] = "0" * 64  # another job's digest

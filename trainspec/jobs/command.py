@@ -173,7 +173,7 @@ def platform_job(outcome: Outcome, artifact: Artifact) -> Tuple[str, str]:
     return api.job_name(outcome.valid.name, digest, limit), digest
 
 
-def this_job(job: Job, digest: str, target: str) -> Job:
+def this_job(job: Job, digest: str, target: str, outcome: str = "nothing submitted") -> Job:
     """``job`` when it carries ``digest``: the job trainspec submitted from this compiled job.
     Else a SubmitError: a job of the same name without it (or with another) was made by hand, by a
     trainspec from before the digest was recorded, or by anyone who can create jobs on the
@@ -183,7 +183,7 @@ def this_job(job: Job, digest: str, target: str) -> Job:
         return job
     carries = f"the digest {job.digest}" if job.digest else f"no {api.DIGEST_KEY}"
     raise SubmitError(f"{target}: a job named {job.name} is already there ({job.id}; {job.where}) but it is not this "
-                      f"job: it carries {carries}, not {digest}; nothing submitted",
+                      f"job: it carries {carries}, not {digest}; {outcome}",
                       "trainspec did not submit it from this spec: ask who made it; to submit this job anyway, "
                       "give the spec another name")
 
@@ -547,7 +547,9 @@ def existing(files: Sequence[str], options: Options, printer: Printer) -> Tuple[
         try:
             item.scheduler = scheduler_for(artifact.target, context_for(outcome, artifact.target, options))
             job = item.scheduler.find(item.name)
-            item.job = this_job(job, item.digest, item.target) if job is not None else None
+            if job is not None:
+                job = this_job(job, item.digest, item.target, "not read, nor canceled")
+            item.job = job
             if item.job is None:
                 item.error = SubmitError("not submitted (no job of this name on the platform)",
                                          f"submit it: trainspec submit {outcome.file} -t {artifact.target}")
