@@ -182,6 +182,18 @@ def spec_repo(tmp_path: Path) -> Path:
     return root
 
 
+def job_of(spec: Path, target: str):
+    """(the name submit gives the spec's job on ``target``, the full digest it records with it):
+    what a pull request's reader can compute from the spec alone."""
+    from trainspec.build import build
+    from trainspec.jobs.command import platform_job
+
+    outcome = build(str(spec), Path(spec).parent / "build", [target])
+    assert outcome.ok, [d.render() for d in outcome.diagnostics]
+    [artifact] = outcome.artifacts
+    return platform_job(outcome, artifact)
+
+
 def edit(path: Path, old: str, new: str):
     text = path.read_text()
     assert old in text

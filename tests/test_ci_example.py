@@ -175,11 +175,11 @@ class Recorder(api.Scheduler):
     def find(self, name):
         for job in self._jobs():
             if job["name"] == name:
-                return api.Job(job["target"], name, name, "https://ml.azure.com/runs/" + name)
-    def submit(self, job_dir, name):
+                return api.Job(job["target"], name, name, "https://ml.azure.com/runs/" + name, digest=job["digest"])
+    def submit(self, job_dir, name, digest):
         with open(os.environ["PLATFORM_LOG"], "a") as log:
-            log.write(json.dumps({"target": self.target, "name": name, "dir": str(job_dir)}) + "\n")
-        return api.Job(self.target, name, name, "https://ml.azure.com/runs/" + name)
+            log.write(json.dumps({"target": self.target, "name": name, "dir": str(job_dir), "digest": digest}) + "\n")
+        return api.Job(self.target, name, name, "https://ml.azure.com/runs/" + name, digest=digest)
     def status(self, job):
         return api.Status(api.State.COMPLETED, "Completed")
 

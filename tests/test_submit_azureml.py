@@ -350,3 +350,27 @@ def test_ctrl_c_while_waiting_leaves_the_job_running(azure, tmp_path):
     assert "stopped waiting; the job goes on. Cancel it with: trainspec cancel -t azureml --id az-smoke-" in seen + out
     record = json.loads((tmp_path / "fake.json").read_text())
     assert record["cancels"] == [] and len(record["jobs"]) == 1
+
+
+def test_a_job_of_the_same_name_is_followed_only_with_this_jobs_digest(azure, capsys):
+    """The job carries its full digest as the tag trainspec_digest; a job of its name without it
+    (made by anyone who can create jobs in the workspace and read the spec), or with another, is
+    an error: nothing submitted, nothing followed."""
+    from pathlib import Path
+
+    from conftest import job_of
+
+    name, digest = job_of(Path("spec.yaml"), "azureml")
+    code, out, err = submit(capsys)
+    assert code == api.EXIT_COMPLETED, out + err
+    tags = azure.jobs[name].body["properties"]["tags"]
+    assert tags["trainspec_digest"] == digest
+    for planted, said in ((None, "no trainspec_digest"), ("f" * 64, f"the digest {'f' * 64}")):
+        tags.pop("trainspec_digest", None)
+        if planted:
+            tags["trainspec_digest"] = planted
+        code, out, err = submit(capsys, "--wait")
+        assert code == api.EXIT_NOT_SUBMITTED, out + err
+        assert f"a job named {name} is already there ({name}; https://ml.azure.com/runs/{name}" in err
+        assert f"it carries {said}, not {digest}; nothing submitted" in err
+    assert azure.job_puts == 1

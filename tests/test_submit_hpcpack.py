@@ -146,10 +146,12 @@ class Handler(BaseHTTPRequestHandler):
         if root.get("Name") is None or root.find(f"{SCHED}Tasks") is None:
             return self.reply(400, fault("The job XML is not valid."))
         tasks = [{"name": t.get("Name"), "out": t.get("StdOutFilePath")} for t in root.iter(f"{SCHED}Task")]
+        custom = [(t.findtext(f"{SCHED}Name"), t.findtext(f"{SCHED}Value"))
+                  for t in root.findall(f"{SCHED}CustomProperties/{SCHED}Term")]
         id = head.next_id
         head.next_id += 1
         head.jobs[id] = {"name": root.get("Name"), "states": ["Configuring"], "at": 0, "tasks": tasks,
-                         "error": "", "xml": body}
+                         "error": "", "xml": body, "custom": custom}
         return self.reply(200, f'<int xmlns="http://schemas.microsoft.com/2003/10/Serialization/">{id}</int>'.encode())
 
     def job_call(self, method, id, job, rest, query, body):
@@ -171,6 +173,8 @@ class Handler(BaseHTTPRequestHandler):
             if "State" in wanted:
                 head.advance(id, job)
             return self.reply(200, reply)
+        if method == "GET" and rest == ["CustomProperties"]:  # Get Job Custom Properties: every one
+            return self.reply(200, properties(job.get("custom", [])))
         if method == "GET" and rest == ["Tasks"]:
             state = head.state(job)
             rows = []
@@ -435,3 +439,29 @@ def test_the_address_is_the_head_nodes_https_root():
     assert base("https://me:pw@head") == "https://head"  # never sent nor printed
     with pytest.raises(SubmitError, match="must be https://"):
         base("http://head")
+
+
+def test_a_job_of_the_same_name_is_followed_only_with_this_jobs_digest(head, tmp_path):
+    """The job carries its full digest as its custom property trainspec_digest (set in job.xml);
+    a job of its name without it, created by any user of the cluster, is an error: stage.sh does
+    not run, nothing is created."""
+    from conftest import job_of
+
+    spec = write_spec(tmp_path)
+    name, digest = job_of(spec, "hpcpack")
+    head.jobs[head.next_id] = {"name": name, "states": ["Queued"], "at": 0, "tasks": [], "error": "", "xml": b"",
+                               "custom": []}
+    head.next_id += 1
+    env = environment(head, tmp_path)
+    proc = trainspec(tmp_path, env, "submit", spec.name, "-t", "hpcpack", "--wait", "--max-wait", "60s")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert f"a job named {name} is already there (100; job view 100 /scheduler:127.0.0.1) but it is not this " \
+           f"job: it carries no trainspec_digest, not {digest}; nothing submitted" in proc.stderr
+    assert ("POST", "Jobs/JobFile") not in head.calls and not (tmp_path / "shared" / "ddp-fake").exists()
+    del head.jobs[100]  # that job removed: this one is submitted with its digest, and found by it
+    done = trainspec(tmp_path, env, "submit", spec.name, "-t", "hpcpack")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [(key, value)] = head.jobs[101]["custom"]
+    assert (key, value) == ("trainspec_digest", digest)
+    again = trainspec(tmp_path, env, "submit", spec.name, "-t", "hpcpack")
+    assert again.returncode == 0 and "already submitted (101)" in again.stdout, again.stdout + again.stderr

@@ -284,3 +284,25 @@ def test_missing_client_names_the_extra(monkeypatch):
     with pytest.raises(MissingClient) as raised:
         submit.Kubernetes(Context(env={})).find("x")
     assert "pip install 'trainspec[kubernetes]'" in str(raised.value)
+
+
+def test_a_job_of_the_same_name_is_followed_only_with_this_jobs_digest(tmp_path, cluster):
+    """The TrainJob carries its full digest in the annotation trainspec_digest; one of its name
+    without it (created by anyone who may create TrainJobs in the namespace) is an error."""
+    from conftest import job_of
+
+    fake = cluster()
+    folder = workspace(tmp_path)
+    name, digest = job_of(folder / "tiny.yaml", "kubernetes")
+    first = trainspec(folder, fake, "submit", "tiny.yaml", "-t", "kubernetes")
+    assert first.returncode == 0, first.stdout + first.stderr
+    notes = fake.objects[("trainjobs", "ml", name)]["metadata"]["annotations"]
+    assert notes == {"trainspec_digest": digest}
+    del notes["trainspec_digest"]
+    again = trainspec(folder, fake, "submit", "tiny.yaml", "-t", "kubernetes", "--wait")
+    assert again.returncode == 3, again.stdout + again.stderr
+    assert errors(again) == [f"trainspec: error: {name} on kubernetes: a job named {name} is already there "
+                             f"(ml/{name}; kubectl -n ml get trainjob {name}) but it is not this job: it carries no "
+                             f"trainspec_digest, not {digest}; nothing submitted (hint: trainspec did not submit it "
+                             "from this spec: ask who made it; to submit this job anyway, give the spec another name)"]
+    assert [p for p, _, _ in fake.applied if p.startswith("trainjobs/")] == [f"trainjobs/ml/{name}"]

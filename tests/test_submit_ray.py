@@ -163,6 +163,27 @@ def test_submit_follow_prints_rank_0_and_a_second_submit_finds_the_job(head, tmp
     assert by_spec.returncode == 0 and f"completed (SUCCEEDED) ({name})" in by_spec.stdout
 
 
+def test_a_job_of_the_same_name_is_followed_only_with_this_jobs_digest(head, tmp_path):
+    """submit records the full digest in the job's metadata (trainspec_digest: the second submit of
+    the first test finds its job by it); a job of the name without it, submitted to the job server
+    by anyone who can reach the dashboard, is an error."""
+    from conftest import job_of
+
+    spec_file = spec(tmp_path, "planted")
+    name, digest = job_of(tmp_path / spec_file, "ray")
+    post = ("import json, sys, urllib.request\n"
+            "body = json.dumps({'entrypoint': 'true', 'submission_id': sys.argv[2]}).encode()\n"
+            "request = urllib.request.Request(sys.argv[1], data=body, headers={'Content-Type': 'application/json'})\n"
+            "print(urllib.request.urlopen(request, timeout=30).status)\n")
+    made = head.ns.run([BIN / "python", "-c", post, DASHBOARD + "/api/jobs/", name], capture_output=True, text=True,
+                       timeout=60)
+    assert made.stdout.strip() == "200", made.stdout + made.stderr
+    done = submit(head, tmp_path, spec_file, "--wait")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert f"a job named {name} is already there ({name}; {DASHBOARD}/#/jobs/{name})" in done.stderr, done.stderr
+    assert f"it carries no trainspec_digest, not {digest}; nothing submitted" in done.stderr
+
+
 def test_a_failing_rank_is_exit_4_with_the_drivers_words(head, tmp_path):
     done = submit(head, tmp_path, spec(tmp_path, "failing", mode="fail"), "--wait")
     assert done.returncode == 4, done.stdout + done.stderr

@@ -261,3 +261,26 @@ def test_status_of_a_spec_never_submitted_exits_3_and_says_how(cluster, tmp_path
     unknown = trainspec(cluster, tmp_path, "status", "-t", "slurm", "--id", "999999")
     assert unknown.returncode == 3, unknown.stdout + unknown.stderr
     assert "job 999999: slurmctld does not know it" in unknown.stderr, unknown.stderr
+
+
+def test_a_job_of_the_same_name_is_followed_only_with_this_jobs_digest(cluster, tmp_path):
+    """submit records the full digest as the job's comment (--comment=trainspec_digest=<hex>, what
+    scontrol shows as Comment=: the second submit of the first test finds its job by it); a job
+    of the name without it, made with sbatch by hand (held: it never runs), is an error."""
+    from conftest import job_of
+
+    path = spec(tmp_path, "planted")
+    name, digest = job_of(path, "slurm")
+    (tmp_path / "other.sbatch").write_text("#!/bin/bash\ntrue\n")
+    held = cluster.run(["sbatch", "--parsable", "--hold", f"--job-name={name}", str(tmp_path / "other.sbatch")],
+                       cwd=tmp_path)
+    assert held.returncode == 0, held.stderr
+    job_id = held.stdout.strip().split(";")[0]
+    try:
+        done = trainspec(cluster, tmp_path, "submit", str(path), "-t", "slurm", "--wait", "--max-wait", "1m")
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert f"a job named {name} is already there ({job_id}; squeue -j {job_id}" in done.stderr, done.stderr
+        assert f"it carries no trainspec_digest, not {digest}; nothing submitted" in done.stderr
+        assert job_ids(cluster, "planted-") == [job_id]
+    finally:
+        cluster.run(["scancel", job_id])

@@ -21,7 +21,7 @@ def command(args: argparse.Namespace) -> int:
     from trainspec.build import SearchError, build, claim_names, search
     from trainspec.compile.write import links_in, out_problem
     from trainspec.review.cache import Cache, Extends, options_of
-    from trainspec.review.check import KINDS, check_outputs
+    from trainspec.review.check import KINDS, check_outputs, staging_problems
 
     out_path = Path(args.out)
     cache = Cache(out_path, options_of(args.targets, args.sets, args.variables))
@@ -67,6 +67,7 @@ def command(args: argparse.Namespace) -> int:
         _err(_summary(len(files), errors, warnings) + "; fix the specs first")
         return 1
     findings = check_outputs(outcomes, out_path, _fix_command(args), args.targets, verified, compared, links)
+    findings += staging_problems()  # a committed .trainspec/ (what submit compiles into) is no output of a spec
     for finding in findings:
         print(finding.render())
     count = sum(len(o.artifacts) for o in outcomes) + len(verified)

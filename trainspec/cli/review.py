@@ -25,4 +25,15 @@ def command(args: argparse.Namespace) -> int:
         return 1
     as_plan, as_diff = (argparse.Namespace(**{**vars(args), "command": name}) for name in ("plan", "diff"))
     print(review_text(change, args.format, _rerun(as_plan, "--format", "text"), _rerun(as_diff, "--format", "text")))
-    return 0
+    return _staging_said()
+
+
+def _staging_said() -> int:
+    """A committed .trainspec/ (submit's own folder) changes no job the review shows, yet it is
+    where submit compiles: named on stderr, exit 1, so the check that runs review fails."""
+    from trainspec.review.check import staging_problems
+
+    problems = staging_problems()
+    for problem in problems:
+        _err(f"trainspec review: error: {problem.render()}")
+    return 1 if problems else 0

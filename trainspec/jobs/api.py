@@ -6,9 +6,12 @@ way on every target: the job's name, finding it before submitting, waiting, foll
 the exit code.
 
     ===============================  ================================================================
-    ``find(name)``                   the job trainspec submitted under ``name``, running or finished,
-                                     or None: what makes a second submit start nothing new
-    ``submit(job_dir, name)``        submit the compiled files in ``job_dir`` under ``name``
+    ``find(name)``                   the job of that name, running or finished, with the digest it
+                                     carries (``Job.digest``), or None: what makes a second submit
+                                     start nothing new
+    ``submit(job_dir, name, digest)`` submit the compiled files in ``job_dir`` under ``name``, the
+                                     full ``digest`` recorded with the job (a tag, an annotation,
+                                     its comment, a custom property, its metadata: DIGEST_KEY)
     ``status(job)``                  its ``State`` now, with the platform's own word for it
     ``logs(job, cursor, all_ranks)`` the lines written since ``cursor`` (None: from the start), and
                                      the cursor to pass next time: rank 0's, or every node's
@@ -85,6 +88,9 @@ class Job:
     id: str  # the platform's id: the Slurm job id, the Azure ML job name, namespace/name, the submission id
     where: str  # where to watch it: the Studio URL, `kubectl -n ml get trainjob x`, `squeue -j 12`, a URL
     extra: Mapping[str, str] = field(default_factory=dict)  # what the scheduler needs again (a cluster address)
+    # the full digest of what was compiled, as the platform keeps it with the job (DIGEST_KEY); ""
+    # when the job carries none: not submitted by trainspec, or by one from before it recorded it
+    digest: str = ""
 
 
 @dataclass(frozen=True)
@@ -145,7 +151,7 @@ class Scheduler:
     def find(self, name: str) -> Optional[Job]:
         raise NotImplementedError
 
-    def submit(self, job_dir: Path, name: str) -> Job:
+    def submit(self, job_dir: Path, name: str, digest: str) -> Job:
         raise NotImplementedError
 
     def status(self, job: Job) -> Status:
@@ -170,6 +176,9 @@ class Scheduler:
 
 # --- the job's name --------------------------------------------------------------------------
 
+# the key under which a platform keeps a job's full digest: an Azure ML tag, a Kubernetes
+# annotation, an HPC Pack custom property, Ray job metadata (Slurm: the job's comment, DIGEST_KEY=<hex>)
+DIGEST_KEY = "trainspec_digest"
 DIGEST_CHARS = 10  # 40 bits: two different compiled jobs of one spec never share a name in practice
 NAME_LIMIT = 63  # the shortest limit of the five: a Kubernetes object's name (DNS-1035 label)
 

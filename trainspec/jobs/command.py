@@ -1,13 +1,19 @@
 """`trainspec submit`, `status`, `logs` and `cancel`: the same steps on every target, each
 platform reached through its ``Scheduler`` (jobs/api.py, ``targets/<name>/submit.py``).
 
-    spec --build--> Artifact --name--> <spec name>-<digest> --find--> the job already there, followed
-                                                               \\-> submit the compiled files
+    spec --build--> Artifact --name--> <spec name>-<digest> --find--> the job already there (carrying
+                                                                 the full digest), followed
+                                                               \\-> compiled now into .trainspec/jobs/,
+                                                                   submitted with its digest
          --wait--> poll status (and, --follow, the logs) until a final state or --max-wait
 
 A job's name on its platform is the spec's name and the digest of what was compiled for that
 target (jobs/api.py job_name), so the same compiled job is never submitted twice: submit finds it
-first. Every wait has a limit; Ctrl-C stops the waiting, never the job.
+first. A job of that name that does not carry the full digest is not this job (made by hand, or
+by anyone who can create jobs there and read the spec): an error, never followed. What is
+submitted is what the spec compiles to now: the staging folder is written at every submit, and
+one that git tracks or that is a link is refused (docs/security.md). Every wait has a limit;
+Ctrl-C stops the waiting, never the job.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class Tracked:
     spec: str  # the spec as given on the command line (or the --id)
     target: str
     name: str  # the platform job name
+    digest: str = ""  # the full digest of what was compiled (none with --id)
     job_dir: Optional[Path] = None
     limit: Optional[int] = None  # the spec's timeout, seconds
     job: Optional[Job] = None
@@ -156,20 +163,44 @@ def _code_files(valid) -> List[Tuple[str, bytes]]:
 
 def platform_name(outcome: Outcome, artifact: Artifact) -> str:
     """The name ``submit`` gives this compiled job on its platform (and ``plan`` shows)."""
+    return platform_job(outcome, artifact)[0]
+
+
+def platform_job(outcome: Outcome, artifact: Artifact) -> Tuple[str, str]:
+    """This compiled job's name on its platform, and the full digest submit records with it."""
+    digest = digest_of(outcome, artifact)
     limit = target_of(artifact.target).job_name_limit(outcome.valid)
-    return api.job_name(outcome.valid.name, digest_of(outcome, artifact), limit)
+    return api.job_name(outcome.valid.name, digest, limit), digest
+
+
+def this_job(job: Job, digest: str, target: str, outcome: str = "nothing submitted") -> Job:
+    """``job`` when it carries ``digest``: the job trainspec submitted from this compiled job.
+    Else a SubmitError: a job of the same name without it (or with another) was made by hand, by a
+    trainspec from before the digest was recorded, or by anyone who can create jobs on the
+    platform and read the spec (the name is the one `plan` prints); it is never followed, read or
+    canceled as this one."""
+    if job.digest == digest:
+        return job
+    carries = f"the digest {job.digest}" if job.digest else f"no {api.DIGEST_KEY}"
+    raise SubmitError(f"{target}: a job named {job.name} is already there ({job.id}; {job.where}) but it is not this "
+                      f"job: it carries {carries}, not {digest}; {outcome}",
+                      "trainspec did not submit it from this spec: ask who made it; to submit this job anyway, "
+                      "give the spec another name")
 
 
 def what_submit_does(outcome: Outcome, artifact: Artifact, options: Options) -> str:
     """`plan --submitted`: ask the platform whether this compiled job is there (new, or already
     submitted and in which state), as submit would."""
-    name = platform_name(outcome, artifact)
+    name, digest = platform_job(outcome, artifact)
     scheduler = None
     try:
         scheduler = scheduler_for(artifact.target, context_for(outcome, artifact.target, options))
         job = scheduler.find(name)
         if job is None:
             return "new: submit creates it"
+        if job.digest != digest:
+            return (f"refused: a job of this name is there ({job.id}) without this job's digest: submit says so "
+                    "and starts nothing")
         state = scheduler.status(job)
         return f"already submitted ({job.id}), {_state_text(state)}: submit follows it and starts nothing"
     except SubmitError as exc:
@@ -202,6 +233,15 @@ def prepare(files: Sequence[str], options: Options, printer: Printer,
         printer.error(f"{errors} error(s) in {len(bad)} spec(s); " + ("nothing submitted" if listed is not None
                                                                       or options.submitting else "nothing asked"))
         return [], api.EXIT_INVALID
+    if options.submitting and not options.out:
+        from trainspec.review.check import staging_problems
+
+        problems = staging_problems()
+        if problems:
+            for problem in problems:
+                printer.error(problem.render())
+            printer.error(f"submit compiles every job into {STAGE}/ and will not use this one; nothing submitted")
+            return [], api.EXIT_INVALID
     if options.out:
         from trainspec.review.check import check_outputs
 
@@ -222,16 +262,22 @@ def prepare(files: Sequence[str], options: Options, printer: Printer,
 
 
 def job_folder(outcome: Outcome, artifact: Artifact, options: Options, name: str) -> Path:
-    """The compiled job's folder: the committed one (--out), or one written for this job name under
-    .trainspec/jobs/ (kept: a Slurm or HPC Pack job reads its files while it runs)."""
+    """The compiled job's folder: the committed one (--out, compared byte for byte by prepare), or
+    .trainspec/jobs/<job name>/<target>/ written now with what the spec compiles to. Whatever was
+    there (a folder of that name a pull request brought, a hand edit) is replaced; a folder that
+    holds exactly these files already is kept as it is (a Slurm or HPC Pack job of this name
+    reads its files while it runs, and they are the same)."""
     from trainspec.compile.write import target_dir, write_all
 
     if options.out:
         return target_dir(Path(options.out), artifact)
     staged = records.replace(artifact, name=name)
-    folder = target_dir(STAGE, staged)
-    if not folder.is_dir():  # the name is the content's digest: a folder there holds this job already
-        write_all(STAGE, [staged])
+    try:
+        [(folder, _)] = write_all(STAGE, [staged])
+    except OSError as exc:
+        where = exc.filename or target_dir(STAGE, staged)
+        raise SubmitError(f"cannot write the job into {where}: {exc.strerror or exc}",
+                          f"{STAGE}/ is trainspec's own: remove it (rm -r {STAGE.parent}) and submit again") from None
     return folder
 
 
@@ -249,20 +295,23 @@ def submit(files: Sequence[str], options: Options, listed: Optional[Dict[str, Li
     tracked: List[Tracked] = []
     try:
         for outcome, artifact in prepared:
-            item = Tracked(outcome.file, artifact.target, platform_name(outcome, artifact),
-                           limit=outcome.valid.spec.timeout)
+            name, digest = platform_job(outcome, artifact)
+            item = Tracked(outcome.file, artifact.target, name, digest, limit=outcome.valid.spec.timeout)
             tracked.append(item)
             try:
                 item.scheduler = scheduler_for(artifact.target, context_for(outcome, artifact.target, options,
                                                                             submitting=True))
-                item.job = item.scheduler.find(item.name)
-                if item.job is not None:
+                found = item.scheduler.find(item.name)
+                if found is not None:
+                    item.job = this_job(found, item.digest, item.target)
                     item.how = "found"
                     printer.say(f"{item.label()}: already submitted ({item.job.id}), not submitted again; "
                                 f"watch: {item.job.where}")
                 else:
                     item.job_dir = job_folder(outcome, artifact, options, item.name)
-                    item.job = item.scheduler.submit(item.job_dir, item.name)
+                    # the job submit made, or one of this name another submit made meanwhile: this job only
+                    item.job = this_job(item.scheduler.submit(item.job_dir, item.name, item.digest), item.digest,
+                                        item.target)
                     item.how = "submitted"
                     printer.say(f"{item.label()}: submitted ({item.job.id}); watch: {item.job.where}")
             except SubmitError as exc:
@@ -492,12 +541,15 @@ def existing(files: Sequence[str], options: Options, printer: Printer) -> Tuple[
         return [], code
     found: List[Tracked] = []
     for outcome, artifact in prepared:
-        item = Tracked(outcome.file, artifact.target, platform_name(outcome, artifact),
-                       limit=outcome.valid.spec.timeout)
+        name, digest = platform_job(outcome, artifact)
+        item = Tracked(outcome.file, artifact.target, name, digest, limit=outcome.valid.spec.timeout)
         found.append(item)
         try:
             item.scheduler = scheduler_for(artifact.target, context_for(outcome, artifact.target, options))
-            item.job = item.scheduler.find(item.name)
+            job = item.scheduler.find(item.name)
+            if job is not None:
+                job = this_job(job, item.digest, item.target, "not read, nor canceled")
+            item.job = job
             if item.job is None:
                 item.error = SubmitError("not submitted (no job of this name on the platform)",
                                          f"submit it: trainspec submit {outcome.file} -t {artifact.target}")

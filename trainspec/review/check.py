@@ -32,7 +32,8 @@ from trainspec.review.outputs import Header, folder_header, repo_root, unified
 
 # --- check ------------------------------------------------------------------------------------
 
-KINDS = ("stale", "hand-edited", "missing", "orphaned", "foreign", "link")
+KINDS = ("stale", "hand-edited", "missing", "orphaned", "foreign", "link", "committed")
+STAGING = ".trainspec"  # submit's own folder: it compiles each job into .trainspec/jobs/<job name>/<target>/
 
 
 class Finding(Record):
@@ -138,6 +139,57 @@ def _link(path: Path, target: str) -> Finding:
     return Finding("link", path, f"is a symbolic link (to {printable(target)}) inside the output directory: "
                    "trainspec never reads or writes through it; delete the link, then compile",
                    f"rm -- {_shell_word(str(path))}")
+
+
+def staging_problems() -> List[Finding]:
+    """What is wrong with submit's staging folder (STAGING) here and at the top of the repository:
+    a symbolic link (submit would write its jobs, and a later submit read them, where the link
+    says), or a folder git tracks (a pull request that commits .trainspec/jobs/<the name plan
+    prints>/ brings its own job files where submit compiles: submit compiles them again and
+    refuses the folder, check and review name it). git is asked only when there is a STAGING to
+    ask about, and never follows a link; without git, or outside a repository, a folder is not
+    said to be tracked."""
+    from trainspec.spec.loader import repository_root
+
+    here = Path(".")
+    root = repository_root(Path.cwd())
+    places = [here / STAGING]
+    if root is not None and Path(os.path.relpath(root)) != here:
+        places.append(Path(os.path.relpath(root)) / STAGING)
+    found: List[Finding] = []
+    for place in places:
+        if not os.path.lexists(place):
+            continue
+        link = next((p for p in (place, place / "jobs") if os.path.islink(p)), None)
+        if link is not None:
+            found.append(Finding("link", link, f"is a symbolic link (to {printable(files.link_target(link))}): "
+                                 f"submit compiles its jobs into {STAGING}/jobs/ and never writes or reads through "
+                                 "a link there", f"rm -- {_shell_word(str(link))}"))
+        tracked = _tracked(place) if root is not None else []
+        if tracked:
+            word = _shell_word(str(place))
+            found.append(Finding(
+                "committed", place, f"is committed ({len(tracked)} file(s) git tracks, e.g. {printable(tracked[0])}): "
+                "it is trainspec's own folder, where submit compiles each job at the time it submits; submit "
+                "refuses it while git tracks it (what a commit puts there is never what runs)",
+                f"git rm -r --cached -- {word} && echo {_shell_word('/' + STAGING)} >> "
+                f"{_shell_word(str(place.parent / '.gitignore'))}"))
+    return found
+
+
+def _tracked(place: Path) -> List[str]:
+    """The files under ``place`` that git tracks (paths as git prints them), or none when git
+    cannot say (not installed, not a repository)."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(["git", "--literal-pathspecs", "ls-files", "-z", "--", str(place)],
+                                capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if listed.returncode != 0:
+        return []
+    return sorted(os.fsdecode(name) for name in listed.stdout.split(b"\0") if name)
 
 
 def _compare(folder: Path, outcome: Outcome, artifact: base.Artifact, fix: str) -> List[Finding]:

@@ -1,9 +1,10 @@
 """`trainspec submit -t azureml`: the compiled job.yml through azure-ai-ml's ``MLClient`` (the
 ``trainspec[azureml]`` extra), as ``az ml job create --file job.yml --name <name>`` would.
 
-    find     jobs.get(name); None when Azure ML has no job of that name
-    submit   load_job(job.yml), name = the job's name, jobs.create_or_update (code, environment and
-             input files are uploaded by azure-ai-ml itself, as the CLI does)
+    find     jobs.get(name); None when Azure ML has no job of that name; the job's digest is its
+             tag trainspec_digest (api.DIGEST_KEY)
+    submit   load_job(job.yml), name = the job's name, the digest tag set, jobs.create_or_update
+             (code, environment and input files are uploaded by azure-ai-ml itself, as the CLI does)
     status   jobs.get(name).status; the run history's error for a job that did not complete
     logs     the run history's log files (name -> SAS URL), what jobs.stream reads; each file is
              downloaded once per call and only its lines beyond the cursor are returned
@@ -141,13 +142,14 @@ class AzureMLScheduler(api.Scheduler):
                               "check the name (the Studio URL ends with it) and --workspace")
         return self._job(remote)
 
-    def submit(self, job_dir: Path, name: str) -> Job:
+    def submit(self, job_dir: Path, name: str, digest: str) -> Job:
         ml = self.client()
         try:
             from azure.ai.ml import load_job
 
             job = load_job(source=Path(job_dir) / JOB_FILE)
             job.name = name
+            job.tags = {**(job.tags or {}), api.DIGEST_KEY: digest}
             created = ml.jobs.create_or_update(job)
         except Exception as exc:
             error = said(exc, "submit")
@@ -244,7 +246,9 @@ class AzureMLScheduler(api.Scheduler):
     def _job(self, remote) -> Job:
         services = getattr(remote, "services", None) or {}
         studio = getattr(services.get("Studio"), "endpoint", None) or getattr(remote, "studio_url", None) or ""
-        return Job(NAME, remote.name, remote.name, studio or f"az ml job show --name {remote.name}")
+        digest = (getattr(remote, "tags", None) or {}).get(api.DIGEST_KEY) or ""
+        return Job(NAME, remote.name, remote.name, studio or f"az ml job show --name {remote.name}",
+                   digest=str(digest))
 
 
 WORKSPACE_VARIABLES = {"subscription_id": "AZUREML_SUBSCRIPTION_ID", "resource_group": "AZUREML_RESOURCE_GROUP",

@@ -1,9 +1,11 @@
 """`trainspec submit -t hpcpack`: the head node's REST web service (HPC Pack 2016 and later paths,
 api-version 2012-11-01.4.0), over HTTPS with Basic authentication, from the standard library.
 
-    find(name)     GET  /WindowsHPC/Jobs?Properties=Id,Name,State     (Get Job List; continuation by QueryId)
+    find(name)     GET  /WindowsHPC/Jobs?Properties=Id,Name,State     (Get Job List; continuation by QueryId),
+                   then GET /WindowsHPC/Job/<id>/CustomProperties: its trainspec_digest (Get Job Custom Properties)
     submit         bash stage.sh (the code onto the shared folder), then
-                   POST /WindowsHPC/Jobs/JobFile  job.xml, its Name set  -> <int>id</int>  (Create Job From XML)
+                   POST /WindowsHPC/Jobs/JobFile  job.xml, its Name and its custom property
+                                                  trainspec_digest set  -> <int>id</int>  (Create Job From XML)
                    POST /WindowsHPC/Job/<id>/Submit  <ArrayOfProperty/>                      (Submit Job)
     status         GET  /WindowsHPC/Job/<id>?Properties=Id,Name,State,ErrorMessage&Render=RestPropRender
     logs           GET  /WindowsHPC/Job/<id>/Tasks?Properties=...StdOutFilePath,Output    (Get Task List),
@@ -30,7 +32,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from trainspec.jobs.api import Context, Job, LogLine, Scheduler, State, Status, SubmitError
+from trainspec.jobs.api import DIGEST_KEY, Context, Job, LogLine, Scheduler, State, Status, SubmitError
 from trainspec.targets.hpcpack.lower import JOB_FILE, NAMESPACE, STAGE_FILE, _keep_carriage_returns
 from trainspec.targets.hpcpack.settings import NAME
 
@@ -118,11 +120,24 @@ def _fault(body: bytes) -> str:
     return ""
 
 
-def named_job_xml(data: bytes, name: str) -> bytes:
-    """job.xml with the job's Name set to ``name`` (through the XML, never a string edit)."""
+def named_job_xml(data: bytes, name: str, digest: str = "") -> bytes:
+    """job.xml with the job's Name set to ``name`` and, given a ``digest``, the job's custom
+    property trainspec_digest (``<CustomProperties><Term>``, the Job's first child in the XSD's
+    order), through the XML, never a string edit."""
     ET.register_namespace("", NAMESPACE)
     root = ET.fromstring(data)
     root.set("Name", name)
+    if digest:
+        tag = f"{{{NAMESPACE}}}"
+        custom = root.find(tag + "CustomProperties")
+        if custom is None:
+            custom = ET.Element(tag + "CustomProperties")
+            root.insert(0, custom)
+        for term in [t for t in custom if t.findtext(tag + "Name") == DIGEST_KEY]:
+            custom.remove(term)
+        term = ET.SubElement(custom, tag + "Term")
+        ET.SubElement(term, tag + "Name").text = DIGEST_KEY
+        ET.SubElement(term, tag + "Value").text = digest
     text = _keep_carriage_returns(ET.tostring(root, encoding="unicode"))
     return ('<?xml version="1.0" encoding="utf-8"?>\n' + text + "\n").encode("utf-8")
 
@@ -239,10 +254,15 @@ class HPCPackScheduler(Scheduler):
 
     # --- the interface -------------------------------------------------------------------------
 
-    def _job(self, id: str, name: str) -> Job:
+    def _job(self, id: str, name: str, digest: str = "") -> Job:
         base = self._base()
         return Job(target=NAME, name=name, id=id, where=f"job view {id} /scheduler:{self._head()}",
-                   extra={"address": base, "url": f"{base}/WindowsHPC/Job/{id}"})
+                   extra={"address": base, "url": f"{base}/WindowsHPC/Job/{id}"}, digest=digest)
+
+    def _digest(self, id: str) -> str:
+        """The job's custom property trainspec_digest, "" when it has none."""
+        body, _ = self._request("GET", f"Job/{id}/CustomProperties", missing=f"no job {id} on the head node")
+        return _properties(_parse(body)).get(DIGEST_KEY, "")
 
     def find(self, name: str) -> Optional[Job]:
         """The newest job called ``name`` that was submitted (a job only created, still
@@ -261,13 +281,13 @@ class HPCPackScheduler(Scheduler):
         else:
             raise SubmitError(f"more than {MOST_PAGES * ROWS_PER_READ} jobs on the head node to look through",
                               "remove old jobs, or follow the job by its id: trainspec status -t hpcpack --id ID")
-        return self._job(str(best), name) if best is not None else None
+        return self._job(str(best), name, self._digest(str(best))) if best is not None else None
 
-    def submit(self, job_dir: Path, name: str) -> Job:
+    def submit(self, job_dir: Path, name: str, digest: str) -> Job:
         self._base()  # refuse before staging anything
         self._authorization()
         self._stage(job_dir)
-        xml = named_job_xml((job_dir / JOB_FILE).read_bytes(), name)
+        xml = named_job_xml((job_dir / JOB_FILE).read_bytes(), name, digest)
         body, _ = self._request("POST", "Jobs/JobFile", body=xml)
         root = _parse(body)
         id = (root.text or "").strip()
@@ -280,7 +300,7 @@ class HPCPackScheduler(Scheduler):
         except SubmitError as exc:
             raise SubmitError(f"job {id} was created but not submitted: {exc.message}",
                               exc.hint + f"; it stays Configuring: remove it with `job cancel {id}`") from None
-        return self._job(id, name)
+        return self._job(id, name, digest)
 
     def _stage(self, job_dir: Path) -> None:
         """Run the compiled stage.sh: it copies the code, the shim and its election file to the

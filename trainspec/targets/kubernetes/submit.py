@@ -6,7 +6,8 @@
 submit      job.yaml's documents renamed to the job's name (``rename``), then each one
             server-side applied in order (PATCH ``application/apply-patch+yaml``, field manager
             ``trainspec``, force=false): the ConfigMaps first, the TrainJob or PyTorchJob last;
-            with a Kueue queue, its LocalQueue must exist first
+            with a Kueue queue, its LocalQueue must exist first; the job carries the full digest
+            in its annotation ``trainspec_digest`` (api.DIGEST_KEY: a label value holds 63 characters)
 find        GET the TrainJob (or PyTorchJob, ``targets.kubernetes.api``) of that name: 404 is None
 status      the job's conditions (``trainjob_state``, ``pytorchjob_state``), and while it is not
             final its pods: an image that cannot be pulled is said in the detail
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from trainspec.jobs.api import Job, LogLine, MissingClient, Scheduler, State, Status, SubmitError
+from trainspec.jobs.api import DIGEST_KEY, Job, LogLine, MissingClient, Scheduler, State, Status, SubmitError
 from trainspec.targets.kubernetes.lower import JOB_FILE
 from trainspec.targets.kubernetes.settings import NAME
 
@@ -317,14 +318,16 @@ class Kubernetes(Scheduler):
                           namespace, kind.plural, name, namespace=namespace, kind=kind, missing_ok=True)
         return None if data is None else json.loads(data)
 
-    def _job(self, kind: Kind, namespace: str, name: str) -> Job:
+    def _job(self, kind: Kind, namespace: str, name: str, found: Optional[Dict[str, Any]] = None) -> Job:
+        notes = ((found or {}).get("metadata") or {}).get("annotations") or {}
         return Job(NAME, name, f"{namespace}/{name}",
                    shlex.join(["kubectl", "-n", namespace, "get", kind.kind.lower(), name]),
-                   {"kind": kind.kind, "namespace": namespace})
+                   {"kind": kind.kind, "namespace": namespace}, str(notes.get(DIGEST_KEY) or ""))
 
     def find(self, name: str) -> Optional[Job]:
         kind, namespace = self._kind(), self.namespace()
-        return self._job(kind, namespace, name) if self._get_job(kind, namespace, name) is not None else None
+        found = self._get_job(kind, namespace, name)
+        return self._job(kind, namespace, name, found) if found is not None else None
 
     def by_id(self, id: str) -> Job:
         namespace, _, name = id.rpartition("/")
@@ -332,8 +335,9 @@ class Kubernetes(Scheduler):
         missing = []
         for kind in KINDS.values():
             try:
-                if self._get_job(kind, namespace, name) is not None:
-                    return self._job(kind, namespace, name)
+                found = self._get_job(kind, namespace, name)
+                if found is not None:
+                    return self._job(kind, namespace, name, found)
             except SubmitError as exc:
                 if getattr(exc, "status", None) != 404:  # that API is not installed: the other may be
                     raise
@@ -341,11 +345,12 @@ class Kubernetes(Scheduler):
         raise SubmitError(f"no {' or '.join(missing)} {name!r} in namespace {namespace!r} (deleted, or never "
                           "submitted)", f"kubectl -n {namespace} get trainjobs,pytorchjobs lists the jobs there")
 
-    def submit(self, job_dir: Path, name: str) -> Job:
+    def submit(self, job_dir: Path, name: str, digest: str) -> Job:
         _, core, custom = self._api()
         namespace = self.namespace()
         documents = rename(load_job(job_dir), name)
         job = next(doc for doc in documents if doc["kind"] in BY_KIND)
+        job["metadata"]["annotations"] = {**(job["metadata"].get("annotations") or {}), DIGEST_KEY: digest}
         kind = KINDS[BY_KIND[job["kind"]]]
         queue = (job["metadata"].get("labels") or {}).get(QUEUE_LABEL)
         if queue:
@@ -363,7 +368,7 @@ class Kubernetes(Scheduler):
             else:
                 raise SubmitError(f"{JOB_FILE}: a {doc['kind']} is not what trainspec compiles",
                                   "compile the spec again: trainspec compile SPEC -t kubernetes")
-        return self._job(kind, namespace, name)
+        return self._job(kind, namespace, name, job)
 
     def _check_queue(self, queue: str, namespace: str) -> None:
         """A Kueue LocalQueue that does not exist leaves the job suspended for ever: refuse first.

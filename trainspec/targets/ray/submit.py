@@ -15,7 +15,8 @@ submit      the job folder's files as the cluster.yaml's file_mounts lay them ou
             ``python trainspec/trainspec_ray_driver.py --home "$PWD" trainspec/trainspec_ray_job.json``:
             launch.sh's ``ray exec`` line, with HOME of every process the working_dir (the command
             finds the shim at $HOME/trainspec as under ``ray up``)
-find        ``GET /api/jobs/<name>``: 404 is "not submitted"
+find        ``GET /api/jobs/<name>``: 404 is "not submitted"; the job's digest is its metadata's
+            trainspec_digest (api.DIGEST_KEY), which submit sets
 status      ``GET /api/jobs/<id>``: PENDING, RUNNING, SUCCEEDED, STOPPED, FAILED; FAILED with the
             driver's exit code 124 (``driver_exit_code``, else the message) is the spec's timeout
 logs        ``GET /api/jobs/<id>/logs``: the driver's output, every line ``[rank R] ...`` (or
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from trainspec.core.files import list_folder
-from trainspec.jobs.api import Job, LogLine, MissingClient, Scheduler, State, Status, SubmitError
+from trainspec.jobs.api import DIGEST_KEY, Job, LogLine, MissingClient, Scheduler, State, Status, SubmitError
 from trainspec.targets.ray.lower import CLUSTER_FILE, DRIVER_FILE, REMOTE, REQUEST_FILE
 from trainspec.targets.ray.settings import NAME
 
@@ -119,7 +120,7 @@ class RayJobs(Scheduler):
         metadata = info.get("metadata") or {}
         extra = {"address": address, **{k: str(v) for k, v in metadata.items() if k.startswith("trainspec_")}}
         return Job(NAME, metadata.get("trainspec_name", sid), sid,
-                   f"{address}/#/jobs/{urllib.parse.quote(sid, safe='')}", extra)
+                   f"{address}/#/jobs/{urllib.parse.quote(sid, safe='')}", extra, str(metadata.get(DIGEST_KEY) or ""))
 
     # -- the interface ---------------------------------------------------------------------------
 
@@ -143,7 +144,7 @@ class RayJobs(Scheduler):
                               "`ray job list --address ADDRESS` lists them; a cluster torn down forgets its jobs")
         return self._job(info, address)
 
-    def submit(self, job_dir: Path, name: str) -> Job:
+    def submit(self, job_dir: Path, name: str, digest: str) -> Job:
         request = json.loads((job_dir / REQUEST_FILE).read_text(encoding="utf-8"))
         package = working_dir(job_dir)
         address = self.address(job_dir)
@@ -160,7 +161,7 @@ class RayJobs(Scheduler):
         entrypoint = shlex.join([*python, f"{PACKAGE_FOLDER}/{DRIVER_FILE}", "--home"]) + ' "$PWD" ' + \
             shlex.quote(f"{PACKAGE_FOLDER}/{REQUEST_FILE}")
         body = {"entrypoint": entrypoint, "submission_id": name, "runtime_env": {"working_dir": uri},
-                "metadata": {"trainspec_name": name, "trainspec_spec": self.context.spec_name,
+                "metadata": {"trainspec_name": name, DIGEST_KEY: digest, "trainspec_spec": self.context.spec_name,
                              "trainspec_launcher": str(request.get("launcher", "")),
                              "trainspec_procs_per_node": str(request.get("procs_per_node", 1))}}
         answer = self._call(address, "POST", "/api/jobs/", body=body, what="the job")

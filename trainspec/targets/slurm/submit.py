@@ -3,11 +3,12 @@ user runs them (a login node: sbatch, squeue, scontrol, sacct, scancel on PATH, 
 slurm.conf).
 
 ==========  =====================================================================================
-submit      ``sbatch --parsable --job-name=<name> <job_dir>/job.sbatch`` in the current directory
-            (the script's relative ``--output`` is relative to where sbatch runs)
+submit      ``sbatch --parsable --job-name=<name> --comment=trainspec_digest=<digest>
+            <job_dir>/job.sbatch`` in the current directory (the script's relative ``--output``
+            is relative to where sbatch runs)
 find        ``squeue --me --name=<name> --states=all`` (every job slurmctld still holds: running,
             and finished within MinJobAge), else ``sacct --name`` (the accounting database, when
-            the cluster keeps one): the newest job of that name
+            the cluster keeps one): the newest job of that name, its digest from its Comment
 status      ``scontrol show job -o ID`` (JobState, Reason, ExitCode), else ``sacct -j ID``
 logs        the job's output and error files (StdOut/StdErr), read from a byte offset; srun
             ``--label`` prefixes every task's line with its task id, so rank 0's lines (task 0)
@@ -28,7 +29,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from trainspec.jobs.api import Job, LogLine, Scheduler, State, Status, SubmitError
+from trainspec.jobs.api import DIGEST_KEY, Job, LogLine, Scheduler, State, Status, SubmitError
 from trainspec.targets.slurm.lower import ERROR, JOB_FILE, OUTPUT
 from trainspec.targets.slurm.settings import NAME
 
@@ -116,6 +117,13 @@ def script_option(script: str, option: str) -> Optional[str]:
     return found[-1] if found else None
 
 
+def digest_in(comment: str) -> str:
+    """The digest submit wrote in the job's comment (``--comment=trainspec_digest=<hex>``: what
+    scontrol shows as Comment=, sacct as Comment with AccountingStoreFlags=job_comment), or ""."""
+    key, _, value = comment.strip().partition("=")
+    return value if key == DIGEST_KEY else ""
+
+
 def label(line: str) -> Tuple[Optional[int], str]:
     """srun --label's task id and the line after it (`  3: text`), or (None, line): a line the batch
     script itself, or srun, wrote."""
@@ -168,27 +176,28 @@ class SlurmScheduler(Scheduler):
 
     # --- the job -------------------------------------------------------------------------------
 
-    def _job(self, job_id: str, name: str, stdout: str, stderr: str, tasks_per_node: str) -> Job:
+    def _job(self, job_id: str, name: str, stdout: str, stderr: str, tasks_per_node: str, comment: str) -> Job:
         where = f"squeue -j {job_id}" + (f"; output: {stdout}" if stdout else "")
-        return Job(NAME, name, job_id, where, {"stdout": stdout, "stderr": stderr, "tasks_per_node": tasks_per_node})
+        return Job(NAME, name, job_id, where, {"stdout": stdout, "stderr": stderr, "tasks_per_node": tasks_per_node},
+                   digest_in(comment))
 
     def _from_record(self, record: Dict[str, str]) -> Job:
         nodes, tasks = record.get("NumNodes", "1").split("-")[0], record.get("NumTasks", "1")
         per_node = str(int(tasks) // int(nodes)) if tasks.isdigit() and nodes.isdigit() and int(nodes) else "1"
         return self._job(record["JobId"], record.get("JobName", ""), record.get("StdOut", ""),
-                         record.get("StdErr", ""), per_node)
+                         record.get("StdErr", ""), per_node, record.get("Comment", ""))
 
-    def _derived(self, job_id: str, name: str, workdir: str) -> Job:
+    def _derived(self, job_id: str, name: str, workdir: str, comment: str) -> Job:
         """A job slurmctld no longer holds (found in sacct): its files where the spec's
         targets.slurm.logs put them, under the folder it was submitted from."""
         folder = getattr(self.context.settings, "logs", None) or ""
         base = Path(workdir or ".") / folder
         out, err = (str(base / expand(pattern, name, job_id)) for pattern in (OUTPUT, ERROR))
-        return self._job(job_id, name, out, err, "")
+        return self._job(job_id, name, out, err, "", comment)
 
-    def submit(self, job_dir: Path, name: str) -> Job:
+    def submit(self, job_dir: Path, name: str, digest: str) -> Job:
         script = Path(job_dir).resolve() / JOB_FILE
-        done = self._run(["sbatch", "--parsable", f"--job-name={name}", str(script)])
+        done = self._run(["sbatch", "--parsable", f"--job-name={name}", f"--comment={DIGEST_KEY}={digest}", str(script)])
         if done.returncode != 0:
             raise refusal("sbatch", done.stderr)
         last = (done.stdout.strip().splitlines() or [""])[-1]
@@ -199,7 +208,8 @@ class SlurmScheduler(Scheduler):
         here = Path.cwd()  # where sbatch ran: a relative --output is relative to it
         out = expand(script_option(text, "output") or "slurm-%j.out", name, job_id)
         err = expand(script_option(text, "error") or out, name, job_id)
-        return self._job(job_id, name, str(here / out), str(here / err), script_option(text, "ntasks-per-node") or "1")
+        return self._job(job_id, name, str(here / out), str(here / err), script_option(text, "ntasks-per-node") or "1",
+                         f"{DIGEST_KEY}={digest}")
 
     def find(self, name: str) -> Optional[Job]:
         done = self._run(["squeue", "--me", f"--name={name}", "--states=all", "--noheader", "--format=%i"])
@@ -208,12 +218,12 @@ class SlurmScheduler(Scheduler):
         ids = [word for word in done.stdout.split() if word.isdigit()]
         if ids:
             return self.by_id(max(ids, key=int))
-        rows = [row for row in self._accounted([f"--name={name}", "--starttime=2000-01-01", "-o", "JobID,WorkDir"])
-                if row and row[0].isdigit()]
+        rows = [row for row in self._accounted([f"--name={name}", "--starttime=2000-01-01", "-o",
+                                                "JobID,WorkDir,Comment"]) if len(row) >= 3 and row[0].isdigit()]
         if rows:
-            job_id, workdir = max(rows, key=lambda row: int(row[0]))[:2]
+            job_id, workdir, comment = max(rows, key=lambda row: int(row[0]))[:3]
             record = self._show(job_id)
-            return self._from_record(record) if record else self._derived(job_id, name, workdir)
+            return self._from_record(record) if record else self._derived(job_id, name, workdir, comment)
         return None
 
     def by_id(self, id: str) -> Job:
@@ -222,9 +232,9 @@ class SlurmScheduler(Scheduler):
         record = self._show(id)
         if record is not None:
             return self._from_record(record)
-        rows = self._accounted(["-j", id, "-o", "JobID,JobName,WorkDir"])
-        if rows and len(rows[0]) >= 3:
-            return self._derived(id, rows[0][1], rows[0][2])
+        rows = self._accounted(["-j", id, "-o", "JobID,JobName,WorkDir,Comment"])
+        if rows and len(rows[0]) >= 4:
+            return self._derived(id, rows[0][1], rows[0][2], rows[0][3])
         raise SubmitError(f"job {id}: slurmctld does not know it (finished more than MinJobAge ago, or never "
                           "submitted) and sacct has no record of it", "`sacct -j ID` needs the cluster's accounting")
 
