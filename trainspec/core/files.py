@@ -135,7 +135,12 @@ def read_below(root, relative: str, offset: int, limit: int) -> Optional[bytes]:
         return None
     try:
         for part in parts[:-1]:
-            inner = os.open(part, flags | os.O_DIRECTORY, dir_fd=folder)
+            try:
+                inner = os.open(part, flags | os.O_DIRECTORY, dir_fd=folder)
+            except NotADirectoryError:  # what Linux says for a link with O_DIRECTORY and O_NOFOLLOW
+                if stat.S_ISLNK(os.lstat(part, dir_fd=folder).st_mode):
+                    raise OSError(errno.ELOOP, "is a symbolic link", part) from None
+                raise
             os.close(folder)
             folder = inner
         fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=folder)
