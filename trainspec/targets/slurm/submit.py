@@ -298,9 +298,10 @@ class SlurmScheduler(Scheduler):
         sbatch ran), or below the spec's targets.slurm.logs when that is absolute; else refused."""
         workdir = job.extra.get("workdir") or os.getcwd()
         logs = getattr(self.context.settings, "logs", None) or ""
-        for root in [workdir] + ([logs] if logs.startswith("/") else []):
+        # the working folder as Slurm and as the file system spell it (/home may be a link to /data/home)
+        for root in dict.fromkeys([workdir, os.path.realpath(workdir)] + ([logs] if logs.startswith("/") else [])):
             relative = os.path.relpath(path, root) if os.path.isabs(path) else os.path.normpath(path)
-            if relative != ".." and not relative.startswith(("../", "/")) and relative != ".":
+            if relative not in (".", "..") and not relative.startswith("../"):
                 return root, relative
         raise SubmitError(f"{path} is not below the job's working folder {workdir}: not read",
                           "trainspec reads a job's logs only where it was submitted from (or the spec's "
