@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -208,6 +209,25 @@ def cli_env():
 # --- real processes: started, found and stopped by the tests that start them ----------------------
 
 # root with unshare and ip: run a command inside a loopback-only network namespace
+# What a hostile job prints (issue 40): a window title, a clear screen, hidden text, GitHub workflow
+# commands (one indented, the older `##[` form mid-line), and the invisible characters
+HOSTILE_OUTPUT = ["\x1b]0;pwned\x07title", "\x1b[2J\x1b[Hcleared", "a \x1b[8mhidden\x1b[0m word",
+                  "::add-mask::hunter2", "  ::stop-commands::tok", "::error file=.github/workflows/ci.yml,line=1::forged",
+                  "step ##[add-mask]hunter2", "zero\u200bwidth hangul\u3164filler braille\u2800blank"]
+# ... and each as trainspec prints it: data
+HOSTILE_SHOWN = ["\\x1b]0;pwned\\x07title", "\\x1b[2J\\x1b[Hcleared", "a \\x1b[8mhidden\\x1b[0m word",
+                 "\\::add-mask::hunter2", "\\  ::stop-commands::tok",
+                 "\\::error file=.github/workflows/ci.yml,line=1::forged", "step ##\\x5badd-mask]hunter2",
+                 "zero\\u200bwidth hangul\\u3164filler braille\\u2800blank"]
+
+
+def assert_inert(text: str) -> None:
+    """Nothing in ``text`` is a terminal escape, an invisible character or a workflow command."""
+    for line in text.splitlines():
+        assert line.isprintable() and not re.search("[\u2800\u3164]", line), ascii(line)
+        assert not line.lstrip().startswith("::") and "##[" not in line, line
+
+
 CAN_UNSHARE = bool(os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip"))
 
 

@@ -72,8 +72,10 @@ class Cluster:
     """The cluster's state and the script its controllers follow; the server reads and writes it."""
 
     def __init__(self, namespaces=("default", "ml"), apis=("trainjobs", "pytorchjobs", "localqueues"),
-                 queues=(("ml", "team-a"),), forbidden=(), script="complete"):
+                 queues=(("ml", "team-a"),), forbidden=(), script="complete", said=(), failure=None):
         self.namespaces: Set[str] = set(namespaces)
+        self.said: Tuple[str, ...] = tuple(said)  # what every pod prints once it ended, after its own lines
+        self.failure: Optional[str] = failure  # the Failed condition's message, when not the controller's
         self.apis: Set[str] = set(apis)
         self.forbidden: Set[str] = set(forbidden)
         self.script = script
@@ -118,7 +120,7 @@ class Cluster:
             conditions = {
                 "suspended": [condition("Suspended", "Suspended", "TrainJob is suspended")],
                 "complete": [condition("Complete", "AllJobsCompleted", "jobset completed successfully")],
-                "failed": [condition("Failed", "FailedJobs", "jobset failed: job node-0 failed")],
+                "failed": [condition("Failed", "FailedJobs", self.failure or "jobset failed: job node-0 failed")],
                 "deadline": [condition("Failed", "DeadlineExceeded", "TrainJob exceeded its activeDeadlineSeconds")],
             }.get(step, [])
             nodes = obj["spec"]["trainer"]["numNodes"]
@@ -162,7 +164,8 @@ class Cluster:
                         "waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image '
                                     '"registry.invalid/x:1"'}}}]
                 out.append({"metadata": {"name": pod, "namespace": ns, "labels": labels}, "status": status,
-                            "_lines": [f"node {index} line {k}" for k in range(LINES_AT[step])],
+                            "_lines": [f"node {index} line {k}" for k in range(LINES_AT[step])]
+                            + (list(self.said) if step in ("complete", "failed", "deadline") else []),
                             "_container": container})
         return out
 

@@ -348,11 +348,12 @@ def test_no_spec_value_can_forge_the_comment(repo):
         out = ts(command, "--git", "HEAD", "specs/", cwd=repo, check=True).stdout
         assert not [line for line in out.splitlines() if line.lstrip().startswith("::")]
         assert '"ok\\n::error::forged"' in out
-    # a warning starts with its spec's path: a file named like a workflow command is quoted
+    # a warning starts with its spec's path: a file named like a workflow command is escaped (a
+    # diagnostic's line is never a workflow command, core/diagnostics.py shown_line)
     spec = repo / "specs" / "::error::x.yaml"
     spec.write_text((repo / "specs" / "single-node.yaml").read_text().replace("  pip:", "  python: '3.10'\n  pip:"))
     out = ts("plan", spec.name, cwd=spec.parent, check=True).stdout
-    assert '  "::error::x.yaml:' in out and not [line for line in out.splitlines() if line.lstrip().startswith("::")]
+    assert '  \\::error::x.yaml:' in out and not [line for line in out.splitlines() if line.lstrip().startswith("::")]
 
 
 # --- plan shows the env the job gets ------------------------------------------------------------

@@ -171,6 +171,27 @@ def test_every_format_character_is_escaped():
     assert visible("WARN") == "WARN"
 
 
+def test_invisible_characters_are_escaped_alike_in_diagnostics_and_markdown(tmp_path):
+    from trainspec.core.diagnostics import printable
+    from trainspec.core.markdown import reveal, visible
+
+    # a zero-width space, the Hangul filler, the braille blank; a private-use and an unassigned one
+    blank = ["\u200b", "\u3164", "\u2800", "\ue000", "\u0378"]
+    for ch in blank:
+        assert ch not in printable(f"WARN{ch}") and ch not in visible(f"WARN{ch}") and ch not in reveal(f"WARN{ch}")
+    # one set: a character is escaped by both or by neither
+    for code in range(0x3400):
+        ch = chr(code)
+        assert (printable(ch) == ch) == (visible(ch) == ch), hex(code)
+    # a diagnostic that quotes a key holding them, as validate prints it
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("version: 1\nname: x\ncode: .\ncommand: python t.py\nresources: {nodes: 1, gpus_per_node: 0}\n"
+                    f"{'k'.join(blank)}y: 1\n")
+    proc = ts("validate", "spec.yaml", cwd=tmp_path)
+    assert proc.returncode == 1 and "\\u200bk\\u3164k\\u2800k\\ue000k\\u0378y" in proc.stderr, proc.stderr
+    assert not re.search("[" + "".join(blank) + "]", proc.stdout + proc.stderr), ascii(proc.stderr)
+
+
 def test_zero_width_and_bidi_characters_are_escaped_in_plan_and_diff(repo):
     spec = repo / "specs" / "single-node.yaml"
     edit(spec, "framework: lightning\n", "framework: lightning\nenv:\n  LEVEL: WARN\n  NOTE: abc\n")

@@ -111,6 +111,13 @@ def test_a_token_shaped_env_value_is_an_error_at_its_line_and_never_printed(tmp_
     refused(tmp_path, spec, "env.MODEL_SOURCE", words, secret)
 
 
+def test_a_token_shaped_env_key_is_refused_without_quoting_it(tmp_path):
+    # a token pasted as the name: masked like a value, `env.<redacted>` at its own line
+    words, value, secret = SHAPED["github"]
+    spec = write_spec(tmp_path, {"env": {value: "1", "NCCL_DEBUG": "WARN"}})
+    refused(tmp_path, spec, "env.<redacted>", words, secret)
+
+
 @pytest.mark.parametrize("name", NAMED)
 def test_a_credential_named_variable_with_a_literal_value_is_an_error_naming_it(tmp_path, name):
     spec = write_spec(tmp_path, {"env": {name: PLAIN_SECRET}})

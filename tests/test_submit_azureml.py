@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("azure.ai.ml", reason="the trainspec[azureml] extra is not installed")
 
 from azureml_api import Fake, patch_requests  # noqa: E402
+from conftest import HOSTILE_OUTPUT, HOSTILE_SHOWN, assert_inert  # noqa: E402
 from trainspec.jobs import api  # noqa: E402
 
 SPEC = """\
@@ -161,6 +162,25 @@ def test_logs_of_a_finished_job(azure, capsys):
     code, out, err = trainspec(capsys, "logs", "spec.yaml", "-t", "azureml", *WORKSPACE)
     assert code == 0, out + err
     assert out.splitlines() == LOGS["user_logs/std_log_process_0.txt"]
+
+
+def test_what_a_job_prints_reaches_the_terminal_and_the_ci_log_as_data(azure, capsys):
+    # its log lines and Azure ML's error message: escapes, invisible characters and workflow
+    # commands, through submit --follow, logs -f and status --format json
+    message = "\x1b[2J::add-mask::hunter2 ##[error]forged\u200b"
+    azure.default = {"statuses": ["Queued", "Running", "Failed"], "error": ("UserError", message), "ran": 60,
+                     "logs": {"user_logs/std_log_process_0.txt": HOSTILE_OUTPUT}}
+    code, out, err = submit(capsys, "--follow")
+    assert code == api.EXIT_FAILED, out + err
+    assert [line for line in out.splitlines() if line in HOSTILE_SHOWN] == HOSTILE_SHOWN
+    assert "failed (Failed: UserError: \\x1b[2J::add-mask::hunter2 ##\\x5berror]forged\\u200b), exit 4" in out
+    assert_inert(out)  # stderr: azure-ai-ml's own upload progress bar, in colour
+    code, out, err = trainspec(capsys, "logs", "spec.yaml", "-t", "azureml", *WORKSPACE, "-f")
+    assert code == api.EXIT_FAILED and out.splitlines()[:len(HOSTILE_SHOWN)] == HOSTILE_SHOWN, out + err
+    assert_inert(out + err)
+    code, out, err = trainspec(capsys, "status", "spec.yaml", "-t", "azureml", *WORKSPACE, "--format", "json")
+    assert json.loads(out)["jobs"][0]["detail"] == f"Failed: UserError: {message}"  # JSON: the same data, escaped
+    assert_inert(out + err)
 
 
 @pytest.mark.parametrize("final, error, exit_code, words", [

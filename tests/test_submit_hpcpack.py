@@ -353,6 +353,35 @@ def test_cancel_then_the_job_ends_canceled_exit_5(head, tmp_path):
     assert "canceled (Canceled)" in status.stdout
 
 
+def test_logs_are_read_only_in_the_jobs_own_log_folder_and_never_through_a_link(head, tmp_path):
+    # the head node answers with the log's path: one outside the job's log folder is refused, and a
+    # log the job replaced with a link (to /proc/self/environ, to a secret here) is never followed
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("CI-SECRET-VALUE\n")
+    spec = write_spec(tmp_path)
+    env = environment(head, tmp_path)
+    done = trainspec(tmp_path, env, "submit", spec.name, "-t", "hpcpack", "--wait", "--max-wait", "60s")
+    assert done.returncode == 0, done.stdout + done.stderr
+    task = head.jobs[100]["tasks"][0]
+    log, task["out"] = task["out"], str(secret)
+    outside = trainspec(tmp_path, env, "logs", spec.name, "-t", "hpcpack")
+    assert f"the head node names '{secret}' as the log of a task of job 100: that is not in the job's log folder " \
+           "(/app/logs/ddp-fake/), not read" in outside.stderr, outside.stdout + outside.stderr
+    task["out"] = "/app/logs/ddp-fake/../../../outside/secret.txt"  # below the shared folder, not in the job's
+    dotted = trainspec(tmp_path, env, "logs", "-t", "hpcpack", "--id", "100")
+    assert "that is not in the job's log folder" in dotted.stderr, dotted.stdout + dotted.stderr
+    task["out"] = log
+    node_log = head.node_path(log.replace("$CCP_JOBID", "100"))
+    node_log.unlink()
+    node_log.symlink_to(secret)
+    linked = trainspec(tmp_path, env, "logs", spec.name, "-t", "hpcpack")
+    assert "is reached through a symbolic link (the job replaced its log or its log folder with one): not followed" \
+        in linked.stderr, linked.stdout + linked.stderr
+    for proc in (outside, dotted, linked):
+        assert "CI-SECRET-VALUE" not in proc.stdout + proc.stderr
+
+
 def test_without_an_endpoint_submit_says_how_to_submit_by_hand(tmp_path):
     env = environment(None, tmp_path)
     proc = trainspec(tmp_path, env, "submit", write_spec(tmp_path).name, "-t", "hpcpack")

@@ -5,6 +5,7 @@ CRDs, the Kubeflow controllers' conditions emulated tick by tick."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import yaml
 
 import kube_api
 import kube_schema
-from conftest import REPO
+from conftest import HOSTILE_OUTPUT, HOSTILE_SHOWN, REPO, assert_inert
 
 pytest.importorskip("kubernetes", reason="the kubernetes extra (trainspec[kubernetes]) is what this target submits with")
 
@@ -152,6 +153,25 @@ def test_follow_all_ranks_of_a_pytorchjob(tmp_path, cluster):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     printed = [line for line in proc.stdout.splitlines() if line.startswith("[node ")]
     assert sorted(printed) == sorted(f"[node {n}] node {n} line {k}" for n in (0, 1) for k in range(3))
+
+
+def test_what_a_job_prints_reaches_the_terminal_and_the_ci_log_as_data(tmp_path, cluster):
+    # its log lines and its controller's message: escapes, invisible characters and workflow
+    # commands, through submit --follow (its state line too) and status --format json
+    failure = "\x1b]0;pwned\x07 ::add-mask::hunter2\n::error::forged"
+    fake = cluster(script="fail", said=HOSTILE_OUTPUT, failure=failure)
+    folder = workspace(tmp_path)
+    follow = trainspec(folder, fake, "submit", "tiny.yaml", "-t", "kubernetes", "--follow")
+    assert follow.returncode == 4, follow.stdout + follow.stderr
+    assert [line for line in follow.stdout.splitlines() if line in HOSTILE_SHOWN] == HOSTILE_SHOWN
+    shown_failure = "\\x1b]0;pwned\\x07 ::add-mask::hunter2 ::error::forged"  # the message on one line
+    assert shown_failure in follow.stdout
+    assert_inert(follow.stdout + follow.stderr)
+    document = trainspec(folder, fake, "status", "tiny.yaml", "-t", "kubernetes", "--format", "json")
+    assert document.returncode == 4, document.stdout + document.stderr
+    detail = json.loads(document.stdout)["jobs"][0]["detail"]  # JSON: the same data, escaped
+    assert detail == f"Failed (FailedJobs: {failure.replace(chr(10), ' ')})"
+    assert_inert(document.stdout)
 
 
 # --- cancel ------------------------------------------------------------------------------------------

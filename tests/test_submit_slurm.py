@@ -29,6 +29,13 @@ print("hello from rank", os.environ["RANK"], "on node", os.environ["NODE_RANK"],
 print("to stderr from rank", os.environ["RANK"], file=sys.stderr, flush=True)
 sys.exit(int(os.environ.get("FAIL", "0")) if os.environ["RANK"] == "0" else 0)  # FAIL: rank 0, after printing
 """
+RELINK = """import glob, os
+print("before the link", flush=True)
+if os.environ["RANK"] == "0":  # the job owns its output file: it makes it a link to whoever reads it
+    [out] = glob.glob(os.path.join(os.environ["SLURM_SUBMIT_DIR"], "*-" + os.environ["SLURM_JOB_ID"] + ".out"))
+    os.remove(out)
+    os.symlink("/proc/self/environ", out)
+"""
 SLEEPER = """import os, time
 print("sleeping rank", os.environ["RANK"], flush=True)
 time.sleep(float(os.environ.get("SLEEP", "60")))
@@ -94,6 +101,33 @@ def test_without_sbatch_on_path_submit_says_where_to_run_it(tmp_path):
                           capture_output=True, text=True, timeout=BOUND)
     assert done.returncode == 3, done.stdout + done.stderr
     assert "sbatch not found (hint: run trainspec submit on a login node of the cluster" in done.stderr, done.stderr
+
+
+def test_a_log_is_read_only_below_the_jobs_folder_and_never_through_a_link(tmp_path):
+    # in process: the paths scontrol gives, a folder on the way that the job replaced with a link
+    from trainspec.jobs.api import Context, Job, SubmitError
+    from trainspec.targets.slurm.submit import SlurmScheduler
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x-12.out").write_text("CI-SECRET-VALUE\n")
+    workdir = tmp_path / "work"
+    (workdir / "logs").mkdir(parents=True)
+    (workdir / "logs" / "x-12.out").write_text("a line\n")
+    scheduler = SlurmScheduler(Context())
+
+    def read(path: Path):
+        job = Job("slurm", "x", "12", "", {"stdout": str(path), "stderr": "", "tasks_per_node": "1",
+                                          "workdir": str(workdir)})
+        return [line.text for line in scheduler.logs(job, None, False)[0]]
+
+    assert read(workdir / "logs" / "x-12.out") == ["a line"]
+    with pytest.raises(SubmitError, match=f"{outside}/x-12.out is not below the job's working folder {workdir}"):
+        read(outside / "x-12.out")
+    (workdir / "logs").rename(workdir / "old")
+    (workdir / "logs").symlink_to(outside)
+    with pytest.raises(SubmitError, match="is reached through a symbolic link .* not followed, not read"):
+        read(workdir / "logs" / "x-12.out")
 
 
 # --- on a real cluster -----------------------------------------------------------------------------
@@ -241,6 +275,19 @@ def test_logs_follow_streams_until_the_job_ends(cluster, tmp_path):
     assert follow.returncode == 0, follow.stdout + follow.stderr
     assert sorted(line for line in follow.stdout.splitlines() if "sleeping" in line) == \
         ["[node 0] sleeping rank 0", "[node 0] sleeping rank 1", "[node 1] sleeping rank 2", "[node 1] sleeping rank 3"]
+
+
+def test_logs_never_follow_an_output_file_the_job_replaced_with_a_link(cluster, tmp_path):
+    # the issue's attack: the job's output file becomes a link to /proc/self/environ, which logs
+    # would read in its own process: the CI machine's environment (a secret in it) printed
+    path = spec(tmp_path, "relink", script=RELINK)
+    done = trainspec(cluster, tmp_path, "submit", str(path), "-t", "slurm", "--wait", "--max-wait", "2m")
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = cluster.run(["env", "CI_SECRET=ci-secret-4c1d", *environment(), "logs", str(path), "-t", "slurm"],
+                       cwd=tmp_path, timeout=BOUND)
+    assert "ci-secret-4c1d" not in logs.stdout + logs.stderr
+    assert re.search(r"relink-[0-9a-f]{10}-\d+\.out is reached through a symbolic link \(the job replaced its log or "
+                     r"a folder on the way with one\): not followed, not read", logs.stderr), logs.stdout + logs.stderr
 
 
 def test_a_partition_that_does_not_exist_exits_3_with_slurms_message(cluster, tmp_path):

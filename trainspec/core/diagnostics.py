@@ -7,6 +7,7 @@ about YAML.
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Optional, Tuple, Union
 
 from trainspec.core.records import Record, replace
@@ -50,15 +51,18 @@ class Diagnostic(Record):
 
     @property
     def field(self) -> str:
-        return dotted(self.path)
+        """The spec path in words; a key shaped like a token (`env.ghp_...`) is ``<redacted>``, as
+        a value would be: the line and column say where it is."""
+        return redact_shapes(dotted(self.path))
 
     def at(self, file: str, line: int, col: int) -> "Diagnostic":
         return replace(self, file=file, line=line, col=col)
 
     def render(self) -> str:
-        """One line of text. Control characters (a key or a value the user wrote with a newline,
-        an escape sequence, a bidi override) are escaped: a CI runner would otherwise read a
-        line starting with `::error` as a workflow command, and a terminal would obey escapes."""
+        """One line of text (``shown_line``). Control characters (a key or a value the user wrote
+        with a newline, an escape sequence, a bidi override) are escaped, and so is a line that
+        starts like a workflow command (a spec file named `::error::x.yaml`): a CI runner would
+        otherwise obey it, and a terminal would obey escapes."""
         where = printable(self.file or "<spec>")
         if self.line is not None:
             where = f"{where}:{self.line}:{self.col}"
@@ -66,31 +70,62 @@ class Diagnostic(Record):
         text = f"{where}: {self.severity}: {field}{printable(self.message)}"
         if self.hint:
             text += f" (hint: {printable(self.hint)})"
-        return text
+        return shown_line(text)
 
 
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-# bidi embeddings, overrides and isolates: they reorder what a terminal or a review page shows
-_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# The printable characters a reader still cannot see: the Hangul fillers, the braille blank, the
+# combining grapheme joiner, Khmer's inherent vowels and the variation selectors.
+_BLANK = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2800\u3164\uffa0\ufe00-\ufe0f"
+                    "\U000e0100-\U000e01ef]")
+# What makes a line a command to the CI runner that shows it: GitHub's `::name::` at its start
+# (after blanks), and `##[name]` (GitHub's older form) or `##vso[` (Azure Pipelines) anywhere in it.
+_COMMAND_START = ("::", "##[")
+_COMMAND_ANYWHERE = re.compile(r"##(vso)?\[")
+
+
+def unseen(ch: str) -> bool:
+    """``ch`` is escaped wherever trainspec shows text (a diagnostic, a job's log, a comment): a
+    character ``str.isprintable`` refuses (Unicode's controls Cc, format characters Cf: zero-width
+    spaces and joiners, bidi marks, embeddings, overrides and isolates, the BOM, tags; line and
+    paragraph separators Zl, Zp; every space but the plain one; private use Co; surrogates Cs, a
+    byte that was not UTF-8; unassigned Cn), or a printable one that looks blank (``_BLANK``).
+    The one definition: core/markdown.py escapes the same characters."""
+    return not ch.isprintable() or _BLANK.match(ch) is not None
+
+
+def all_seen(text: str) -> bool:
+    """No character of ``text`` is ``unseen``: the common case, answered in C."""
+    return text.isprintable() and _BLANK.search(text) is None
 
 
 def printable(text: str) -> str:
-    """``text`` with control characters (C0, DEL, C1), line and paragraph separators and bidi
-    controls written as escapes (``\\n``, ``\\x1b``, ``\\u2028``); everything else unchanged."""
-    if text.isprintable() and not _BIDI.intersection(text):
+    """``text`` with every ``unseen`` character written as an escape (``\\n``, ``\\x1b``,
+    ``\\u200b``, ``\\U000e0041``); everything else unchanged."""
+    if all_seen(text):
         return text
-    import unicodedata
-
     out = []
     for ch in text:
-        if ch in _NAMED_ESCAPES:
-            out.append(_NAMED_ESCAPES[ch])
-        elif ch in _BIDI or unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs"):  # Cs: a byte not UTF-8
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
-        else:
+        if not unseen(ch):
             out.append(ch)
+        elif ch in _NAMED_ESCAPES:
+            out.append(_NAMED_ESCAPES[ch])
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
     return "".join(out)
+
+
+def shown_line(text: str) -> str:
+    """``text`` as one line a terminal or a CI log shows as data: ``printable``, and never a
+    command to the runner: a line that would start one (``::add-mask::``, ``::stop-commands::``,
+    ``::error file=...``, ``##[``) is prefixed with a backslash, and a ``##[`` or ``##vso[``
+    anywhere has its bracket written ``\\x5b``."""
+    text = printable(text)
+    command = text.lstrip(" ").startswith(_COMMAND_START)
+    if "##" in text:
+        text = _COMMAND_ANYWHERE.sub(lambda m: m.group()[:-1] + "\\x5b", text)
+    return "\\" + text if command else text
 
 
 def shown(value: str, limit: int = 80) -> str:

@@ -118,6 +118,54 @@ def read_regular(path, limit: Optional[int] = None) -> bytes:
         os.close(fd)
 
 
+def read_below(root, relative: str, offset: int, limit: int) -> Optional[bytes]:
+    """At most ``limit`` bytes from ``offset`` of the regular file at ``relative`` (a posix path
+    of plain parts) below the folder ``root``, opened a part at a time with ``O_NOFOLLOW``: a
+    folder on the way or the file itself that is a symbolic link (a job that replaced its log with
+    a link to /proc/self/environ, or its log folder with one to /) is ELOOP, never followed; a
+    FIFO, socket or device is EINVAL. None when a part is not there (yet). ``root`` is the
+    caller's: the folder it trusts (where the job was submitted from), followed as it is."""
+    parts = relative.split("/")
+    if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise OSError(errno.EINVAL, "is not a path below the folder", relative)
+    flags = os.O_RDONLY | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW
+    try:
+        folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    try:
+        for part in parts[:-1]:
+            try:
+                inner = os.open(part, flags | os.O_DIRECTORY, dir_fd=folder)
+            except NotADirectoryError:  # what Linux says for a link with O_DIRECTORY and O_NOFOLLOW
+                if stat.S_ISLNK(os.lstat(part, dir_fd=folder).st_mode):
+                    raise OSError(errno.ELOOP, "is a symbolic link", part) from None
+                raise
+            os.close(folder)
+            folder = inner
+        fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=folder)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(folder)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"is {kind_of(mode) if not stat.S_ISDIR(mode) else 'a folder'}", relative)
+        os.lseek(fd, offset, os.SEEK_SET)
+        parts_read: List[bytes] = []
+        got = 0
+        while got < limit:
+            part = os.read(fd, limit - got)
+            if not part:
+                break
+            parts_read.append(part)
+            got += len(part)
+        return b"".join(parts_read)
+    finally:
+        os.close(fd)
+
+
 def read_open(fd: int, size: int, limit: Optional[int] = None) -> bytes:
     """The bytes of the open regular file ``fd`` whose stat said ``size``, at most ``limit`` + 1
     with a limit. A read allocates what it is asked for, so it asks for the size (and one byte

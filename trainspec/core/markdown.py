@@ -8,7 +8,8 @@ So every such string goes through one of these, per CommonMark and GFM:
 
 - ``visible``: line breaks, other control characters and the characters a reader cannot see
   (zero-width spaces and joiners, bidi embeddings, overrides and isolates, the BOM, a soft
-  hyphen, spaces other than the plain one: Unicode's format characters and their kin) shown
+  hyphen, spaces other than the plain one, the Hangul fillers, the braille blank: the one set
+  core/diagnostics.py ``unseen`` defines, which diagnostics escape too) shown
   escaped (the value as a JSON string, quoted), for plain text and for everything below, so
   ``WARN`` and ``WARN`` with a zero-width space never look alike;
 - ``reveal``: the same characters escaped inside a line kept as it is (a line of a diff);
@@ -28,21 +29,8 @@ from __future__ import annotations
 import json
 import re
 
-# Control characters (C0, DEL, C1) and the Unicode line/paragraph separators: anything that
-# could break a line or hide in one.
-_BREAKS = "\x00-\x1f\x7f-\x9f\u2028\u2029"
-# What a reader cannot see or that reorders what they see: every format character (Unicode
-# category Cf: soft hyphen, zero-width space/joiners, bidi marks, embeddings, overrides and
-# isolates, word joiner, invisible operators, BOM, interlinear annotation, tags...; a test holds
-# this list to unicodedata), the other invisible letters and marks (combining grapheme joiner,
-# Hangul fillers, variation selectors) and every space but the plain one.
-_INVISIBLE = ("\u00a0\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160"
-              "\u1680\u17b4\u17b5\u180b-\u180f\u2000-\u200f\u202a-\u202f\u205f-\u2064\u2066-\u206f"
-              "\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U000110bd\U000110cd"
-              "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
-              "\U000e0020-\U000e007f\U000e0100-\U000e01ef")
-_UNSEEN = re.compile(f"[{_BREAKS}{_INVISIBLE}]")
-_HIDDEN = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029{_INVISIBLE}]")  # but tab and line feed
+from trainspec.core.diagnostics import all_seen, unseen
+
 # A word GitHub turns into a link or a notification in a comment even when its characters are
 # backslash-escaped: @user, @org/team, an e-mail address, a URL, www.x, #123, owner/repo#123.
 _LIVE = re.compile(r"[^\s|`<>]*(?:@|://|\bwww\.|#\d)[^\s|`<>]*", re.I)
@@ -55,21 +43,23 @@ def visible(value: str, line: bool = False) -> str:
     """``value`` itself, or, when it holds a line break or another control character, as a
     JSON string (``"ok\\n<!--"``): one line, nothing hidden. ``line``: it starts a line of a
     CI log, where a (space-indented) ``::`` would be a workflow command: quoted too."""
-    if not _UNSEEN.search(value) and not (line and value.lstrip().startswith("::")):
+    if all_seen(value) and not (line and value.lstrip().startswith("::")):
         return value
     quoted = json.dumps(value, ensure_ascii=False)  # escapes C0, '"' and '\\'
-    return _UNSEEN.sub(_escape, quoted)
+    return "".join(_escape(ch) if unseen(ch) else ch for ch in quoted)
 
 
-def _escape(match: "re.Match[str]") -> str:
+def _escape(ch: str) -> str:
     """One character as JSON writes it escaped (a surrogate pair beyond the BMP)."""
-    return json.dumps(match.group())[1:-1]
+    return json.dumps(ch)[1:-1]
 
 
 def reveal(line: str) -> str:
     """``line`` with every character ``visible`` would escape, but tabs and line feeds, written
     as its JSON escape (``WARN\\u200b``): for a line shown as it is, like a diff's."""
-    return _HIDDEN.sub(_escape, line)
+    if all_seen(line.replace("\t", " ").replace("\n", " ")):
+        return line
+    return "".join(_escape(ch) if ch not in "\t\n" and unseen(ch) else ch for ch in line)
 
 
 def clip(value: str, limit: int) -> str:

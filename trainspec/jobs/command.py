@@ -91,16 +91,29 @@ class Options:
 
 class Printer:
     """Where the command's lines go: stdout for text; with --format json, stdout holds only the
-    final document and the lines go to stderr."""
+    final document and the lines go to stderr.
+
+    What a job prints is data: its log lines, its platform's state words and messages, even its
+    name (a Slurm job can rename itself) reach a terminal and a CI log through here, so every
+    line is ``shown_line`` (core/diagnostics.py): control and invisible characters escaped
+    (``\\x1b``, ``\\u200b``), and a line GitHub would run as a workflow command
+    (``::add-mask::``, ``::stop-commands::``, ``::error file=...``) prefixed so it is text."""
 
     def __init__(self, fmt: str) -> None:
         self.fmt = fmt
 
     def say(self, line: str) -> None:
-        print(line, file=sys.stdout if self.fmt == "text" else sys.stderr, flush=True)
+        print(_shown(line), file=sys.stdout if self.fmt == "text" else sys.stderr, flush=True)
 
     def error(self, line: str) -> None:
-        print(f"trainspec: error: {line}", file=sys.stderr, flush=True)
+        print(_shown(f"trainspec: error: {line}"), file=sys.stderr, flush=True)
+
+
+def _shown(text: str) -> str:
+    """Each line of ``text`` (one, but for a committed output's finding with its hunk) as data."""
+    from trainspec.core.diagnostics import shown_line
+
+    return "\n".join(shown_line(line) for line in text.split("\n"))
 
 
 # --- which jobs --------------------------------------------------------------------------------
@@ -481,7 +494,10 @@ def finish(tracked: Sequence[Tracked], options: Options, printer: Printer, waite
         codes.append(code)
     overall = api.overall_exit(codes)
     if options.fmt == "json":
-        print(json.dumps({"jobs": [_json(t, c) for t, c in zip(tracked, codes)], "exit": overall}, indent=2))
+        document = json.dumps({"jobs": [_json(t, c) for t, c in zip(tracked, codes)], "exit": overall}, indent=2)
+        # JSON escapes every control character; a `##[` in a string (a job's state word) is the
+        # one thing a CI runner would still obey, anywhere in a line: the same data as \u005b
+        print(document.replace("##[", "##\\u005b"))
     elif waited:
         for item in tracked:
             if item.status is not None:

@@ -21,6 +21,7 @@ comes from and which are not verified against a real head node.
 from __future__ import annotations
 
 import base64
+import errno
 import re
 import shlex
 import ssl
@@ -32,6 +33,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from trainspec.core.files import read_below
 from trainspec.jobs.api import DIGEST_KEY, Context, Job, LogLine, Scheduler, State, Status, SubmitError
 from trainspec.targets.hpcpack.lower import JOB_FILE, NAMESPACE, STAGE_FILE, _keep_carriage_returns
 from trainspec.targets.hpcpack.settings import NAME
@@ -363,19 +365,28 @@ class HPCPackScheduler(Scheduler):
             query = {**query, "QueryId": more}
         return tasks
 
-    def _local_path(self, job: Job, node_path: str) -> Path:
-        """The task's StdOutFilePath as this machine sees it: $CCP_JOBID expanded, and the shared
-        folder's path on the nodes replaced by TRAINSPEC_SHARED_DIR when that says where it is here."""
+    def _log_file(self, job: Job, node_path: str) -> Tuple[str, str]:
+        """(folder, path below it) where this machine reads a task's log: the job's own log folder,
+        <shared_dir>/logs/<spec name>/<job id>.node-<i>.out (with --id, no spec: <a folder>/logs/<a
+        name>/<job id>.node-<i>.out), on the
+        shared folder as mounted here (TRAINSPEC_SHARED_DIR, else as the nodes name it). The
+        path is the head node's word: one anywhere else (`/etc/passwd`, `../`) is refused."""
         path = node_path.replace("${CCP_JOBID}", job.id).replace("$CCP_JOBID", job.id)
-        here = self.context.env.get("TRAINSPEC_SHARED_DIR")
-        if not here:
-            return Path(path)
         shared = getattr(self.context.settings, "shared_dir", None)
-        # with --id there is no spec: trainspec's jobs write their logs in <shared_dir>/logs/<name>/
-        root = shared.rstrip("/") if shared else path.rpartition("/logs/")[0]
-        if root and path.startswith(root + "/"):
-            path = here.rstrip("/") + path[len(root):]
-        return Path(path)
+        if shared and self.context.spec_name:
+            root, name = shared.rstrip("/"), self.context.spec_name
+        else:  # with --id there is no spec: trainspec's jobs write their logs in <shared_dir>/logs/<name>/
+            root, _, rest = path.rpartition("/logs/")
+            name = rest.partition("/")[0]
+        below = path[len(root) + 1:].lstrip("/").split("/") if path.startswith(root + "/") else []  # root `/`: //logs
+        if len(below) != 3 or below[:2] != ["logs", name] or not name or root[:1] not in ("", "/") \
+                or not re.fullmatch(rf"{re.escape(job.id)}\.node-\d+\.out", below[2]):  # as lower.py names it
+            raise SubmitError(f"the head node names {node_path!r} as the log of a task of job {job.id}: that is not "
+                              f"in the job's log folder ({root or '<shared_dir>'}/logs/{name or '<name>'}/), not read",
+                              "trainspec reads a job's logs only in the folder its job file names; ask the cluster's "
+                              "administrator who changed the task")
+        here = self.context.env.get("TRAINSPEC_SHARED_DIR")
+        return (here.rstrip("/") or "/") if here else root or "/", "/".join(below)
 
     def logs(self, job: Job, cursor: Any, all_ranks: bool) -> Tuple[List[LogLine], Any]:
         """Each task's StdOutFilePath on the shared folder, from where the last call stopped; a
@@ -390,12 +401,9 @@ class HPCPackScheduler(Scheduler):
                 continue
             final = task.get("State") in TASK_FINAL
             node_path = task.get("StdOutFilePath", "")
-            path = self._local_path(job, node_path) if node_path else None
-            if path is not None and path.is_file():
-                offset = cursor.get(node, 0) if isinstance(cursor.get(node, 0), int) else 0
-                with path.open("rb") as handle:
-                    handle.seek(offset)
-                    data = handle.read(LOG_CHUNK)
+            offset = cursor.get(node, 0) if isinstance(cursor.get(node, 0), int) else 0
+            data = self._read_log(job, node_path, offset) if node_path else None
+            if data is not None:
                 end = len(data) if final and len(data) < LOG_CHUNK else data.rfind(b"\n") + 1
                 if end == 0 and len(data) == LOG_CHUNK:  # one line longer than a chunk: in pieces
                     end = len(data)
@@ -411,6 +419,20 @@ class HPCPackScheduler(Scheduler):
                                            f"the task's log is {where}"))
                 cursor[node] = "told"
         return lines, cursor
+
+    def _read_log(self, job: Job, node_path: str, offset: int) -> Optional[bytes]:
+        """A chunk of the task's log from ``offset``, opened without following a link (a job
+        that replaced its log, or its log folder, with one is refused); None when it is not
+        readable here."""
+        root, relative = self._log_file(job, node_path)
+        try:
+            return read_below(root, relative, offset, LOG_CHUNK)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise SubmitError(f"{root}/{relative} is reached through a symbolic link (the job replaced its log "
+                                  "or its log folder with one): not followed, not read",
+                                  "the job writes its own log files: look at what it did to them") from None
+            return None
 
 
 SCHEDULER = HPCPackScheduler

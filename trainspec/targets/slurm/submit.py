@@ -12,7 +12,10 @@ find        ``squeue --me --name=<name> --states=all`` (every job slurmctld stil
 status      ``scontrol show job -o ID`` (JobState, Reason, ExitCode), else ``sacct -j ID``
 logs        the job's output and error files (StdOut/StdErr), read from a byte offset; srun
             ``--label`` prefixes every task's line with its task id, so rank 0's lines (task 0)
-            and each node's (task // tasks per node) are told apart
+            and each node's (task // tasks per node) are told apart. Only a file below the job's
+            working folder (WorkDir: where sbatch ran) or the spec's absolute targets.slurm.logs
+            is read, a part at a time without following a link (core/files.py read_below): the
+            job owns those files, and one replaced by a link to /proc/self/environ is refused
 cancel      ``scancel ID``
 ==========  =====================================================================================
 
@@ -22,6 +25,7 @@ hint (REFUSALS).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -29,6 +33,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from trainspec.core.files import read_below
 from trainspec.jobs.api import DIGEST_KEY, Job, LogLine, Scheduler, State, Status, SubmitError
 from trainspec.targets.slurm.lower import ERROR, JOB_FILE, OUTPUT
 from trainspec.targets.slurm.settings import NAME
@@ -176,16 +181,17 @@ class SlurmScheduler(Scheduler):
 
     # --- the job -------------------------------------------------------------------------------
 
-    def _job(self, job_id: str, name: str, stdout: str, stderr: str, tasks_per_node: str, comment: str) -> Job:
+    def _job(self, job_id: str, name: str, stdout: str, stderr: str, tasks_per_node: str, comment: str,
+             workdir: str) -> Job:
         where = f"squeue -j {job_id}" + (f"; output: {stdout}" if stdout else "")
-        return Job(NAME, name, job_id, where, {"stdout": stdout, "stderr": stderr, "tasks_per_node": tasks_per_node},
-                   digest_in(comment))
+        return Job(NAME, name, job_id, where, {"stdout": stdout, "stderr": stderr, "tasks_per_node": tasks_per_node,
+                                               "workdir": workdir}, digest_in(comment))
 
     def _from_record(self, record: Dict[str, str]) -> Job:
         nodes, tasks = record.get("NumNodes", "1").split("-")[0], record.get("NumTasks", "1")
         per_node = str(int(tasks) // int(nodes)) if tasks.isdigit() and nodes.isdigit() and int(nodes) else "1"
         return self._job(record["JobId"], record.get("JobName", ""), record.get("StdOut", ""),
-                         record.get("StdErr", ""), per_node, record.get("Comment", ""))
+                         record.get("StdErr", ""), per_node, record.get("Comment", ""), record.get("WorkDir", ""))
 
     def _derived(self, job_id: str, name: str, workdir: str, comment: str) -> Job:
         """A job slurmctld no longer holds (found in sacct): its files where the spec's
@@ -193,7 +199,7 @@ class SlurmScheduler(Scheduler):
         folder = getattr(self.context.settings, "logs", None) or ""
         base = Path(workdir or ".") / folder
         out, err = (str(base / expand(pattern, name, job_id)) for pattern in (OUTPUT, ERROR))
-        return self._job(job_id, name, out, err, "", comment)
+        return self._job(job_id, name, out, err, "", comment, workdir)
 
     def submit(self, job_dir: Path, name: str, digest: str) -> Job:
         script = Path(job_dir).resolve() / JOB_FILE
@@ -209,7 +215,7 @@ class SlurmScheduler(Scheduler):
         out = expand(script_option(text, "output") or "slurm-%j.out", name, job_id)
         err = expand(script_option(text, "error") or out, name, job_id)
         return self._job(job_id, name, str(here / out), str(here / err), script_option(text, "ntasks-per-node") or "1",
-                         f"{DIGEST_KEY}={digest}")
+                         f"{DIGEST_KEY}={digest}", str(here))
 
     def find(self, name: str) -> Optional[Job]:
         done = self._run(["squeue", "--me", f"--name={name}", "--states=all", "--noheader", "--format=%i"])
@@ -270,15 +276,18 @@ class SlurmScheduler(Scheduler):
         final: Optional[bool] = None
         for path in files:
             offset = offsets.get(path, 0)
+            root, relative = self._below(job, path)
             try:
-                with open(path, "rb") as handle:
-                    handle.seek(offset)
-                    data = handle.read(READ_LIMIT)
-            except FileNotFoundError:
-                continue  # not started yet
+                data = read_below(root, relative, offset, READ_LIMIT)
             except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise SubmitError(f"{path} is reached through a symbolic link (the job replaced its log or a "
+                                      "folder on the way with one): not followed, not read",
+                                      "the job writes its own log files: look at what it did to them") from None
                 raise SubmitError(f"cannot read {path}: {exc.strerror}", "read the logs on a login node that "
                                   "mounts the folder the job was submitted from") from None
+            if data is None:
+                continue  # not started yet
             end = data.rfind(b"\n") + 1
             if end < len(data) and len(data) < READ_LIMIT:  # a last line without its newline yet
                 if final is None:
@@ -292,6 +301,20 @@ class SlurmScheduler(Scheduler):
                 elif all_ranks or task == 0:
                     out.append(LogLine(str(task // per_node), rest))
         return out, offsets
+
+    def _below(self, job: Job, path: str) -> Tuple[str, str]:
+        """(folder, path below it) for a log file of the job: below its working folder (where
+        sbatch ran), or below the spec's targets.slurm.logs when that is absolute; else refused."""
+        workdir = job.extra.get("workdir") or os.getcwd()
+        logs = getattr(self.context.settings, "logs", None) or ""
+        # the working folder as Slurm and as the file system spell it (/home may be a link to /data/home)
+        for root in dict.fromkeys([workdir, os.path.realpath(workdir)] + ([logs] if logs.startswith("/") else [])):
+            relative = os.path.relpath(path, root) if os.path.isabs(path) else os.path.normpath(path)
+            if relative not in (".", "..") and not relative.startswith("../"):
+                return root, relative
+        raise SubmitError(f"{path} is not below the job's working folder {workdir}: not read",
+                          "trainspec reads a job's logs only where it was submitted from (or the spec's "
+                          "targets.slurm.logs); read that file yourself if you trust it")
 
     def _tasks_per_node(self, job: Job) -> int:
         record = self._show(job.id)
