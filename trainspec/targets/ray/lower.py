@@ -14,8 +14,12 @@ The cluster (../shared/reference/ray.md):
   regular ones get ``priority: Regular`` and *no* ``evictionPolicy`` (ray#46198: sending one
   for a regular VM failed every worker). The head is never spot;
 - ``file_mounts`` carry the code directory, the shim and the launcher to ``~/trainspec``;
-  ``setup_commands`` install Ray and the spec's environment (pip, or a conda file); an image
-  becomes the ``docker`` block; ``auth`` is left to Ray's defaults unless keys are given.
+  ``initialization_commands`` run on the VM itself, before the image is pulled and the container
+  started: ``targets.ray.setup`` (what a bind mount needs there: storage, a secret's file), then
+  the registry login (``targets.ray.registry``: docker login reading the secrets' files on the
+  VM); ``setup_commands`` install Ray and the spec's environment (pip, or a conda file) where the
+  job runs; an image becomes the ``docker`` block, which binds the volumes at absolute paths and
+  each secret's file at its path; ``auth`` is left to Ray's defaults unless keys are given.
 
 The training: ``launch.sh`` runs ``ray up``, then ``ray exec`` of the driver
 (``trainspec/runtime/ray_driver.py``, copied as ``trainspec_ray_driver.py``) on the job request
