@@ -39,7 +39,9 @@ def out(tmp_path_factory):
     # what the platforms cannot do as the spec says is said, at its line, never dropped
     warned = sorted(line.split(": warning: ")[1].split(":")[0] for line in proc.stderr.splitlines()
                     if ": warning: " in line)
-    assert warned == ["environment.image", "resources.shm_size", "resources.shm_size", "resources.sku"], proc.stderr
+    assert warned == ["environment.image", "inputs.corpus", "outputs.ckpt", "resources.shm_size", "resources.shm_size",
+                      "resources.sku"], proc.stderr
+    assert proc.stderr.count("as the URL 'abfss://") == 2  # Ray's command gets its volumes' URLs, not paths
     assert "Ray's Azure VMs are standalone" in proc.stderr  # the one place InfiniBand cannot follow
     return root / "build" / "sft-h100"
 

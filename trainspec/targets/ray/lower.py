@@ -14,8 +14,12 @@ The cluster (../shared/reference/ray.md):
   regular ones get ``priority: Regular`` and *no* ``evictionPolicy`` (ray#46198: sending one
   for a regular VM failed every worker). The head is never spot;
 - ``file_mounts`` carry the code directory, the shim and the launcher to ``~/trainspec``;
-  ``setup_commands`` install Ray and the spec's environment (pip, or a conda file); an image
-  becomes the ``docker`` block; ``auth`` is left to Ray's defaults unless keys are given.
+  ``initialization_commands`` run on the VM itself, before the image is pulled and the container
+  started: ``targets.ray.setup`` (what a bind mount needs there: storage, a secret's file), then
+  the registry login (``targets.ray.registry``: docker login reading the secrets' files on the
+  VM); ``setup_commands`` install Ray and the spec's environment (pip, or a conda file) where the
+  job runs; an image becomes the ``docker`` block, which binds the volumes at absolute paths and
+  each secret's file at its path; ``auth`` is left to Ray's defaults unless keys are given.
 
 The training: ``launch.sh`` runs ``ray up``, then ``ray exec`` of the driver
 (``trainspec/runtime/ray_driver.py``, copied as ``trainspec_ray_driver.py``) on the job request
@@ -29,6 +33,7 @@ keeps the cluster (then it says how to delete it).
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -155,6 +160,44 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     if launcher == "per-node" and spec.framework != "lightning":
         out += base.torchrun_errors(valid, refs_for(valid), "per-node launch wraps the command in torchrun",
                                     "write `python train.py ...`, or use launcher: per-process")
+    if spec.environment.image:
+        for key, reference in spec.secrets.items():
+            if reference.file is not None and any(c in reference.file for c in _MOUNT_BREAKERS):
+                out.append(error(("secrets", key, "file"), "a secret's file is mounted into the container (docker "
+                                 "--mount type=bind,source=...), whose list cannot hold a path with ',' or '\"'",
+                                 "move the file to a path without them"))
+    return out + url_arguments(valid)
+
+
+_MOUNT_BREAKERS = (",", '"')  # docker --mount reads its value as one CSV record
+
+
+def url_arguments(valid: ValidSpec) -> List[Diagnostic]:
+    """A warning at each input or output whose ``{{ inputs.x }}`` / ``{{ outputs.x }}`` the command
+    gets as a storage URL: Ray mounts no storage, so the program receives the URL itself, and one
+    that wants a local path (HF Trainer's --output_dir, open(), torch.save) writes a folder named
+    ``abfss:`` on a VM that `ray down` deletes. A volume at an absolute path (storage the VMs
+    mount) makes it a path."""
+    def marker(kind: str, name: str) -> str:
+        return f"\x00{kind}\x00{name}\x00"
+
+    named = re.findall(r"\x00(inputs|outputs)\x00([^\x00]+)\x00", valid.render(("command",), valid.spec.command, marker))
+    volumes = valid.spec.targets.ray.volumes
+    out = []
+    for kind, name in dict.fromkeys(named):
+        item = (valid.spec.inputs if kind == "inputs" else valid.spec.outputs).get(name)
+        location = volumes[name].path if name in volumes else getattr(item, "path", None)
+        if location is None:
+            continue  # a literal input (a value, not data), or an output without a place (an error above)
+        if _REMOTE_DATA.match(location) or location.startswith(URL_SCHEMES):
+            harm = ("finds no such folder" if kind == "inputs" else
+                    "makes a folder of that name on a VM that `ray down` deletes")
+            out.append(warning((kind, name), f"the command gets {{{{ {kind}.{name} }}}} as the URL '{location}', not a "
+                               f"path: Ray mounts no storage, and a program that wants a local path there (HF "
+                               f"Trainer's --output_dir, open(), torch.save) {harm}",
+                               "mount the storage on every VM (targets.ray.setup) and give "
+                               f"targets.ray.volumes.{name}: {{path: /mnt/...}} (mounted into the container at that "
+                               "path), or open the URL in the code (fsspec, Ray Train's storage_path)"))
     return out
 
 
@@ -247,7 +290,7 @@ def cluster_config(valid: ValidSpec, out_dir: Path) -> Dict[str, Any]:
     config["head_node_type"] = HEAD_TYPE
     config["file_mounts"] = _file_mounts(valid, out_dir)
     config["rsync_exclude"] = ["**/.git", "**/.git/**", "**/__pycache__"]
-    config["initialization_commands"] = ["sudo usermod -aG docker $USER || true"] if docker else []
+    config["initialization_commands"] = _initialization_commands(valid, docker is not None)
     config["setup_commands"] = _setup_commands(valid)
     # the head's autoscaler launches the workers through the Azure SDK
     config["head_setup_commands"] = [shlex.join([*shlex.split(settings.python), "-m", "pip", "install", "-q",
@@ -279,6 +322,10 @@ def _docker(valid: ValidSpec) -> Optional[Dict[str, Any]]:
     for kind in ("inputs", "outputs"):
         for location in data_paths(valid, kind):
             run_options.append("--volume=" + shlex.quote(f"{location}:{location}" + (":ro" if kind == "inputs" else "")))
+    # each secret's file, read-only at its own path: the secrets helper reads it in the container. A bind
+    # --mount, not --volume: a file missing on the VM fails `docker run` (ray up) instead of becoming a directory
+    for path in _secret_files(valid):
+        run_options.append("--mount=" + shlex.quote(f"type=bind,source={path},target={path},readonly"))
     return {"image": image, "container_name": "trainspec", "pull_before_run": True, "run_options": run_options}
 
 
@@ -307,6 +354,43 @@ def _file_mounts(valid: ValidSpec, out_dir: Path) -> Dict[str, str]:
         if item.path is not None and not _REMOTE_DATA.match(item.path) and not item.path.startswith(("/", "azureml:")):
             mounts[f"{REMOTE}/inputs/{name}"] = base.relative(valid.resolve(item.path), out_dir)
     return mounts
+
+
+def _secret_files(valid: ValidSpec) -> List[str]:
+    """The files on the VMs the job's secrets are read from (validated: absolute paths), once each."""
+    return list(dict.fromkeys(reference.file for reference in valid.spec.secrets.values()))
+
+
+# Docker Hub under its own names: `docker login` without a server logs in there
+_DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io")
+
+
+def registry_server(image: str) -> Optional[str]:
+    """The registry ``docker pull IMAGE`` asks: the first part of the name when it holds a . or a :
+    or is localhost (Docker's own rule), else Docker Hub (None: `docker login` with no server)."""
+    first, slash, _ = image.partition("@")[0].partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost") and first not in _DOCKER_HUB:
+        return first
+    return None
+
+
+def _initialization_commands(valid: ValidSpec, docker: bool) -> List[str]:
+    """What runs on every VM itself (outside the container, before Ray pulls the image and starts
+    it; ray-schema.json): the ssh user in the docker group, the spec's targets.ray.setup in order
+    (each a YAML string of its own, as written), then the registry login, which reads the
+    secrets' files on the VM (never a value here)."""
+    settings = valid.spec.targets.ray
+    commands = ["sudo usermod -aG docker $USER || true"] if docker else []
+    commands += settings.setup
+    if docker and settings.registry is not None:
+        files = {key: valid.spec.secrets[getattr(settings.registry, key)].file for key in ("username", "password")}
+        server = registry_server(valid.spec.environment.image)
+        login = (f'docker login --username "$(cat {shlex.quote(files["username"])})" --password-stdin'
+                 + (f" {shlex.quote(server)}" if server else "") + f" < {shlex.quote(files['password'])}")
+        # sg: the docker group the first command added, which this ssh session (Ray reuses its
+        # connection) does not hold yet; docker keeps the login in ~/.docker/config.json for Ray's pull
+        commands.append(f"sg docker -c {shlex.quote(login)}")
+    return commands
 
 
 def _setup_commands(valid: ValidSpec) -> List[str]:
@@ -479,6 +563,14 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
                         "folder deletes it" if valid.spec.targets.ray.keep_cluster else
                         f"torn down when the job ends, however it ends (launch.sh runs `ray down -y {CLUSTER_FILE}`)")
     lines.update(base.plan_data(valid, refs_for(valid)))
+    settings = valid.spec.targets.ray
+    if settings.setup:
+        lines["setup"] = (f"{len(settings.setup)} command{'' if len(settings.setup) == 1 else 's'} on every VM, "
+                          "before the container starts (targets.ray.setup: Ray's initialization_commands)")
+    if settings.registry is not None and valid.spec.environment.image:
+        lines["registry login"] = (f"docker login {registry_server(valid.spec.environment.image) or 'Docker Hub'} on "
+                                   f"every VM before the pull: user {settings.registry.username}, password "
+                                   f"{settings.registry.password} (their secrets' files on the VM)")
     lines["shim"] = base.plan_shim(valid.spec.targets.ray.python)
     return lines
 

@@ -10,7 +10,7 @@ import functools
 from typing import List
 
 from trainspec.core import interpreter, volumes
-from trainspec.core.diagnostics import Diagnostic
+from trainspec.core.diagnostics import Diagnostic, error
 from trainspec.core.secret_refs import FILE as SECRET_REFERENCE  # secrets.<NAME>.file: a file on every node
 
 NAME = "ray"
@@ -43,11 +43,11 @@ PATTERN_WORDS = {("volumes", "*", "path"): "is neither an absolute path on the n
 def settings_model():
     """The pydantic model of this target's settings. Built on demand: only model.py (the JSON
     Schema, the stored structure snapshot) and explain.py (hints for a bad spec) need it."""
-    from typing import Dict, Literal, Optional
+    from typing import Dict, List, Literal, Optional
 
     from pydantic import Field
 
-    from trainspec.core.fields import NAME_PATTERN
+    from trainspec.core.fields import ENV_NAME_PATTERN, NAME_PATTERN
     from trainspec.core.types import Model
 
     class Volume(Model):
@@ -55,6 +55,12 @@ def settings_model():
                           "URL the job's code reads and writes itself (abfss://, abfs://, az://, s3://, gs://), or an "
                           "absolute path every node mounts (mounted into the container at the same path).",
                           examples=["abfss://data@team.dfs.core.windows.net/sft"])
+
+    class Registry(Model):
+        username: str = Field(..., pattern=ENV_NAME_PATTERN, description="The secret (its name under `secrets:`) "
+                              "that holds the registry's user name.", examples=["REGISTRY_USERNAME"])
+        password: str = Field(..., pattern=ENV_NAME_PATTERN, description="The secret (its name under `secrets:`) "
+                              "that holds the registry's password or token.", examples=["REGISTRY_PASSWORD"])
 
     class RayTarget(Model):
         location: str = Field(..., pattern=r"^[a-z0-9]+$", description="Azure region of the cluster.",
@@ -90,6 +96,16 @@ def settings_model():
             "would write it on a VM that `ray down` deletes.",
             examples=[{"corpus": {"path": "abfss://data@team.dfs.core.windows.net/sft"},
                        "ckpt": {"path": "abfss://runs@team.dfs.core.windows.net/ft"}}])
+        setup: List[str] = Field(
+            [], description="Shell commands run on every VM, in order, before the container starts and the job runs "
+            "(Ray's initialization_commands, on the VM itself, not in the container): mount the storage a volume or "
+            "a secret's file is on, fetch a file. The job's packages belong in environment.pip or conda_file.",
+            examples=[["sudo mkdir -p /mnt/data", "sudo blobfuse2 mount /mnt/data --config-file=/etc/blobfuse.yaml"]])
+        registry: Optional[Registry] = Field(
+            None, description="Log in to environment.image's registry on every VM before Ray pulls the image "
+            "(docker login, in initialization_commands): the secrets that hold the user name and the password, by "
+            "their names under `secrets:`, read from their files on the VM; never a value in a compiled file.",
+            examples=[{"username": "REGISTRY_USERNAME", "password": "REGISTRY_PASSWORD"}])
         keep_cluster: bool = Field(
             False, description="Keep the cluster when the job ends. Default false: launch.sh runs `ray down -y` "
             "whatever ends the job (its end, a failure, the time limit, Ctrl-C), so no VM outlives it; true: it "
@@ -101,4 +117,30 @@ def settings_model():
 def settings_errors(spec) -> List[Diagnostic]:
     """What targets.ray may not say, whatever is compiled (run by validation)."""
     return [*interpreter.python_errors(NAME, spec.targets.ray), *volumes.volume_errors(spec, NAME),
-            *volumes.dot_dot_errors(spec, NAME)]
+            *volumes.dot_dot_errors(spec, NAME), *_setup_errors(spec), *_registry_errors(spec)]
+
+
+def _setup_errors(spec) -> List[Diagnostic]:
+    """A setup command is one shell command line Ray runs over ssh: not blank, no NUL byte."""
+    return [error(("targets", NAME, "setup", i), "is an empty command" if not command.strip() else
+                  "holds a NUL byte, which no shell command line can",
+                  "write one shell command per item, or remove it")
+            for i, command in enumerate(spec.targets.ray.setup) if not command.strip() or "\x00" in command]
+
+
+def _registry_errors(spec) -> List[Diagnostic]:
+    """targets.ray.registry names two of the spec's secrets, and needs an image to log in for."""
+    registry = spec.targets.ray.registry
+    if registry is None:
+        return []
+    out = []
+    if not spec.environment.image:
+        out.append(error(("targets", NAME, "registry"), "a registry login is for pulling environment.image, and the "
+                         "spec names no image", "set environment.image, or remove targets.ray.registry"))
+    for key in ("username", "password"):
+        name = getattr(registry, key)
+        if name not in spec.secrets:
+            out.append(error(("targets", NAME, "registry", key), f"'{name}' names no secret of the spec",
+                             f"add secrets: {{{name}: {{file: /abs/path/on/every/vm}}}}" if not spec.secrets else
+                             f"one of: {', '.join(sorted(spec.secrets))}"))
+    return out
