@@ -245,8 +245,9 @@ def run_steps(repo: Path, job: str, env: dict, skip=("Install trainspec",)):
         script = repo.parent / "step.sh"
         script.write_text(step["run"])
         step_env = {k: env[k] for k in step.get("env", {}) if k in env}
+        runner = {k: v for k, v in env.items() if k.startswith(("GITHUB_", "RUNNER_"))}
         proc = run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], repo,
-                   env=dict(os.environ, PATH=PATH, **step_env, **{k: v for k, v in env.items() if k.startswith("GITHUB_")}))
+                   env=dict(os.environ, PATH=PATH, **step_env, **runner))
         assert proc.returncode == 0, f"{step.get('name')}:\n{proc.stdout}{proc.stderr}"
         done.append(step.get("name"))
     return done
@@ -259,17 +260,18 @@ def test_the_workflow_steps_pass_on_a_pull_request_and_its_merge(tmp_path):
     edit(repo / "bases" / "gpu.yaml", "  nodes: 2\n", "  nodes: 4\n")
     ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
     commit(repo, "4 nodes")
-    done = run_steps(repo, "review", {"BASE": "main"})
+    temp = tmp_path / "runner-temp"  # $RUNNER_TEMP: where the steps write, outside the checkout
+    temp.mkdir()
+    done = run_steps(repo, "review", {"BASE": "main", "RUNNER_TEMP": str(temp)})
     assert len(done) >= 3 and any("Validate" in name for name in done) and any("Gate" in name for name in done)
-    comment = (repo / "comment.md").read_text()
+    comment = (temp / "comment.md").read_text()
     assert "sft" in comment and "resources.nodes" in comment and "16" in comment and "32" in comment
-    (repo / "comment.md").unlink()
     # merged: the submit job's gate and plan list the job for Azure ML (its submit step needs Azure)
     git("checkout", "-q", "main", cwd=repo)
     git("merge", "-q", "--no-ff", "-m", "merge", "bigger", cwd=repo)
     output = tmp_path / "github_output"
     output.write_text("")
-    run_steps(repo, "submit", {"BEFORE": first, "GITHUB_OUTPUT": str(output)})
+    run_steps(repo, "submit", {"BEFORE": first, "GITHUB_OUTPUT": str(output), "RUNNER_TEMP": str(temp)})
     assert output.read_text() == ("count=1\n" if DEFAULT_TARGET == "azureml" else "count=0\n")
 
 
