@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from trainspec import cli
+from test_jobs_command import main
 
 SPEC = """version: 1
 name: job-{i}
@@ -23,14 +23,6 @@ targets: {{slurm: {{}}, azureml: {{compute: gpu-cluster}}}}
 SPECS = 3
 TARGETS = 2
 AN_HOUR_AGO = time.time_ns() - 3600 * 10**9
-
-
-def main(*argv):
-    try:
-        cli.main(list(argv))
-    except SystemExit as exc:
-        return exc.code
-    return 0
 
 
 @pytest.fixture
