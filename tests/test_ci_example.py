@@ -4,6 +4,7 @@ themselves run by bash on real git histories of a user's repository."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,12 +34,19 @@ def step(job, name):
 
 
 def run_step(job, name, cwd, **env):
-    """A `run:` step as the runner runs it (bash -e {0}), with the step's own env plus ``env``."""
+    """A `run:` step as the runner runs it (bash -e {0}), with the step's own env plus ``env``;
+    $RUNNER_TEMP is the folder ``runner-temp`` beside the checkout (made if need be)."""
     spec = step(job, name)
     script = cwd.parent / "step.sh"
     script.write_text(spec["run"])
-    full = dict(os.environ, PATH=os.pathsep.join([str(cwd.parent / "bin"), PATH]), **env)
+    temp(cwd).mkdir(exist_ok=True)
+    full = dict(os.environ, PATH=os.pathsep.join([str(cwd.parent / "bin"), PATH]), RUNNER_TEMP=str(temp(cwd)), **env)
     return run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd, env=full)
+
+
+def temp(checkout):
+    """The runner's temporary folder ($RUNNER_TEMP) in these tests: beside the checkout, not in it."""
+    return checkout.parent / "runner-temp"
 
 
 @pytest.fixture
@@ -91,11 +99,11 @@ def test_review_job_comments_once_and_gates_on_check():
     # one command writes the whole comment (cost, plan, diff), compiling each revision once
     written = names.index("Review of the jobs this pull request changes")
     assert written < comment
-    assert review["steps"][written]["run"] == 'trainspec review --git "$BASE" specs/ > comment.md'
+    assert review["steps"][written]["run"] == 'trainspec review --git "$BASE" specs/ > "$RUNNER_TEMP/comment.md"'
     scripts = [s["run"] for s in review["steps"] if "run" in s]
     assert not [r for r in scripts if "trainspec plan" in r or "trainspec diff" in r], scripts
     assert review["steps"][comment]["uses"].startswith("marocchino/sticky-pull-request-comment@")
-    assert review["steps"][comment]["with"]["path"] == "comment.md"
+    assert review["steps"][comment]["with"]["path"] == "${{ runner.temp }}/comment.md"
     assert review["steps"][gate]["run"] == "trainspec check specs/ --out build/"
     # the gate runs with check's cache restored, in the folder trainspec reads on a runner
     kept = next(s for s in review["steps"] if s.get("uses", "").startswith("actions/cache@"))
@@ -134,7 +142,7 @@ def test_comment_step_on_a_pull_request_branch(repo):
     git("commit", "-q", "-am", "4 nodes", cwd=repo)
     proc = run_step("review", "Review of the jobs this pull request changes", repo, BASE="main")
     assert proc.returncode == 0, proc.stderr
-    comment = (repo / "comment.md").read_text()
+    comment = (temp(repo) / "comment.md").read_text()
     assert comment.startswith("# trainspec plan: 1 job changed since main\n\n**Cost: GPUs of all jobs: 26 → 42 "
                               "(\\+16); 1 job with cost changes**\n\n| job | target | GPUs |")  # the cost table
     assert ("| `mnist-lightning` | azureml | 16 → 32 (\\+16) | \\$196.64/h → \\$393.28/h (\\+\\$196.64/h)"
@@ -150,6 +158,38 @@ def test_comment_step_on_a_pull_request_branch(repo):
     assert run_step("review", "Gate - the committed outputs are what the specs compile to", repo).returncode == 0
 
 
+def test_no_step_writes_into_the_checkout(repo, tmp_path):
+    """The pull request chooses what the checkout holds, links included: a committed comment.md or
+    plan.json leading out of it would take what a step writes there wherever it leads (the
+    runner's home, another step's script). Every file a step writes goes to $RUNNER_TEMP or to
+    the files GitHub gives it ($GITHUB_OUTPUT, $GITHUB_STEP_SUMMARY), and the links are left as
+    they are, nothing written through them."""
+    allowed = ('"$RUNNER_TEMP/', '"$GITHUB_OUTPUT"', '"$GITHUB_STEP_SUMMARY"', "/dev/null")
+    for job in workflow()["jobs"].values():
+        for s in job["steps"]:
+            for target in re.findall(r"[0-9]*>>?\s*(\S+)", s.get("run", "")):
+                assert target.startswith(allowed), f"{s.get('name')}: writes {target}"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    first = git("rev-parse", "HEAD", cwd=repo).strip()
+    git("checkout", "-q", "-b", "links", cwd=repo)
+    for name in ("comment.md", "plan.json"):
+        (repo / name).symlink_to(outside / name)
+    edit(repo / "specs" / "mnist-lightning.yaml", "  nodes: 2\n", "  nodes: 4\n")
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "4 nodes, and two links", cwd=repo)
+    assert run_step("review", "Review of the jobs this pull request changes", repo, BASE="main").returncode == 0
+    output = tmp_path / "github_output"
+    output.write_text("")
+    proc = run_step("submit", "Jobs the plan lists for this push", repo, BEFORE=first, GITHUB_OUTPUT=str(output))
+    assert proc.returncode == 0, proc.stderr
+    assert list(outside.iterdir()) == []
+    assert all(os.readlink(repo / name) == str(outside / name) for name in ("comment.md", "plan.json"))
+    assert "mnist-lightning" in (temp(repo) / "comment.md").read_text()
+    assert output.read_text() == "count=1\n" and json.loads((temp(repo) / "plan.json").read_text())["jobs"]
+
+
 def planned(repo, before, tmp_path):
     """What the submit job's plan step leaves for the submit step: plan.json, and how many Azure ML
     jobs it lists (the step's output, which decides whether to log in and submit)."""
@@ -157,7 +197,7 @@ def planned(repo, before, tmp_path):
     output.write_text("")
     proc = run_step("submit", "Jobs the plan lists for this push", repo, BEFORE=before, GITHUB_OUTPUT=str(output))
     assert proc.returncode == 0, proc.stderr
-    return json.loads((repo / "plan.json").read_text()), output.read_text()
+    return json.loads((temp(repo) / "plan.json").read_text()), output.read_text()
 
 
 # A platform for `trainspec submit` in the step's own process (Azure itself is not reachable here):

@@ -126,6 +126,76 @@ def test_one_file_in_the_way_stops_every_file(tmp_path):
     assert not (tmp_path / ".git").exists()
 
 
+def tree(root: Path):
+    """Every entry under ``root`` (links as what they say, files as their bytes), .git aside."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if ".git" in path.relative_to(root).parts:
+            continue
+        key = str(path.relative_to(root))
+        found[key] = ("link", os.readlink(path)) if path.is_symlink() else path.read_bytes() if path.is_file() else "dir"
+    return found
+
+
+def test_force_replaces_a_link_and_never_writes_through_one(tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "specs").mkdir(parents=True)
+    (outside / "catalog.yaml").write_text("kept\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    # a link where a file goes: replaced by the file, what it leads to untouched
+    (repo / "trainspec-skus.yaml").symlink_to(outside / "catalog.yaml")
+    (repo / ".pre-commit-config.yaml").symlink_to("../outside/new.yaml")  # leads nowhere yet
+    proc = init("--force", "--name", "job", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("trainspec-skus.yaml", ".pre-commit-config.yaml"):
+        assert not (repo / name).is_symlink() and (repo / name).read_bytes() == (SCAFFOLD / name.lstrip(".")).read_bytes()
+    assert tree(outside) == {"catalog.yaml": b"kept\n", "specs": "dir"}
+    # a folder on the way that is a link: refused, nothing written anywhere
+    (repo / "bases" / "gpu.yaml").write_text("edited\n")
+    shutil.rmtree(repo / "specs")
+    (repo / "specs").symlink_to(outside / "specs")
+    before = tree(repo)
+    proc = init("--force", "--name", "job", cwd=repo)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[1:] == ["  specs/ is a link"]
+    assert "nothing written" in proc.stderr.splitlines()[0] and proc.stdout == ""
+    assert tree(repo) == before and tree(outside) == {"catalog.yaml": b"kept\n", "specs": "dir"}
+
+
+def test_force_writes_all_or_nothing(tmp_path, monkeypatch, capsys):
+    """A rename that fails after four files took their places (a full disk, a file system gone
+    read-only): the four are put back as they were, the replaced files and links return, the
+    temporary files and the folders made for them go."""
+    from trainspec import cli
+
+    repo = started(tmp_path)
+    edit(repo / "bases" / "gpu.yaml", "timeout: 12h", "timeout: 3h")
+    (repo / "specs" / "README.md").unlink()
+    (repo / "specs" / "README.md").symlink_to("../bases/gpu.yaml")
+    shutil.rmtree(repo / "schema")
+    before = tree(repo)
+    renames = []
+
+    def failing(real):
+        def rename(source, destination):
+            renames.append(destination)
+            if len(renames) == 9:
+                raise OSError(28, "No space left on device", str(destination))
+            return real(source, destination)
+        return rename
+
+    for name in ("rename", "replace"):
+        monkeypatch.setattr(os, name, failing(getattr(os, name)))
+    monkeypatch.chdir(repo)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["init", "--force"])
+    assert exc.value.code == 1
+    assert "No space left on device; nothing written" in capsys.readouterr().err
+    assert tree(repo) == before
+    assert len(renames) > 9  # it got that far, then put everything back
+
+
 def test_init_in_an_existing_repository(tmp_path):
     repo = tmp_path / "team"
     repo.mkdir()
@@ -175,8 +245,9 @@ def run_steps(repo: Path, job: str, env: dict, skip=("Install trainspec",)):
         script = repo.parent / "step.sh"
         script.write_text(step["run"])
         step_env = {k: env[k] for k in step.get("env", {}) if k in env}
+        runner = {k: v for k, v in env.items() if k.startswith(("GITHUB_", "RUNNER_"))}
         proc = run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], repo,
-                   env=dict(os.environ, PATH=PATH, **step_env, **{k: v for k, v in env.items() if k.startswith("GITHUB_")}))
+                   env=dict(os.environ, PATH=PATH, **step_env, **runner))
         assert proc.returncode == 0, f"{step.get('name')}:\n{proc.stdout}{proc.stderr}"
         done.append(step.get("name"))
     return done
@@ -189,17 +260,18 @@ def test_the_workflow_steps_pass_on_a_pull_request_and_its_merge(tmp_path):
     edit(repo / "bases" / "gpu.yaml", "  nodes: 2\n", "  nodes: 4\n")
     ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
     commit(repo, "4 nodes")
-    done = run_steps(repo, "review", {"BASE": "main"})
+    temp = tmp_path / "runner-temp"  # $RUNNER_TEMP: where the steps write, outside the checkout
+    temp.mkdir()
+    done = run_steps(repo, "review", {"BASE": "main", "RUNNER_TEMP": str(temp)})
     assert len(done) >= 3 and any("Validate" in name for name in done) and any("Gate" in name for name in done)
-    comment = (repo / "comment.md").read_text()
+    comment = (temp / "comment.md").read_text()
     assert "sft" in comment and "resources.nodes" in comment and "16" in comment and "32" in comment
-    (repo / "comment.md").unlink()
     # merged: the submit job's gate and plan list the job for Azure ML (its submit step needs Azure)
     git("checkout", "-q", "main", cwd=repo)
     git("merge", "-q", "--no-ff", "-m", "merge", "bigger", cwd=repo)
     output = tmp_path / "github_output"
     output.write_text("")
-    run_steps(repo, "submit", {"BEFORE": first, "GITHUB_OUTPUT": str(output)})
+    run_steps(repo, "submit", {"BEFORE": first, "GITHUB_OUTPUT": str(output), "RUNNER_TEMP": str(temp)})
     assert output.read_text() == ("count=1\n" if DEFAULT_TARGET == "azureml" else "count=0\n")
 
 

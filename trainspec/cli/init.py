@@ -1,7 +1,8 @@
 """`trainspec init`: Start a repository of training specs in DIR (default: here). Writes a spec,
 the base it extends, a team catalog, its training script, the JSON Schemas, the CI workflow and
 the pre-commit hooks, which validate and compile as written; never replaces a file (if one
-exists, it is named and nothing is written; --force replaces them).
+exists, it is named and nothing is written; --force replaces them, a link by a file, never
+writing through one, and all or nothing).
 """
 
 from __future__ import annotations
@@ -30,14 +31,16 @@ def command(args: argparse.Namespace) -> int:
         raise UsageError(f"--name: {problem}")
     targets = list(dict.fromkeys(args.targets)) or [DEFAULT_TARGET]
     files = repository.render(name, targets)
-    if not args.force:
-        existing = repository.in_the_way(root, list(files))
-        if existing:
-            _err(f"trainspec init: {len(existing)} file(s) in {args.dir} would be replaced; nothing written "
-                 "(move them away, or --force to replace them):")
-            for path in existing:
-                _err(f"  {path}")
-            return 1
+    # --force: a file or a link there is replaced, never followed; a folder on the way that is a link stops it
+    blocked = (repository.unwritable if args.force else repository.in_the_way)(root, list(files))
+    if blocked:
+        _err(f"trainspec init: {len(blocked)} path(s) in {args.dir} cannot be replaced without writing through a "
+             "link or over a folder; nothing written (move them away):" if args.force else
+             f"trainspec init: {len(blocked)} file(s) in {args.dir} would be replaced; nothing written "
+             "(move them away, or --force to replace them):")
+        for problem in blocked:
+            _err(f"  {problem}")
+        return 1
     try:
         written = repository.write(root, files, force=args.force)
     except OSError as exc:

@@ -104,6 +104,31 @@ def read_regular(path, limit: Optional[int] = None) -> bytes:
     """The bytes of the regular file at ``path`` (at most ``limit`` + 1 with a limit), opened
     without following a link in its last part and without blocking; OSError for anything else
     (ELOOP for a link, EINVAL for a FIFO, socket or device)."""
+    fd, status = _open_regular(path)
+    try:
+        return read_open(fd, status.st_size, limit)
+    finally:
+        os.close(fd)
+
+
+def hash_regular(path) -> Tuple[os.stat_result, bytes]:
+    """(the stat, the sha256 digest) of the regular file at ``path``, opened as read_regular opens
+    it and read a megabyte at a time: a code folder's large file costs no more memory than a small one."""
+    import hashlib
+
+    fd, status = _open_regular(path)
+    try:
+        digest = hashlib.sha256()
+        for part in iter(lambda: os.read(fd, 1 << 20), b""):
+            digest.update(part)
+        return status, digest.digest()
+    finally:
+        os.close(fd)
+
+
+def _open_regular(path) -> Tuple[int, os.stat_result]:
+    """An open descriptor of the regular file at ``path`` and its stat: not through a link in its
+    last part, never blocking; OSError for anything else."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
     if not hasattr(os, "O_NOFOLLOW") and os.path.islink(path):
         raise OSError(errno.ELOOP, "is a symbolic link", str(path))
@@ -113,9 +138,10 @@ def read_regular(path, limit: Optional[int] = None) -> bytes:
         mode = status.st_mode
         if not stat.S_ISREG(mode):
             raise OSError(errno.EINVAL, f"is {kind_of(mode) if not stat.S_ISDIR(mode) else 'a folder'}", str(path))
-        return read_open(fd, status.st_size, limit)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd, status
 
 
 def read_below(root, relative: str, offset: int, limit: int) -> Optional[bytes]:

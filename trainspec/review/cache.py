@@ -25,6 +25,7 @@ import json
 import os
 import re
 import sys
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -169,7 +170,7 @@ def _folder_digest(folder: Path) -> Optional[str]:
     listing = list_folder(folder, limit=SHIPPED_LIMIT)
     if listing.more:  # validation refuses it; no key, so never a stale answer either
         return None
-    digest = hashlib.sha256()
+    hashes = []
     for name in listing.files:
         try:
             data = read_regular(folder / name, HASH_LIMIT)
@@ -177,10 +178,100 @@ def _folder_digest(folder: Path) -> Optional[str]:
             return None
         if len(data) > HASH_LIMIT:
             return None
-        digest.update(b"f\0" + name.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(data).digest())
+        hashes.append(hashlib.sha256(data).digest())
+    return _listing_digest(listing, hashes)
+
+
+def _listing_digest(listing, hashes: Sequence[bytes]) -> str:
+    """One digest of a folder's listing: each regular file by its name and the sha256 of its bytes
+    (``hashes``, in the listing's order), each link and special file by its name and what it is."""
+    digest = hashlib.sha256()
+    for name, sha in zip(listing.files, hashes):
+        digest.update(b"f\0" + name.encode("utf-8", "surrogateescape") + b"\0" + sha)
     for name, what in listing.links + listing.others:
         digest.update(b"l\0" + f"{name}\0{what}".encode("utf-8", "surrogateescape") + b"\0")
     return digest.hexdigest()
+
+
+# A file last modified longer ago than this is taken as unchanged while its stat is (code_digest):
+# a write changes the modification time, but only to the file system's clock tick (a nanosecond on
+# ext4, two seconds on FAT), so a file written within a tick of being hashed is hashed again later.
+SETTLED_NS = 2 * 10**9
+
+
+def code_digest(folder: str) -> str:
+    """The digest of the code folder a job ships, for the job's name (jobs/command.py digest_of):
+    its regular files by name and bytes, its links and special files by name and what they are,
+    none followed (as check's cache keys a shipped folder).
+
+    A code folder can hold tens of thousands of files that a hundred specs share, and the files
+    rarely change between two runs: each file's sha256 is remembered in the cache folder (one
+    record per code folder, beside check's) with what its stat said when it was read (device,
+    inode, size, modification and change times, to the nanosecond), and a later run reads only
+    the files whose stat is not that one. A file modified less than SETTLED_NS before it was read
+    is not remembered; a record that cannot be read is no record (every file is read), and one
+    that cannot be written is left as it was: the record can make this faster, never different."""
+    import stat as stat_
+
+    from trainspec.core.files import SHIPPED_LIMIT, hash_regular, list_folder
+
+    listing = list_folder(Path(folder), limit=SHIPPED_LIMIT)  # validation refuses a folder of more
+    record = _code_record(folder)
+    known = _read_code_record(record, folder) if record is not None else {}
+    kept: Dict[str, List[Any]] = {}
+    hashes = []
+    for name in listing.files:
+        path = os.path.join(folder, name)
+        try:
+            now, seen = time.time_ns(), os.lstat(path)
+        except OSError:
+            hashes.append(b"?")  # gone since it was listed
+            continue
+        entry = known.get(name)
+        if entry is not None and stat_.S_ISREG(seen.st_mode) and entry[:5] == _stat_key(seen):
+            kept[name] = entry
+            hashes.append(bytes.fromhex(entry[5]))
+            continue
+        try:
+            status, sha = hash_regular(path)
+        except OSError:
+            hashes.append(b"?")  # unreadable, or no longer a regular file: as the job would not ship it
+            continue
+        if status.st_mtime_ns < now - SETTLED_NS:
+            kept[name] = [*_stat_key(status), sha.hex()]
+        hashes.append(sha)
+    if record is not None and kept != known:
+        _write(record, {"folder": folder, "files": kept})
+    return _listing_digest(listing, hashes) + ("+" if listing.more else "")
+
+
+def _stat_key(status: os.stat_result) -> List[int]:
+    return [status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns]
+
+
+def _code_record(code: str) -> Optional[Path]:
+    """Where code_digest remembers the files of the folder ``code`` (None: the cache is turned off)."""
+    base = folder()
+    if base is None:
+        return None
+    return base / f"code-{FORMAT}" / f"{hashlib.sha256(code.encode('utf-8', 'surrogateescape')).hexdigest()}.json"
+
+
+def _read_code_record(record: Path, folder: str) -> Dict[str, List[Any]]:
+    """The remembered files of ``folder``: name -> [device, inode, size, mtime_ns, ctime_ns, sha256];
+    only entries of exactly that shape are trusted."""
+    try:
+        loaded = _read_json(record)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    if not isinstance(loaded, dict) or loaded.get("folder") != folder or not isinstance(loaded.get("files"), dict):
+        return {}
+    return {name: entry for name, entry in loaded["files"].items()
+            if isinstance(entry, list) and len(entry) == 6 and all(type(n) is int for n in entry[:5])
+            and isinstance(entry[5], str) and _HEX.fullmatch(entry[5])}
+
+
+_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def shipped(outcome) -> List[str]:

@@ -9,12 +9,13 @@ that touches the folder: it never replaces a file unless told to, and writes all
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from trainspec.core.fields import NAME_PATTERN
 
@@ -73,49 +74,88 @@ def render(name: str, targets: Sequence[str]) -> Dict[str, bytes]:
 def in_the_way(root: Path, paths: Sequence[str]) -> List[str]:
     """What stops writing ``paths`` under ``root`` without replacing anything: each path that
     exists (a link too), and each folder on the way that is a link or not a folder."""
-    found = []
-    for path in paths:
-        parts = path.split("/")
-        for depth in range(1, len(parts)):
-            folder = root.joinpath(*parts[:depth])
-            if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
-                found.append("/".join(parts[:depth]) + ("/ is a link" if folder.is_symlink() else " is not a folder"))
-                break
-        else:
-            if os.path.lexists(root / path):
-                found.append(path)
+    found = unwritable(root, paths)
+    found += [path for path in paths if os.path.lexists(root / path) and not _blocked(root, path)]
     return sorted(set(found))
 
 
+def unwritable(root: Path, paths: Sequence[str]) -> List[str]:
+    """What stops writing ``paths`` under ``root`` even with --force: a folder on the way that is
+    a link (writing under it would write wherever it leads) or not a folder, and a path that is a
+    folder. A file or a link at a path itself is replaced by a rename, which never follows it."""
+    return sorted({problem for path in paths for problem in [_blocked(root, path)] if problem})
+
+
+def _blocked(root: Path, path: str) -> str:
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        folder = root.joinpath(*parts[:depth])
+        if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
+            return "/".join(parts[:depth]) + ("/ is a link" if folder.is_symlink() else " is not a folder")
+    final = root / path
+    return f"{path} is a folder" if final.is_dir() and not final.is_symlink() else ""
+
+
 def write(root: Path, files: Dict[str, bytes], force: bool = False) -> List[str]:
-    """Write ``files`` under ``root``, each through a temporary file in its own folder: a new
-    file appears whole or not at all, and none replaces one that exists (unless ``force``, then
-    in one rename). On a failure the files written so far are removed again, and the error
-    raised. Returns the paths written."""
-    written: List[Path] = []
+    """Write ``files`` under ``root``, all or nothing. Each is written whole to a temporary file
+    in its own folder first; only when every one is there do they take their places, a rename
+    each: none replaces a file that exists (unless ``force``; a replaced file or link is kept
+    aside until the last rename, and put back on a failure), and none is written under a folder
+    that is a link (``unwritable``: refused before anything is written). On a failure everything
+    is as it was (the folders made for them removed again), and the error raised. Returns the
+    paths written."""
+    blocked = unwritable(root, list(files))
+    if blocked:
+        raise OSError(errno.EEXIST, "cannot be written without following a link: " + ", ".join(blocked),
+                      str(root / blocked[0].split(" ")[0]))
+    made: List[Path] = []  # folders made for the files, parents first
+    staged: List[Tuple[str, Path, bytes]] = []  # (temporary, final, bytes)
+    placed: List[List[Any]] = []  # [final, what it replaced (kept aside) or None, in place yet]
     try:
         for path, data in files.items():
             final = root / path
-            final.parent.mkdir(parents=True, exist_ok=True)
+            missing = [folder for folder in (final.parent, *final.parent.parents) if not os.path.lexists(folder)]
+            for folder in reversed(missing):
+                folder.mkdir()
+                made.append(folder)
             fd, temporary = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                os.chmod(temporary, 0o644)
-                if force:
-                    os.replace(temporary, final)
-                else:
-                    _link(temporary, final, data)
-            finally:
-                if os.path.lexists(temporary):
-                    os.unlink(temporary)
-            written.append(final)
+            staged.append((temporary, final, data))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(temporary, 0o644)
+        for temporary, final, data in staged:
+            step = [final, None, False]
+            placed.append(step)
+            if force:
+                if os.path.lexists(final):
+                    step[1] = final.with_name(f".{final.name}.{os.urandom(6).hex()}.old")
+                    os.rename(final, step[1])  # the file or link itself, never what a link leads to
+                os.rename(temporary, final)
+            else:
+                _link(temporary, final, data)
+            step[2] = True
     except BaseException:
-        if not force:
-            for final in written:
-                final.unlink()
+        for final, aside, done in reversed(placed):
+            if done:
+                os.unlink(final)
+            if aside is not None:
+                os.rename(aside, final)
+        _remove([temporary for temporary, _, _ in staged])
+        for folder in reversed(made):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
         raise
+    _remove([aside for _, aside, _ in placed if aside is not None] + [temporary for temporary, _, _ in staged])
     return list(files)
+
+
+def _remove(paths: Sequence[Any]) -> None:
+    """Unlink each that is there (a temporary name left by a hard link, a replaced file kept aside)."""
+    for path in paths:
+        if os.path.lexists(path):
+            os.unlink(path)
 
 
 def _link(temporary: str, final: Path, data: bytes) -> None:
@@ -126,6 +166,10 @@ def _link(temporary: str, final: Path, data: bytes) -> None:
     except FileExistsError:
         raise
     except OSError:
-        fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+        except BaseException:
+            os.unlink(final)  # ours, made just now: no half file stays
+            raise
