@@ -403,13 +403,14 @@ def load_team(file: Path):
 
 
 def _written(value: Any) -> str:
-    """A value of the team file in a message: text quoted as written, anything else by its kind
-    (a number such as .inf or .nan is never echoed as `inf` or `nan`)."""
-    if isinstance(value, str):
+    """A value of the team file in a message: text and finite numbers quoted as written, anything
+    else by its kind (.inf or .nan is never echoed as `inf` or `nan`)."""
+    if isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                  and math.isfinite(value)):
         return f"'{value}'"
     if isinstance(value, bool) or value is None:
         return f"'{str(value).lower() if value is not None else 'null'}'"
-    return {int: "a whole number", float: "a number", list: "a list", dict: "a mapping"}.get(type(value), "a value")
+    return {float: "a number that is not finite", list: "a list", dict: "a mapping"}.get(type(value), "a value")
 
 
 def _places(data: Dict[str, Any], kind: str, catalog: Catalog, bad) -> Tuple[Tuple[str, str], ...]:
