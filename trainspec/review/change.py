@@ -16,21 +16,24 @@ from trainspec.review.comment import COMMENT_LIMIT, shares
 from trainspec.review.cost import Summary, summarise
 from trainspec.review.diff import JobDiff, render_diffs, said_once
 from trainspec.review.plan import plan as make_plan, plan_document
-from trainspec.review.revision import Side
+from trainspec.review.revision import Catalogs, Side
 
 
 @dataclass
 class Change:
     """The jobs whose compiled outputs change since ``base`` (``diffs``), with both compiled
-    sides; ``out``: the output folder as the user names it, for the paths a plan shows. Each
-    side prices its jobs with its own team catalogs (``Side.catalogs``, read in its own tree):
-    the summary, and so plan, diff and review alike, see a change of the team's prices."""
+    sides; ``out``: the output folder as the user names it, for the paths a plan shows. Both
+    sides are priced with the base's team catalogs (the base side's ``Side.catalogs``, and for
+    the head's jobs ``catalogs``: revision.Catalogs, read in the base's tree), so a pull request
+    that edits or shadows the catalog cannot make its own change look cheap; the summary, and so
+    plan, diff and review alike, says what the catalog change would do instead."""
 
     base: str
     old: Side
     new: Side
     diffs: List[JobDiff]
     out: str
+    catalogs: Dict[str, Catalogs] = field(default_factory=dict)
     _summary: Optional[Summary] = field(default=None, repr=False)
 
     @property
@@ -38,8 +41,12 @@ class Change:
         """What the change costs (review/cost.py): computed once, opens the plan."""
         if self._summary is None:
             self._summary = summarise(self.old.jobs, self.new.jobs, self.diffs,
-                                      (self.old.catalogs, self.new.catalogs))
+                                      (self.old.catalogs, self.pricing()), self.catalogs)
         return self._summary
+
+    def pricing(self) -> Dict[str, Any]:
+        """By job name, the catalog that prices each head job: the base's."""
+        return {name: c.base for name, c in self.catalogs.items()} or dict(self.new.catalogs)
 
     def planned(self) -> List[Outcome]:
         """The head side's outcome of every job the change keeps or adds, in the diff's order."""
@@ -47,8 +54,8 @@ class Change:
 
     def plans(self) -> List[Dict[str, Any]]:
         kept = [d for d in self.diffs if d.status != "removed"]
-        return [make_plan(o, self.out, d.edited, self.new.catalogs.get(d.name))
-                for o, d in zip(self.planned(), kept)]
+        pricing = self.pricing()
+        return [make_plan(o, self.out, d.edited, pricing.get(d.name)) for o, d in zip(self.planned(), kept)]
 
     def removed(self) -> List[Dict[str, str]]:
         return [{"name": d.name, "spec": d.spec} for d in self.diffs if d.status == "removed"]

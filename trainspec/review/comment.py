@@ -72,6 +72,9 @@ class Section:
     head: str
     glue: str = "\n\n"
     parts: List[Part] = field(default_factory=list)
+    # when not every heading fits, what is shown first: 0 a change said once for many jobs (with
+    # its diff), 1 a job's own changes, 2 a job that only points to a change said once
+    rank: int = 1
 
     def render(self, parts: Sequence[str]) -> str:
         shown = [p for p in parts if p]
@@ -137,21 +140,39 @@ def _fair_share(wants: Sequence[int], room: int) -> int:
 
 
 def _names_only(title: str, sections: Sequence[Section], budget: int, md: bool, note: str) -> str:
-    """Headings while they fit, then the other jobs by name (as many as fit, then how many more)."""
-    kept: List[str] = []
-    used = len(title) + 2 + len(note)
-    rest = [name for s in sections for name in s.names]
-    for s in sections:
-        others = rest[len(s.names):]
-        tail = len(_more(others, budget, md)) + 2 if others else 0
-        if used + len(s.head) + 2 + tail > budget:
-            break
-        kept.append(s.head)
-        used += len(s.head) + 2
-        rest = others
+    """What fits when not every heading does, the most telling first (Section.rank): a change
+    said once for many jobs with as much of its diff as fits, then headings while they fit, each
+    in its place in the document; then the other jobs on one last line, by name while the room
+    left allows, then how many more. That line never takes a diff's room: it is given only what
+    is left."""
+    names = [name for s in sections for name in s.names]
+    reserve = len(_more(names, 0, md)) + 2 if names else 0  # the last line, naming no job
+    used = len(title) + 2 + len(note) + reserve
+    shown = {}
+    for i in sorted(range(len(sections)), key=lambda k: (sections[k].rank, k)):
+        room = budget - used - 2
+        fitting = next((text for text in _renderings(sections[i], room) if len(text) <= room), None)
+        if fitting is None:
+            if sections[i].rank > 0:
+                break  # the headings are shown in order while they fit
+            continue
+        shown[i] = fitting
+        used += len(fitting) + 2
+    rest = [name for i, s in enumerate(sections) if i not in shown for name in s.names]
+    kept = [shown[i] for i in sorted(shown)]
     if rest:
-        kept.append(_more(rest, budget - used - 2, md))
+        kept.append(_more(rest, budget - used + reserve - 2, md))
     return _join([title, *kept, note])
+
+
+def _renderings(section: Section, room: int) -> List[str]:
+    """``section`` from the most to the least of it: a change said once for many jobs whole, its
+    parts cut to share ``room``, at their shortest, then its heading; any other, its heading."""
+    if not any(p.keep for p in section.parts):
+        return [section.head]
+    share = max(0, (room - len(section.head) - len(section.glue)) // len(section.parts) - 2)
+    return [section.render([p.full for p in section.parts]), section.render([p.cut(share) for p in section.parts]),
+            section.render([p.cut(0) for p in section.parts]), section.head]
 
 
 def _more(names: Sequence[str], room: int, md: bool) -> str:

@@ -30,6 +30,31 @@ FACTS: Tuple[Tuple[str, Callable[[Outcome], Any]], ...] = (
 VALUE_LIMIT = 80  # characters of one value in a row: the rows stay short, so that all of them fit
 
 
+# The fields of the spec that decide what a job runs and what it can reach, by spec path (and
+# below it): a change to one is said in the summary, never cut, beside the cost, however many jobs
+# a change touches. A target's own are its ``ACCESS_SETTINGS`` (an identity, `docker run`
+# arguments, a namespace, a service account...).
+ACCESS = ("command", "code", "environment", "secrets")
+ACCESS_VALUE_LIMIT = 240  # characters of one such value in a row: long enough for a command's `| bash`
+ACCESS_FIELDS = 12  # such fields named in one row (the command first), the others counted
+
+
+def access_facts(outcome: Outcome) -> Dict[str, Any]:
+    """Every field of ``outcome``'s spec, as written, that decides what the job runs or can reach."""
+    from trainspec.targets.vocabulary import settings
+
+    watched = [*ACCESS, *(f"targets.{a.target}.{s}" for a in outcome.artifacts
+                          for s in getattr(settings(a.target), "ACCESS_SETTINGS", ()))]
+    return {path: value for path, value in spec_fields(outcome).items()
+            if value not in (None, "", [], {}) and any(path == w or path.startswith(w + ".") for w in watched)}
+
+
+def _changed(before: Dict[str, Any], after: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:
+    """(field, before, after) of every field that differs, in the order the fields were found."""
+    return [(k, before.get(k), after.get(k)) for k in [*before, *(k for k in after if k not in before)]
+            if before.get(k) != after.get(k)]
+
+
 def gpus(outcome: Optional[Outcome]) -> int:
     """The GPUs a job asks for: nodes x GPUs per node (0 for no job)."""
     return outcome.valid.nodes * outcome.valid.gpus_per_node if outcome is not None else 0
@@ -59,10 +84,12 @@ class Row:
     changes: List[Tuple[str, Any, Any]] = field(default_factory=list)
     gpus: Tuple[int, int] = (0, 0)
     edited: List[str] = field(default_factory=list)
+    access: List[Tuple[str, Any, Any]] = field(default_factory=list)  # what it runs or can reach (ACCESS)
 
     def as_json(self) -> Dict[str, Any]:
         return {"name": self.name, "status": self.status, "gpus_before": self.gpus[0], "gpus_after": self.gpus[1],
                 "changes": [{"field": k, "before": a, "after": b} for k, a, b in self.changes],
+                "access": [{"field": k, "before": a, "after": b} for k, a, b in self.access],
                 "outputs_edited": self.edited}
 
 
@@ -240,10 +267,12 @@ class Summary:
     total: Tuple[int, int]  # the GPUs of every job on each side
     table: List[CostRow] = field(default_factory=list)  # the totals of each target, then each job that changes
     note: str = ""
+    catalogs: List["CatalogChange"] = field(default_factory=list)  # team catalogs the change edits, adds, removes
 
     def as_json(self) -> Dict[str, Any]:
         return {"gpus_before": self.total[0], "gpus_after": self.total[1], "jobs": [r.as_json() for r in self.rows],
-                "table": [r.as_json() for r in self.table], "prices": self.note}
+                "table": [r.as_json() for r in self.table], "prices": self.note,
+                "catalogs": [c.as_json() for c in self.catalogs]}
 
     def render(self, fmt: str, command: str = "") -> str:
         """The summary as markdown or text: the cost table (never cut; in markdown, one longer
@@ -261,10 +290,18 @@ class Summary:
         if priced:  # no fact of theirs changed, their price did (the team's prices, say)
             what = (f"{what}; " if costly else "") + f"{priced} {'more ' if costly else ''}job{'' if priced == 1 else 's'} " \
                    f"whose price changes"
+        reach = sum(1 for r in self.rows if r.access and r.status == "changed")  # a new job: all of it is new
+        if reach:
+            what += f"; {reach} job{'' if reach == 1 else 's'} whose command, image or access changes"
         if edited:
             what += f"; {edited} job{'' if edited == 1 else 's'} where what CI would submit is not what the spec says"
         head = f"GPUs of all jobs: {before:,} → {after:,}{delta}; {what}"
         lines = [f"**Cost: {md_.text(head)}**" if md else f"cost: {head}"]
+        for change in self.catalogs[:CATALOG_CHANGES] if md else self.catalogs:
+            lines += ["", *change.render(md)] if md else change.render(md)
+        if md and len(self.catalogs) > CATALOG_CHANGES:
+            more = f"… and {len(self.catalogs) - CATALOG_CHANGES} more team catalog change(s)"
+            lines += ["", f"*{md_.text(more)}: {md_.code(command)}*"] if md else [f"  {more}"]
         table = self._table(md, command)
         if table:
             lines += ["", table] if md else [table]
@@ -324,11 +361,14 @@ class Summary:
 
 
 def summarise(old_jobs: Dict[str, Outcome], new_jobs: Dict[str, Outcome], diffs: Sequence[JobDiff],
-              catalogs: Tuple[Dict[str, Any], Dict[str, Any]] = ({}, {})) -> Summary:
+              catalogs: Tuple[Dict[str, Any], Dict[str, Any]] = ({}, {}),
+              own: Optional[Dict[str, Any]] = None) -> Summary:
     """The cost of the change from ``old_jobs`` to ``new_jobs`` (by job name): the cost table
-    (every job whose GPUs, price or time limit change on a target, priced with each side's team
-    catalog from ``catalogs``, by job name: a change of the team's prices shows with no job file
-    changed), and job by job the facts that change for the jobs ``diffs`` lists."""
+    (every job whose GPUs, price or time limit change on a target, each side priced with the
+    team catalog ``catalogs`` gives it by job name: a review gives both the base's), the
+    catalogs the change edits, adds or removes (``own``: revision.Catalogs by head job name)
+    with what their jobs would cost with them, and job by job the facts that change, of cost and
+    of what the job runs or can reach, for the jobs ``diffs`` lists."""
     rows = []
     for d in diffs:
         before, after = old_jobs.get(d.name), new_jobs.get(d.name)
@@ -337,21 +377,22 @@ def summarise(old_jobs: Dict[str, Outcome], new_jobs: Dict[str, Outcome], diffs:
             facts = cost_facts(after or before)
             shown = [(k, v) for k, v in facts.items() if v not in (None, False, "")]
             changes = [(k, None, v) if after else (k, v, None) for k, v in shown]
-            rows.append(Row(d.name, "new" if after else "removed", changes, pair, list(d.edited)))
+            access = _changed({}, access_facts(after)) if after else []
+            rows.append(Row(d.name, "new" if after else "removed", changes, pair, list(d.edited), access))
             continue
-        old_facts, new_facts = cost_facts(before), cost_facts(after)
-        changes = [(k, old_facts.get(k), new_facts.get(k)) for k in [*old_facts, *(k for k in new_facts
-                                                                                  if k not in old_facts)]
-                   if old_facts.get(k) != new_facts.get(k)]
-        if changes or d.edited:
-            rows.append(Row(d.name, "changed", changes, pair, list(d.edited)))
+        changes = _changed(cost_facts(before), cost_facts(after))
+        access = _changed(access_facts(before), access_facts(after))
+        if changes or d.edited or access:
+            rows.append(Row(d.name, "changed", changes, pair, list(d.edited), access))
+    rows.sort(key=lambda r: not r.access)  # what a job runs or reaches first: the last rows may be counted
     total = (sum(gpus(o) for o in old_jobs.values()), sum(gpus(o) for o in new_jobs.values()))
     sides = [_costs(old_jobs, catalogs[0]), _costs(new_jobs, catalogs[1])]
     table = [CostRow(job, target, sides[0].get((job, target)), sides[1].get((job, target)))
              for job, target in sorted({*sides[0], *sides[1]})]
     table = [r for r in table if r.changed()]
+    moved = catalog_changes(new_jobs, own or {})
     if not table:
-        return Summary(rows, total)
+        return Summary(rows, total, catalogs=moved)
     targets = sorted({r.target for r in table})
     by_target = []
     for t in targets:
@@ -359,7 +400,7 @@ def summarise(old_jobs: Dict[str, Outcome], new_jobs: Dict[str, Outcome], diffs:
         new = [c for (_, tt), c in sides[1].items() if tt == t]
         by_target.append(CostRow(None, t, totals(old) if old else None, totals(new) if new else None))
     used = [c for r in table for c in (r.before, r.after) if c is not None]
-    return Summary(rows, total, by_target + table, prices_note(used))
+    return Summary(rows, total, by_target + table, prices_note(used), moved)
 
 
 def _costs(jobs: Dict[str, Outcome], catalogs: Dict[str, Any]) -> Dict[Tuple[str, str], Any]:
@@ -368,14 +409,49 @@ def _costs(jobs: Dict[str, Outcome], catalogs: Dict[str, Any]) -> Dict[Tuple[str
             for name, outcome in jobs.items() for a in outcome.artifacts}
 
 
-def _value(value: Any, md: bool) -> str:
+def _value(value: Any, md: bool, limit: int = VALUE_LIMIT) -> str:
+    import json
+
     if value is None:
         shown = "-"
     elif isinstance(value, bool):
         shown = "yes" if value else "no"
+    elif isinstance(value, (list, dict)):
+        shown = md_.clip(json.dumps(value, sort_keys=True, default=str), limit)
     else:
-        shown = md_.clip(str(value), VALUE_LIMIT)
+        shown = md_.clip(str(value), limit)
     return md_.code(shown) if md else md_.visible(shown)
+
+
+def _window(a: Any, b: Any, limit: int) -> Tuple[Any, Any]:
+    """Two values too long to show whole, each from a little before where they first differ:
+    `curl … | bash` added at the end of a long command is what the row shows of it."""
+    if not (isinstance(a, str) and isinstance(b, str)) or max(len(a), len(b)) <= limit:
+        return a, b
+    start = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    start = max(0, start - 40)
+    return (("…" + a[start:], "…" + b[start:]) if start else (a, b))
+
+
+def _field(name: str, md: bool) -> str:
+    """A field's path: a part of it (a secret's or a cluster's name) is the spec's, escaped and cut."""
+    name = md_.clip(name, VALUE_LIMIT)
+    return md_.text(name) if md else md_.visible(name)
+
+
+def _access(row: Row, md: bool) -> str:
+    """What a row's job runs or can reach, changed: each field before → after (new: as it is)."""
+    said = []
+    for k, x, y in row.access[:ACCESS_FIELDS]:
+        x, y = _window(x, y, ACCESS_VALUE_LIMIT)
+        if row.status == "new":
+            said.append(f"{_field(k, md)} {_value(y, md, ACCESS_VALUE_LIMIT)}")
+        else:
+            said.append(f"{_field(k, md)} {_value(x, md, ACCESS_VALUE_LIMIT)} → {_value(y, md, ACCESS_VALUE_LIMIT)}")
+    if len(row.access) > ACCESS_FIELDS:
+        said.append(f"… and {len(row.access) - ACCESS_FIELDS} more field(s)")
+    lead = "what it runs or can reach:"
+    return (f"**{lead}** " if md else f"{lead} ") + "; ".join(said)
 
 
 def _row(row: Row, md: bool) -> str:
@@ -391,6 +467,8 @@ def _row(row: Row, md: bool) -> str:
         parts += [f"{k} {_value(x, md)} → {_value(y, md)}" for k, x, y in row.changes]
         if a != b:
             parts.append(f"GPUs {_value(a, md)} → {_value(b, md)}")
+    if row.access:
+        parts.append(_access(row, md))
     if row.edited:
         files = ", ".join(md_.code(f) if md else md_.visible(f) for f in row.edited)
         warning = f"what CI would submit is not what the spec says: {files}"
@@ -539,3 +617,105 @@ def target_cost(outcome: Outcome, target: str, catalog: Optional[Any] = None) ->
     found = pipeline.hardware(valid, target) if valid.sku is not None and not basis.location_field else None
     return TargetCost(target, gpus_, parts, region, basis.seconds, basis.team_nodes, basis.unbounded, team,
                       assumed=found.by if found is not None and not found.enforced else "")
+
+
+# --- the team catalog a change edits, adds or removes ------------------------------------------------
+
+# A review prices both sides with the base's catalogs (review/change.py): a pull request that
+# edits trainspec-skus.yaml, or adds one nearer its specs that shadows the base's, changes no row
+# of the table. What it changes is said above the table instead, never cut: the catalog's fields
+# before and after, and what its jobs would cost with it, the largest differences first.
+CATALOG_CHANGES = 5  # catalog changes said in markdown; the others counted (text and json say all)
+CATALOG_JOBS = 10  # jobs named per catalog change; the others counted
+CATALOG_FIELDS = 20  # fields named per catalog change; the others counted
+
+
+def catalog_facts(catalog: Any) -> Dict[str, Any]:
+    """What of a team catalog decides a job's price, by its field in trainspec-skus.yaml."""
+    from trainspec.spec.skus import PLACES, RATES
+
+    facts: Dict[str, Any] = {"region": catalog.region}
+    for size, *rates in catalog.prices:
+        facts.update({f"prices.{size}.{kind}": rate for kind, rate in zip(RATES, rates)})
+    for kind in PLACES:
+        facts.update({f"{kind}.{name}": size for name, size in getattr(catalog, kind)})
+    for sku in catalog.team:
+        facts.update({f"skus.{sku.name}.{key}": getattr(sku, key) for key in ("gpus", "gpu", "infiniband", "vcpus")})
+    return {k: v for k, v in facts.items() if v is not None}
+
+
+@dataclass
+class CatalogChange:
+    """A team catalog the change edits (``base_file`` is ``head_file``), adds (the base had none,
+    or another, farther from the specs: it shadows that one) or removes, for the jobs it applies
+    to (``names``): what changes in it, and each job and target whose price it changes, priced
+    with the base's catalog (as the table is) and with the pull request's."""
+
+    base_file: Optional[str]
+    head_file: Optional[str]
+    changes: List[Tuple[str, Any, Any]]
+    names: List[str] = field(default_factory=list)
+    jobs: List[CostRow] = field(default_factory=list)  # before: with the base's catalog; after: with the head's
+
+    def as_json(self) -> Dict[str, Any]:
+        return {"base_file": self.base_file, "head_file": self.head_file, "jobs": self.names,
+                "changes": [{"field": k, "before": a, "after": b} for k, a, b in self.changes],
+                "prices": [{"job": r.job, "target": r.target, "with_base_catalog": r.before.as_json(),
+                            "with_head_catalog": r.after.as_json()} for r in self.jobs]}
+
+    def render(self, md: bool) -> List[str]:
+        """A paragraph (the catalog, what changes in it), then a line per job it reprices."""
+        def name(file: str) -> str:
+            return md_.code(md_.clip(file, VALUE_LIMIT)) if md else md_.visible(file)
+
+        count = f"{len(self.names)} job{'' if len(self.names) == 1 else 's'}"
+        if self.base_file == self.head_file:
+            what = f"{name(self.head_file or '')} changes, for {count}"
+        elif self.base_file is None:
+            what = f"{name(self.head_file or '')} is new, for {count}"
+        elif self.head_file is None:
+            what = f"{name(self.base_file)} no longer applies to {count}"
+        else:
+            what = f"{name(self.head_file)} is new for {count} and shadows {name(self.base_file)}"
+        fields = [f"{_field(k, md)} {_value(a, md)} → {_value(b, md)}" for k, a, b in self.changes[:CATALOG_FIELDS]]
+        if len(self.changes) > CATALOG_FIELDS:
+            fields.append(f"… and {len(self.changes) - CATALOG_FIELDS} more field(s)")
+        lead = (f"Team catalog: {what}; the table prices both sides with the base's catalog, and with this pull "
+                f"request's its jobs would cost what is said below")
+        lines = [(f"**{lead}.** " if md else f"  {lead}. ") + ("; ".join(fields) or "no field changes")]
+        shown = sorted(self.jobs, key=lambda r: tuple(-w for w in r.weight()) + (r.job or "", r.target))
+        for row in shown[:CATALOG_JOBS]:
+            job = md_.code(row.job or "") if md else md_.visible(row.job or "")
+            price = f"with the base's catalog {_per_hour(row.before)}, {_most(row.before)}; " \
+                    f"with this pull request's {_per_hour(row.after)}, {_most(row.after)}"
+            lines.append(f"- {job} ({row.target}): {md_.text(price) if md else price}" if md else
+                         f"    {job} ({row.target}): {price}")
+        if len(shown) > CATALOG_JOBS:
+            more = f"… and {len(shown) - CATALOG_JOBS} more job(s) whose price it changes"
+            lines.append(f"- *{more}*" if md else f"    {more}")
+        return lines
+
+
+def catalog_changes(jobs: Dict[str, Outcome], catalogs: Dict[str, Any]) -> List[CatalogChange]:
+    """The team catalogs that differ between the base and the head for ``jobs`` (by name;
+    ``catalogs``: revision.Catalogs by job name), one CatalogChange per (file at the base, file
+    in the head, what changes)."""
+    found: Dict[Tuple[Any, ...], CatalogChange] = {}
+    facts: Dict[int, Dict[str, Any]] = {}  # by id(catalog): many jobs share one
+    for name in sorted(catalogs):
+        pair, outcome = catalogs[name], jobs.get(name)
+        if outcome is None:
+            continue
+        before, after = (facts.setdefault(id(c), catalog_facts(c)) for c in (pair.base, pair.head))
+        changes = _changed(before, after)
+        if not changes and pair.base_file == pair.head_file:
+            continue
+        key = (pair.base_file, pair.head_file, repr(changes))
+        change = found.setdefault(key, CatalogChange(pair.base_file, pair.head_file, changes))
+        change.names.append(name)
+        for artifact in outcome.artifacts:
+            row = CostRow(name, artifact.target, target_cost(outcome, artifact.target, pair.base),
+                          target_cost(outcome, artifact.target, pair.head))
+            if row.changed():
+                change.jobs.append(row)
+    return list(found.values())

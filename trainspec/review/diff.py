@@ -586,6 +586,7 @@ def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = N
 
 
 HEADLINE_LIMIT = 2_000  # characters of a job's one-line summary in the comment
+SHARED_NAMES = 50  # jobs a change said once names in a comment that may be cut; the others counted
 
 
 def _shared_section(g: Shared, md: bool, cut: bool) -> Section:
@@ -595,9 +596,11 @@ def _shared_section(g: Shared, md: bool, cut: bool) -> Section:
     count = f"{len(g.jobs)} jobs"
     shown = (f"Each job's outputs change in the same lines (its own spec path and hash aside), shown for "
              f"{md_.code(g.example.name) if md else md_.visible(g.example.name)}:")
+    jobs = g.jobs[:SHARED_NAMES] if md and cut else g.jobs
+    more = f", … and {len(g.jobs) - len(jobs)} more" if len(jobs) < len(g.jobs) else ""
     if md:
         head = (f"## Change {g.id}: the same in {count}\n**{md_.text(headline)}**\n\n"
-                f"Jobs ({len(g.jobs)}): " + ", ".join(md_.code(n) for n in g.jobs))
+                f"Jobs ({len(g.jobs)}): " + ", ".join(md_.code(n) for n in jobs) + more)
     else:
         head = (f"== change {g.id}: the same in {count}\n{md_.visible(headline)}\n"
                 f"jobs ({len(g.jobs)}): " + ", ".join(md_.visible(n) for n in g.jobs))
@@ -606,7 +609,7 @@ def _shared_section(g: Shared, md: bool, cut: bool) -> Section:
         head += ("\n\n" if md else "\n") + shown
     for part in parts:
         part.keep = True
-    return Section([f"change {g.id}"], head, "\n\n", parts)
+    return Section([f"change {g.id}"], head, "\n\n", parts, rank=0)
 
 
 def _pointer_section(d: JobDiff, pointer: Pointer, md: bool, cut: bool) -> Section:
@@ -618,7 +621,7 @@ def _pointer_section(d: JobDiff, pointer: Pointer, md: bool, cut: bool) -> Secti
     headline = md_.clip(headline, HEADLINE_LIMIT) if md or cut else headline
     head = (f"## {md_.text(d.name)} ({md_.text(d.spec)})\n**{md_.text(headline)}**" if md else
             f"== {md_.visible(d.name)} ({md_.visible(d.spec)})\n{md_.visible(headline)}")
-    return Section([d.name], head, "\n\n", _file_parts(pointer.rest, md))
+    return Section([d.name], head, "\n\n", _file_parts(pointer.rest, md), rank=1 if own else 2)
 
 
 def _diff_section(d: JobDiff, md: bool, cut: bool) -> Section:

@@ -34,6 +34,39 @@ class Side:
     catalogs: Dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Catalogs:
+    """The team catalogs (trainspec-skus.yaml: prices, region, size map) of one job of the pull
+    request: the base revision's, at the spec's place in the base's tree, which prices both sides
+    of the review (a pull request cannot make its own change look cheap by editing or shadowing
+    the catalog), and its own; each file repository-relative (None: no team file applies)."""
+
+    base: Any
+    head: Any
+    base_file: Optional[str]
+    head_file: Optional[str]
+
+
+def catalogs_at(tree: Path, root: Path, head: Side) -> Dict[str, Catalogs]:
+    """By job name, the base's catalog (read in ``tree``, the base revision's) and the head's
+    (``head.catalogs``, read in the working tree ``root``) of every job of ``head``."""
+    from trainspec.spec.skus import catalog_for
+
+    def relative(catalog: Any, folder: Path) -> Optional[str]:
+        if catalog.team_file is None:
+            return None
+        try:
+            return Path(os.path.realpath(catalog.team_file)).relative_to(os.path.realpath(folder)).as_posix()
+        except ValueError:
+            return catalog.team_file.name
+    found = {}
+    for name, outcome in head.jobs.items():
+        base = catalog_for(tree / Path(outcome.file).parent)[0]
+        own = head.catalogs.get(name) or catalog_for(outcome.valid.source.dir)[0]
+        found[name] = Catalogs(base, own, relative(base, tree), relative(own, root))
+    return found
+
+
 def git(*args: str, cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 

@@ -14,6 +14,7 @@ output calls "the default region".
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -90,5 +91,9 @@ def regions_priced(size: str) -> Tuple[str, ...]:
 
 
 def usd(value: float) -> str:
-    """A price as text: $1,234.56 (cents, rounded half to even on the float's decimal value)."""
+    """A price as text: $1,234.56 (cents, rounded half to even on the float's decimal value). Team
+    rates are bounded where they are read (skus.PRICE_LIMIT), so a sum is always finite; one that
+    is not is said in words, never `$inf`."""
+    if not math.isfinite(value):
+        return "an amount too large to say"
     return f"${value:,.2f}"

@@ -6,6 +6,7 @@ little and reads the JSON once, on first use.
 """
 
 import json
+import math
 import os
 import re
 from functools import lru_cache
@@ -353,7 +354,7 @@ def load_team(file: Path):
     for name, entry in entries.items():
         where = ("skus", name)
         if not looks_like_azure(str(name)):
-            bad(where, f"'{name}' is not spelt like an Azure VM size", "e.g. Standard_ND96isr_H100_v5")
+            bad(where, f"{_written(name)} is not spelt like an Azure VM size", "e.g. Standard_ND96isr_H100_v5")
             continue
         if not isinstance(entry, dict):
             bad(where, "expected a mapping of the size's facts", "gpus: 8, gpu: H100, infiniband: true")
@@ -376,6 +377,11 @@ def load_team(file: Path):
         if ok and entry["gpus"] < 0:
             bad((*where, "gpus"), "expected 0 or more")
             ok = False
+        for key in ("gpu_memory_gb", "vcpus", "memory_gb"):
+            value = entry.get(key, 0)
+            if ok and not (math.isfinite(value) and 0 <= value <= 1 << 40):
+                bad((*where, key), "expected a finite number, 0 or more")
+                ok = False
         if ok and "vendor" in entry and entry["vendor"] not in VENDORS:
             bad((*where, "vendor"), f"'{entry['vendor']}' is not a GPU vendor trainspec knows",
                 "vendor: " + " or ".join(VENDORS) + " (left out: AMD for an MI... GPU, else NVIDIA)")
@@ -396,6 +402,17 @@ def load_team(file: Path):
     return Catalog(team_file=file, team=catalog.team, region=region, prices=prices, **places), problems
 
 
+def _written(value: Any) -> str:
+    """A value of the team file in a message: text and finite numbers quoted as written, anything
+    else by its kind (.inf or .nan is never echoed as `inf` or `nan`)."""
+    if isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                  and math.isfinite(value)):
+        return f"'{value}'"
+    if isinstance(value, bool) or value is None:
+        return f"'{str(value).lower() if value is not None else 'null'}'"
+    return {float: "a number that is not finite", list: "a list", dict: "a mapping"}.get(type(value), "a value")
+
+
 def _places(data: Dict[str, Any], kind: str, catalog: Catalog, bad) -> Tuple[Tuple[str, str], ...]:
     """The team file's ``kind`` mapping (one of PLACES) as (name, canonical size) pairs; each
     name whose size is unknown, or not a name at all, reported at its line through ``bad``."""
@@ -407,7 +424,7 @@ def _places(data: Dict[str, Any], kind: str, catalog: Catalog, bad) -> Tuple[Tup
     for name, size in mapping.items():
         if not isinstance(size, str) or catalog.lookup(size) is None:
             close = closest(str(size)) if isinstance(size, str) else []
-            bad((kind, name), f"'{size}' is not a VM size trainspec knows",
+            bad((kind, name), f"{_written(size)} is not a VM size trainspec knows",
                 f"did you mean {', '.join(close)}?" if close else f"add it under skus: in {TEAM_FILE}")
             continue
         known.append((str(name), catalog.lookup(size).name))
@@ -418,6 +435,16 @@ def _places(data: Dict[str, Any], kind: str, catalog: Catalog, bad) -> Tuple[Tup
 PRICE_FIELDS = {"region": "region: eastus",
                 "prices": "prices: {Standard_ND96isr_H100_v5: {pay_as_you_go: 70.0, spot: 20.0}}"}
 RATES = ("pay_as_you_go", "spot")  # USD per hour for one VM
+# The most one VM may cost per hour in a team's prices: ~8x the dearest size the snapshot prices. A
+# figure beyond it (1e308, .inf, .nan) is a mistake, or a pull request hiding a cost behind one: it
+# is an error at its line, so no total ever overflows to `$inf` or compares as nan.
+PRICE_LIMIT = 1_000
+
+
+def sensible_price(value: Any) -> bool:
+    """A team's rate: a number (not a bool), finite, from 0 to PRICE_LIMIT."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) \
+        and 0 <= value <= PRICE_LIMIT
 
 
 def _region(data: Dict[str, Any], bad) -> Optional[str]:
@@ -426,7 +453,8 @@ def _region(data: Dict[str, Any], bad) -> Optional[str]:
     if region is None:
         return None
     if not isinstance(region, str) or not re.fullmatch(r"[a-z][a-z0-9]*", region):
-        bad(("region",), f"'{region}' is not spelt like an Azure region", "e.g. region: eastus (lower case, no spaces)")
+        bad(("region",), f"{_written(region)} is not spelt like an Azure region",
+            "e.g. region: eastus (lower case, no spaces)")
         return None
     return region
 
@@ -444,8 +472,8 @@ def _prices(data: Dict[str, Any], catalog: Catalog, bad) -> Tuple[Tuple[str, Opt
         sku = catalog.lookup(name) if isinstance(name, str) else None
         ok = True
         if sku is None:
-            close = closest(str(name))
-            bad(where, f"'{name}' is not a VM size trainspec knows",
+            close = closest(name) if isinstance(name, str) else []
+            bad(where, f"{_written(name)} is not a VM size trainspec knows",
                 f"did you mean {', '.join(close)}?" if close else f"add it under skus: in {TEAM_FILE}")
             ok = False
         if not isinstance(rates, dict) or not rates:
@@ -455,8 +483,11 @@ def _prices(data: Dict[str, Any], catalog: Catalog, bad) -> Tuple[Tuple[str, Opt
             if key not in RATES:
                 bad((*where, key), f"unknown field '{key}'", "fields: " + ", ".join(RATES))
                 ok = False
-            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                bad((*where, key), f"expected a price in USD per hour, 0 or more, not '{value}'", f"{key}: 70.0")
+            elif not sensible_price(value):
+                said = f", not '{value}'" if isinstance(value, (int, float)) and math.isfinite(value) else ""
+                bad((*where, key), f"expected a price in USD per hour for one VM, a number from 0 to "
+                    f"{PRICE_LIMIT:,}{said}", f"{key}: 70.0 (the dearest size the snapshot prices costs "
+                    "$127.82/h)")
                 ok = False
         if ok:
             found.append((sku.name, *(None if rates.get(k) is None else float(rates[k]) for k in RATES)))

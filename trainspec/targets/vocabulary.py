@@ -15,8 +15,9 @@ from trainspec.targets import TARGETS
 def settings(name: str) -> ModuleType:
     """targets/<name>/settings.py: NAME, SETTINGS_DESCRIPTION, SETTINGS_EXAMPLE, settings_model(),
     settings_errors(spec), PLATFORM_VARIABLES, SECRET_REFERENCE (where it reads a secret from:
-    core/secret_refs.py), and optionally HINTS, PATTERN_WORDS and COST_SETTINGS (the settings a
-    review's cost summary watches: priority, time limit...)."""
+    core/secret_refs.py), and optionally HINTS, PATTERN_WORDS, COST_SETTINGS (the settings a
+    review's cost summary watches: priority, time limit...) and ACCESS_SETTINGS (those that change
+    what a job runs or can reach: an identity, `docker run` arguments, a namespace...)."""
     return importlib.import_module(f"trainspec.targets.{name}.settings")
 
 

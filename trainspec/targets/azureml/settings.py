@@ -35,6 +35,11 @@ SETTINGS_EXAMPLE = {'compute': 'gpu-cluster'}
 # adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
 COST_SETTINGS = ("job_tier", "priority", "timeout")
 
+# The settings that change what a job runs or can reach (the cluster, and so its managed identity;
+# `docker run` arguments, the identity, the services that open the job to a connection): a change to
+# one is said in the review's summary, never cut (review/cost.py).
+ACCESS_SETTINGS = ("compute", "docker_args", "identity", "services")
+
 # --- secrets.<NAME>.azureml: a secret in an Azure Key Vault, read at start with the job's identity --
 
 # https://<vault>.vault.azure.net (Azure), .vault.azure.cn (Azure in China), .vault.usgovcloudapi.net

@@ -29,6 +29,11 @@ SETTINGS_EXAMPLE = {'shared_dir': '/app', 'node_group': 'LinuxNodes'}
 # adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
 COST_SETTINGS = ("priority", "runtime")
 
+# The settings that change what a job runs or can reach (the template, the shell line run first, the
+# shared folder, the paths mounted): a change to one is said in the review's summary, never cut
+# (review/cost.py).
+ACCESS_SETTINGS = ("job_template", "project", "setup", "shared_dir", "volumes")
+
 # for a bad spec (spec/explain.py): a hint per field below targets.hpcpack, and what a pattern means
 HINTS = {("runtime",): "e.g. 2d, 12h, 1h30m or 3600",
          ("shared_dir",): "an absolute path without spaces or shell characters, e.g. /app",

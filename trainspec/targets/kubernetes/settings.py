@@ -44,6 +44,12 @@ SETTINGS_EXAMPLE = {"namespace": "ml", "queue": "team-a"}
 # adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
 COST_SETTINGS = ("timeout",)
 
+# The settings that change what a job runs or can reach (the namespace, the service account, the
+# secrets the pods pull with, the nodes they may run on, the claims mounted): a change to one is
+# said in the review's summary, never cut (review/cost.py).
+ACCESS_SETTINGS = ("code", "image_pull_secrets", "namespace", "node_selector", "runtime", "service_account",
+                   "tolerations", "volumes")
+
 
 # --- secrets.<NAME>.kubernetes: a key of a Secret in the job's namespace ------------------------
 

@@ -32,6 +32,11 @@ SETTINGS_EXAMPLE = {'location': 'eastus', 'resource_group': 'rg-training'}
 # adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
 COST_SETTINGS = ("head_sku", "keep_cluster")
 
+# The settings that change what a job runs or can reach (where the cluster is started, the keys and
+# user that reach it, the paths mounted): a change to one is said in the review's summary, never cut
+# (review/cost.py).
+ACCESS_SETTINGS = ("resource_group", "subscription_id", "ssh_private_key", "ssh_public_key", "ssh_user", "volumes")
+
 # for a bad spec (spec/explain.py): a hint per field below targets.ray, and what a pattern means
 HINTS = {("python",): interpreter.PYTHON_HINT,
          ("volumes", "*"): "{path: abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/DIR} or {path: /mnt/shared/DIR}"}

@@ -34,6 +34,11 @@ SETTINGS_EXAMPLE = {"partition": "gpu", "time": "12h"}
 # adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
 COST_SETTINGS = ("qos", "time")
 
+# The settings that change what a job runs or can reach (the account, the container and its image,
+# the shell line run before srun, the paths mounted): a change to one is said in the review's
+# summary, never cut (review/cost.py).
+ACCESS_SETTINGS = ("account", "container", "container_image", "setup", "volumes")
+
 # for a bad spec (spec/explain.py): a hint per field below targets.slurm, and what a pattern means
 HINTS = {("time",): "e.g. 2d, 12h, 1h30m or 3600",
          ("gpu_type",): "the cluster's GRES type, e.g. h100 (`scontrol show node` shows Gres=gpu:<type>:N)",
