@@ -167,10 +167,11 @@ class Budget:
     rendering). validate gives one to every string of a spec; a render without one gets a
     whole spec's."""
 
-    def __init__(self, steps: int = MAX_STEPS, built: int = MAX_BUILT, seconds: float = MAX_SECONDS):
-        self.steps = steps
-        self.built = built
-        self.seconds = seconds
+    def __init__(self, steps: Optional[int] = None, built: Optional[int] = None, seconds: Optional[float] = None):
+        self.steps = MAX_STEPS if steps is None else steps
+        self.built = MAX_BUILT if built is None else built
+        self.seconds = MAX_SECONDS if seconds is None else seconds
+        self.allowed = self.seconds  # what the message says: `seconds` is what is left
         self.deadline = 0.0  # while rendering: the monotonic clock's time when the seconds run out
 
     def spend_built(self, size: int, what: str) -> None:
@@ -181,7 +182,7 @@ class Budget:
 
     def check_clock(self) -> None:
         if monotonic() > self.deadline:
-            raise _OverBudget(f"the spec's templates run longer than {MAX_SECONDS:g} s")
+            raise _OverBudget(f"the spec's templates run longer than {self.allowed:g} s")
 
 
 class _OverBudget(BaseException):
