@@ -85,7 +85,6 @@ def render(text: str, context: Mapping[str, Any], budget: Optional["Budget"] = N
 # attribute (CVE-2025-27516: `{{ ('{0.__init__.__globals__[os].environ}'|attr('format'))(cycler) }}`
 # printed the process's environment); trainspec refuses format and attr itself too (REACHING)
 JINJA_NEEDED = (3, 1, 6)
-_VERSION_LINE = Lazy(r"""(?m)^__version__\s*=\s*["']([^"']+)["']""")
 
 
 def outdated_jinja() -> Optional[str]:
@@ -102,17 +101,19 @@ def outdated_jinja() -> Optional[str]:
         found = importlib.util.find_spec("jinja2")
         if found is None or not found.origin:
             return "jinja2 is not installed"
-        try:
+        try:  # `__version__ = "3.1.6"`, a line of its own (no pattern: every start runs this)
             with open(found.origin, encoding="utf-8") as file:
-                m = _VERSION_LINE.search(file.read(16384))
+                lines = file.read(16384).splitlines()
         except (OSError, UnicodeDecodeError):
-            m = None
-        version = m.group(1) if m else getattr(_import_jinja(), "__version__", "unknown")
+            lines = []
+        written = [line.partition("=")[2].strip().strip("\"'") for line in lines
+                   if line.startswith("__version__") and "=" in line]
+        version = written[0] if written else getattr(_import_jinja(), "__version__", "unknown")
     return _version_problem(str(version))
 
 
 def _version_problem(version: str) -> Optional[str]:
-    numbers = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+    numbers = tuple(int(part) if part.isdigit() else 0 for part in version.split(".")[:3])
     if numbers >= JINJA_NEEDED:
         return None
     needed = ".".join(map(str, JINJA_NEEDED))
