@@ -172,18 +172,18 @@ class Budget:
         self.steps = MAX_STEPS if steps is None else steps
         self.built = MAX_BUILT if built is None else built
         self.seconds = MAX_SECONDS if seconds is None else seconds
-        self.allowed = self.seconds  # what the message says: `seconds` is what is left
+        self.allowed = (self.built, self.seconds)  # what the messages say: the fields above are what is left
         self.deadline = 0.0  # while rendering: the monotonic clock's time when the seconds run out
 
     def spend_built(self, size: int, what: str) -> None:
         self.built -= size
         if self.built < 0:
-            raise _OverBudget(f"the spec's templates build more than {MAX_BUILT >> 20} MiB in all "
+            raise _OverBudget(f"the spec's templates build more than {self.allowed[0] >> 20} MiB in all "
                               f"(at {what})")
 
     def check_clock(self) -> None:
         if monotonic() > self.deadline:
-            raise _OverBudget(f"the spec's templates run longer than {self.allowed:g} s")
+            raise _OverBudget(f"the spec's templates run longer than {self.allowed[1]:g} s")
 
 
 class _OverBudget(BaseException):
@@ -196,8 +196,8 @@ _CURRENT: list = []  # the budget being spent: the one render in progress (rende
 
 @contextmanager
 def _spending(budget: Budget):
-    """Spend ``budget`` while the body runs: its clock runs only meanwhile, and Python's trace
-    hook counts steps and watches the clock (see _render_within_limits)."""
+    """Spend ``budget`` while the body runs: its clock runs only meanwhile (_traced counts the
+    steps and watches the clock; _built counts what is built), within _address_space_bound."""
     started = monotonic()
     budget.deadline = started + budget.seconds
     _CURRENT.append(budget)
@@ -239,7 +239,7 @@ def _budget() -> Optional[Budget]:
     return _CURRENT[-1] if _CURRENT else None
 
 
-# a width in a %-format or a str.format spec: `%0100000000d`, `{:>100000000}`
+# a width in a %-format (`%0100000000d`), or in a format spec handed on as text (`{:>100000000}`)
 _HUGE_WIDTH = Lazy(r"(?:%[-+ #0]*|\{[^{}]*:[^{}]*?)\d{8,}")
 
 
