@@ -26,14 +26,16 @@ import io
 import os
 import random
 import re
+import resource
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
 import pytest
 
-from conftest import no_hang, REPO, trainspec_cmd
+from conftest import no_hang, REPO, trainspec_cmd, yq
 from trainspec import cli
 
 SEED = int(os.environ.get("TRAINSPEC_FUZZ_SEED", "20"))
@@ -62,10 +64,10 @@ class Hang(BaseException):
     """Raised by the alarm; a BaseException so that main()'s 'internal error' net does not catch it."""
 
 
-def run_in_process(argv: List[str]) -> Tuple[int, str, str]:
+def run_in_process(argv: List[str], seconds: float = PER_RUN) -> Tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code: object = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), no_hang(PER_RUN, Hang):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), no_hang(seconds, Hang):
         try:
             cli.main(argv)
         except SystemExit as exc:
@@ -231,6 +233,125 @@ def test_mutants_never_crash_hang_or_give_unlocated_errors(tmp_path, monkeypatch
         assert not path.is_symlink(), path
         if path.is_file():
             assert not ADDRESS.search(path.read_text(errors="replace")), path
+
+
+# --- hostile templates (issue 40) ------------------------------------------------------------------
+
+# ways out of the sandbox: attributes, globals, format and attr by every name
+ESCAPES = ["('{0.__init__.__globals__[os].environ}'|attr('format'))(cycler)", "cycler.__init__.__globals__.os.environ",
+           "''.__class__.__mro__[1].__subclasses__()", "self._TemplateReference__context", "namespace.__init__.__globals__",
+           "joiner.__init__.__globals__['os'].environ", "(name|attr('__class__'))", "name['__class__']",
+           "'{0.__class__}'.format(name)", "'{x}'.format_map({'x': cycler})", "name['for' ~ 'mat']('{0!r}', cycler)",
+           "'%s'|format(cycler)", "(name['format' ~ '_map'])({})", "range.__self__", "dict.__base__.__subclasses__()",
+           "cycler.next.__func__.__globals__", "x.__class__", "{}.__class__.__init__.__globals__"]
+# values to grow from, and what grows them
+SEEDS = ["'x'", "'ab' * {n}", "range({n}) | list", "[name] * {n}", "('x' * {n}).split('x')", "[[1]] * {n}",
+         "'\\t' * {n}", "name", "vars.xs", "[1, 2, 3]", "{'a': 'x' * {n}}", "namespace(a='x' * {n})"]
+GROW = ["({a} ~ {b})", "({a} + {b})", "({a} * {n})", "({a} | sort)", "({a} | join({b}))", "({a} | list)",
+        "({a} | map('string') | list)", "({a} | batch({n}) | list)", "({a} | unique | list)", "({a} | reverse | list)",
+        "({a} | string)", "({a} | center({n}))", "({a} | indent({n}))", "({a} | wordwrap({n}))", "({a} | tojson)",
+        "({a} | pprint)", "({a} | sum(start=[]))", "({a} | replace('', {b}))", "({a}).replace('', {b})",
+        "({a}).expandtabs({n})", "({b}).join({a})", "({a}).ljust({n})", "('%0*d' % ({n}, 1))", "({a} | dictsort)",
+        "({a} | groupby('x') | list)", "({a} | slice({n}) | list)", "({a} | xmlattr)", "({a} | urlencode)"]
+NUMBERS = ["3", "10", "1000", "100000", "1000000", "10**7", "10**9", "2**40", "-1"]
+BLOCKS = ["{{% set ns = namespace(a={a}) %}}{{% for i in range({n}) %}}{{% set ns.a = ns.a ~ ns.a %}}{{% endfor %}}"
+          "{{{{ ns.a | length }}}}",
+          "{{% set ns = namespace(a={a}) %}}{{% for i in range({n}) %}}{{% set ns.a = ns.a + ns.a %}}{{% endfor %}}"
+          "{{{{ ns.a | length }}}}",
+          "{{% for i in range({n}) %}}{{% for j in range({n}) %}}{{{{ {a} | length }}}}{{% endfor %}}{{% endfor %}}",
+          "{{% macro m(s, k) %}}{{% if k > 0 %}}{{{{ m(s ~ s, k - 1) }}}}{{% else %}}{{{{ s | length }}}}{{% endif %}}"
+          "{{% endmacro %}}{{{{ m({a}, 60) }}}}",
+          "{{% set a %}}{{{{ {a} }}}}{{{{ {a} }}}}{{% endset %}}{{% set b %}}{{{{ a }}}}{{{{ a }}}}{{% endset %}}{{{{ b | length }}}}",
+          "{{% set xs = [1] %}}{{% for i in range(40) %}}{{{{ xs.extend(xs) }}}}{{% endfor %}}",
+          "{{% for i in range({n}) %}}{{{{ range(100000) | list | sort | first }}}}{{% endfor %}}",
+          "{{% macro f(n) %}}{{{{ f(n) }}}}{{% endmacro %}}{{{{ f(1) }}}}",
+          "{{{{ ((range(100000) | list) * 10) | sort | length }}}}", "{{{{ '{{:{{}}}}'.format('x', '1800000000') }}}}",
+          "{{{{ {a} }}}}"]
+
+
+def hostile_template(rng: random.Random, block: Optional[str] = None) -> str:
+    """One template made of an escape, growth, or a block that loops, doubles or recurses (``block``:
+    that one)."""
+    def number() -> str:
+        return rng.choice(NUMBERS)
+
+    def value(depth: int) -> str:
+        if depth == 0 or rng.random() < 0.3:
+            return rng.choice(SEEDS).replace("{n}", number())
+        return rng.choice(GROW).format(a=value(depth - 1), b=value(depth - 1), n=number())
+
+    kind = 1.0 if block else rng.random()
+    if kind < 0.3:
+        return "{{ " + rng.choice(ESCAPES) + " }}"
+    if kind < 0.65:
+        return "{{ " + value(rng.randint(1, 4)) + " }}"
+    return (block or rng.choice(BLOCKS)).format(a=value(rng.randint(0, 2)), n=number())
+
+
+def test_hostile_templates_never_escape_leak_or_outgrow_their_budget(tmp_path, monkeypatch):
+    """Seeded: templates that try to leave the sandbox (attributes, globals, str.format and attr under
+    every name) or to grow (`~`, `+`, `*`, filters, methods, loops, blocks, recursion, huge ranges),
+    one to three in the command, env and description of a spec, through validate, plan and
+    compile. The answer is exit 0, 1 or 2 with located errors, within the spec's clock (one budget
+    for all its strings; compile renders the command once more per target), and no value of the
+    environment is printed or written."""
+    from trainspec.spec import templating
+
+    # the clock is the one limit a template can use up whole: a shorter one keeps the run short
+    monkeypatch.setattr(templating, "MAX_SECONDS", 1.0)
+    MAX_SECONDS = templating.MAX_SECONDS
+    monkeypatch.delenv("TRAINSPEC_DEBUG", raising=False)
+    marker = "fuzz-environ-" + "".join(random.Random(SEED).choice("abcdef0123456789") for _ in range(16))
+    monkeypatch.setenv("TRAINSPEC_FUZZ_MARKER", marker)
+    (tmp_path / "code").mkdir()
+    monkeypatch.chdir(tmp_path)
+    rng = random.Random(SEED + 40)
+    problems, kinds, slowest = [], set(), 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB: this process's largest size so far
+    for n in range(int(os.environ.get("TRAINSPEC_FUZZ_TEMPLATES", "80"))):
+        fields = {"command": "python t.py", "env": {}, "description": None}
+        for _ in range(rng.randint(1, 3)):
+            where = rng.choice(["command", "env", "description"])
+            template = hostile_template(rng, BLOCKS[n] if n < len(BLOCKS) else None)  # each block at least once
+            kinds.add(where)
+            if where == "command":
+                fields["command"] = "python t.py " + template
+            elif where == "env":
+                fields["env"][f"T{len(fields['env'])}"] = template
+            else:
+                fields["description"] = template
+        file = tmp_path / f"t{n:03d}.yaml"
+        file.write_text("version: 1\nname: t\ncode: code\nvars: {xs: ab}\n"
+                        f"command: {yq(fields['command'])}\n"
+                        + ("env: {" + ", ".join(f"{k}: {yq(v)}" for k, v in fields["env"].items()) + "}\n"
+                           if fields["env"] else "")
+                        + (f"description: {yq(fields['description'])}\n" if fields["description"] else "")
+                        + "resources: {gpus_per_node: 0}\nenvironment: {image: python:3.11}\n"
+                        "targets: {slurm: {partition: cpu}}\n")
+        command = rng.choice(["validate", "validate", "plan", "compile"])
+        out = tmp_path / f"out{n:03d}"
+        argv = [command, file.name] + (["-o", str(out)] if command == "compile" else [])
+        renders = 1 if command == "validate" else 2  # validation, then the command for the target
+        started = time.monotonic()
+        try:
+            code, stdout, stderr = run_in_process(argv, seconds=renders * MAX_SECONDS + 20)
+        except Hang as exc:
+            problems.append(f"{file.name} {command}: {exc}\n{file.read_text()}")
+            continue
+        elapsed = time.monotonic() - started
+        slowest = max(slowest, elapsed)
+        problem = check("template", file, code, stdout, stderr)
+        written = "".join(p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()) if out.exists() else ""
+        if problem is None and marker in stdout + stderr + written:
+            problem = f"the environment leaked: exit {code}\n{(stdout + stderr)[-1500:]}"
+        if problem is None and elapsed > renders * MAX_SECONDS + 3:
+            problem = f"{elapsed:.1f} s"
+        if problem:
+            problems.append(f"{file.name} {command}: {problem}\n{file.read_text()[:1500]}")
+    assert problems == [], f"{len(problems)} hostile specs:\n\n" + "\n\n".join(problems[:10])
+    assert kinds == {"command", "env", "description"}
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak  # never gigabytes (a ~ doubling took them)
+    assert grown < 512 << 10, f"the process grew by {grown >> 10} MiB"
 
 
 def test_every_kind_of_mutant_through_the_console_script(tmp_path, cli_env):

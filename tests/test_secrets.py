@@ -139,6 +139,25 @@ def test_a_token_anywhere_else_in_the_spec_is_an_error_at_that_field(tmp_path, f
     refused(tmp_path, write_spec(tmp_path, extra), where, words, secret)
 
 
+@pytest.mark.parametrize("field", ["env", "command", "description"])
+def test_a_token_a_template_assembles_is_an_error_and_never_printed(tmp_path, field):
+    """Issue 40: `{{ vars.p }}{{ vars.q }}` -- two pieces, neither shaped like a token -- was compiled
+    into the job unscanned (the scan read the spec's strings, not what they render to). It is
+    refused at the templated field as a written token is, and never printed whole."""
+    words, value, secret = SHAPED["hugging-face"]
+    pieces = {"vars": {"p": value[:12], "q": value[12:]}}
+    assert not secrets.secrets_in(pieces)  # neither piece alone looks like anything
+    extra, where = {
+        "env": ({"env": {"MODEL_SOURCE": "{{ vars.p }}{{ vars.q }}"}}, "env.MODEL_SOURCE"),
+        "command": ({"command": "python train.py --hub {{ vars.p ~ vars.q }}"}, "command"),
+        "description": ({"description": "{% for x in [vars.p, vars.q] %}{{ x }}{% endfor %}"}, "description"),
+    }[field]
+    spec = write_spec(tmp_path, {**pieces, **extra})
+    refused(tmp_path, spec, where, words, secret)
+    proc = ts("validate", spec.name, cwd=tmp_path)
+    assert f"{where}: renders to what looks like a Hugging Face token" in proc.stderr, proc.stderr
+
+
 def test_credential_named_template_variables_and_inputs_are_refused_too(tmp_path):
     spec = write_spec(tmp_path, {"vars": {"api_key": PLAIN_SECRET}, "inputs": {"db_password": {"value": PLAIN_SECRET}}})
     proc = ts("validate", spec.name, cwd=tmp_path)

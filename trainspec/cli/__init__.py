@@ -30,6 +30,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     from trainspec.cli.output import UsageError, _err
     from trainspec.cli.parser import parser
     from trainspec.core.memo import one_command
+    from trainspec.spec.templating import outdated_jinja
 
     argv = list(argv) if argv is not None else sys.argv[1:]
     top = parser(argv)
@@ -37,6 +38,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         top.print_help()  # bare `trainspec`: what it does and how to start
         sys.exit(0)
     args = top.parse_args(argv)  # exits 2 on a bad command line
+    refused = outdated_jinja()  # before anything is read: its sandbox is what a pull request meets
+    if refused:
+        _err(f"trainspec: error: {refused}")
+        sys.exit(3)
     try:
         with one_command():  # file-system answers are remembered for this command only
             code = importlib.import_module(f"trainspec.cli.{args.module}").command(args)

@@ -885,11 +885,14 @@ def _check_templates(valid: ValidSpec, out: List[Diagnostic],
     if spec.description:
         strings.append((("description",), spec.description))
     rendered: Dict[SpecPath, str] = {}
+    budget = templating.Budget()  # one for the spec: its strings together, not each
     for path, text in strings:
         try:
-            rendered[path] = templating.render(text, ctx)
+            rendered[path] = templating.render(text, ctx, budget)
         except templating.TemplateProblem as exc:
             out.append(error(path, exc.message, exc.hint))
+            continue
+        _check_rendered_secret(path, text, rendered[path], out)
     command = rendered.get(("command",))
     if command is None:
         return
@@ -903,6 +906,17 @@ def _check_templates(valid: ValidSpec, out: List[Diagnostic],
         return
     if spec.framework == "lightning" and lightning:
         _check_lightning(valid, command, out, lightning)
+
+
+def _check_rendered_secret(path: SpecPath, text: str, rendered: str, out: List[Diagnostic]) -> None:
+    """A credential a template assembles (`{{ vars.a }}{{ vars.b }}`, `{{ 'hf' ~ '_' ~ ... }}`) is
+    refused as a written one is: the scan of the spec's own strings (secrets_in) sees only its
+    pieces. Said once: a string that already holds one was refused as written."""
+    if rendered == text or not templating.is_template(text) or secrets.credential_kind(text):
+        return
+    kind = secrets.credential_kind(rendered)
+    if kind:
+        out.append(error(path, f"renders to what looks like {kind}", secrets.HINT))
 
 
 _LIGHTNING_FLAG = re.compile(r"^--?(?:[\w-]+\.)*(num[_-]nodes|devices)$")
