@@ -155,8 +155,6 @@ class Target:
 
     =========================================  ====================================================
     ``name``                                   its name in ``-t`` and under ``targets:``
-    ``launchers``                              framework -> distribution.launcher when the spec
-                                               gives none
     ``cannot_run``                             what the platform cannot run, as data: catalogued
                                                features (compile/capabilities.py) ->
                                                ``unsupported()`` or ``problem()``;
@@ -200,7 +198,6 @@ class Target:
     """
 
     name: str = ""
-    launchers: Mapping[str, str] = {}
     cannot_run: Mapping[Any, Any] = {}  # capabilities.Feature -> capabilities.Entry
 
     def cannot_express(self, valid: ValidSpec) -> List[Diagnostic]:
@@ -244,8 +241,9 @@ class Target:
                 "the platform")
 
     def launcher(self, valid: ValidSpec) -> str:
-        """Who starts the processes of ``valid`` on this target."""
-        return launcher(valid, self.launchers)
+        """Who starts the processes of ``valid``: the spec decides (ValidSpec.launcher), the same on
+        every target; a target that cannot run it says so in cannot_express."""
+        return valid.launcher
 
 
 def literal_text(value) -> str:
@@ -300,15 +298,6 @@ def infiniband(valid: ValidSpec) -> bool:
     (skus.json ``infiniband``). What such a job needs is each target's to write: the devices in
     its container, memlock, the platform's NCCL settings (docs/targets/*.md, "InfiniBand")."""
     return valid.sku is not None and valid.sku.infiniband and valid.nodes > 1
-
-
-def launcher(valid: ValidSpec, defaults: Mapping[str, str]) -> str:
-    """Who starts the processes: the spec's distribution.launcher, else the target's default for
-    the framework (its LAUNCHERS). TensorFlow has a launcher of its own on every target: the
-    platform starts one worker per node and sets TF_CONFIG."""
-    if valid.spec.framework == TENSORFLOW:
-        return TENSORFLOW
-    return valid.spec.distribution.launcher or defaults[valid.spec.framework]
 
 
 def unsupported(target: str, path: SpecPath, what: str, hint: Optional[str] = None, *,
