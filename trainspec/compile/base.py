@@ -498,11 +498,12 @@ _PYTHON = re.compile(r"^\s*(?P<python>python(?:3(?:\.\d+)?)?)\s+(?P<rest>\S.*)$"
 _VARIABLE = Lazy(r"\$(?:\{[!#]?)?([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def _shell_scan(command: str) -> Tuple[bool, List[str], bool]:
+def _shell_scan(command: str, names_too: bool = True) -> Tuple[bool, List[str], bool]:
     """(an operator, the names of the variables it expands, any expansion at all) as bash reads
     ``command``: an unquoted, unescaped ; & | < > ( ) or newline is an operator (more than one
     simple command); a ``$`` or backquote outside single quotes expands. shlex cannot tell ``';'``
-    (an argument) from ``;`` (an operator) once it removed the quotes."""
+    (an argument) from ``;`` (an operator) once it removed the quotes. ``names_too`` False: no
+    names (a compiled line's own ``$NODE_RANK``, per node, needs no pattern compiled at start-up)."""
     quote = None
     escaped = operator = expands = False
     names: List[str] = []
@@ -515,7 +516,7 @@ def _shell_scan(command: str) -> Tuple[bool, List[str], bool]:
             quote = None if char == "'" else quote
         elif char in "$`":
             expands = True
-            found = _VARIABLE.match(command, i)
+            found = _VARIABLE.match(command, i) if names_too else None
             if found:
                 names.append(found.group(1))
         elif quote:
@@ -528,7 +529,7 @@ def _shell_scan(command: str) -> Tuple[bool, List[str], bool]:
 
 
 def _has_shell_operator(command: str) -> bool:
-    return _shell_scan(command)[0]
+    return _shell_scan(command, names_too=False)[0]
 
 
 def _user_command(valid: ValidSpec) -> str:
