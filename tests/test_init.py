@@ -260,5 +260,6 @@ def test_the_training_script_runs_locally_as_written(tmp_path):
     assert args == ["run", "specs/ddp.yaml", "--local", "--nodes", "1", "--procs-per-node", "2"]
     proc = ts(*args, "--timeout", "240", cwd=repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[rank 0] world 2: 100 steps, last loss" in proc.stdout + proc.stderr
+    # per node (the default for two processes): torchrun starts both, the node's lines say node 0
+    assert "[node 0] world 2: 100 steps, last loss" in proc.stdout + proc.stderr
     assert "all 2 processes exited 0" in proc.stdout + proc.stderr
