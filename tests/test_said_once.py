@@ -10,6 +10,7 @@ from conftest import REPO, edit, git, spec_repo, ts
 
 OLD_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04"
 NEW_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-cuda12.1-cudnn8-ubuntu22.04"
+# per process, Azure ML starts every process: the counts stand in job.yml's own lines, not in each job's command
 BASE = f"""version: 1
 framework: pytorch
 resources:
@@ -22,7 +23,6 @@ env: {{NCCL_DEBUG: WARN}}
 targets:
   azureml: {{compute: gpu-cluster, timeout: 2d}}
 """
-# per process, Azure ML starts every process: the counts stand in job.yml's own lines, not in each job's command
 TEAM = [f"team-{i:02d}" for i in range(1, 19)]
 
 
