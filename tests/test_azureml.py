@@ -16,11 +16,11 @@ EXPECTED = {
     "mnist-lightning": (2, "PyTorch", 8),
     "mnist-lightning-mpi": (2, "Mpi", 8),
     "ddp-torchrun": (2, "PyTorch", 1),
-    "single-node": (1, "PyTorch", 2),
+    "single-node": (1, "PyTorch", 1),  # Lightning starts its 2 devices (per node, the default)
     "hf-finetune": (2, "PyTorch", 1),
     "tf-multiworker": (2, "TensorFlow", 2),
-    "ddp-on-base": (2, "PyTorch", 8),  # the base's H100 size: 8 GPUs, one process each
-    "sft-h100": (2, "PyTorch", 8),  # the five-target fine-tune: its secret's helper runs first
+    "ddp-on-base": (2, "PyTorch", 1),  # the base's H100 size: 8 GPUs, torchrun per node (the default)
+    "sft-h100": (2, "PyTorch", 1),  # the five-target fine-tune: its secret's helper runs first
 }
 # the command's first runtime file: the secrets helper where a spec has secrets, else the shim
 FIRST = {"sft-h100": "trainspec_secret_refs"}

@@ -131,7 +131,7 @@ def test_slurm_outputs_reach_a_command_run_through_bash(tmp_path):
     one that expands $...) intact, and the batch script made the folder before srun."""
     shared = tmp_path / "shared dir" / "it's"
     path = spec(tmp_path, "python train.py --node $NODE_RANK --out {{ outputs.ckpt }}", target="slurm",
-                outputs="outputs: {ckpt: {}}")
+                launcher="per-process", outputs="outputs: {ckpt: {}}")  # the task runs the command itself
     path.write_text(path.read_text().replace("  slurm: {}", f'  slurm: {{volumes: {{ckpt: {{path: "{shared}/ckpt"}}}}}}'))
     outcome = build(str(path), tmp_path / "out", ["slurm"])
     assert outcome.artifacts, [d.render() for d in outcome.diagnostics]

@@ -143,13 +143,17 @@ def sbatch(folder):
 def test_slurm_cpus_per_task_is_the_nodes_cpus_divided_among_its_tasks(tmp_path, launcher, cpus, per_task):
     _, folder = compile_(tmp_path, "slurm", f"{{nodes: 2, sku: {H100}, cpus_per_node: {cpus}}}",
                          body=f"distribution: {{launcher: {launcher}}}")
-    _, options = sbatch(folder)
+    script, options = sbatch(folder)
     assert f"--cpus-per-task={per_task}" in options
     assert not any(option.startswith("--mem") for option in options)
+    # srun does not take it from the allocation (Slurm 22.05 and later): each step is told again
+    [srun] = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert f" --cpus-per-task={per_task} " in srun
 
 
 def test_slurm_cpus_that_do_not_divide_among_the_tasks_are_an_error_with_the_multiples(tmp_path):
-    proc, _ = compile_(tmp_path, "slurm", f"{{nodes: 2, sku: {H100}, cpus_per_node: 90}}", ok=False)
+    proc, _ = compile_(tmp_path, "slurm", f"{{nodes: 2, sku: {H100}, cpus_per_node: 90}}", ok=False,
+                       body="distribution: {launcher: per-process}")  # srun starts the 8 processes of a node
     assert re.search(r"job\.yaml:5:\d+: error: resources\.cpus_per_node: 90 CPUs per node do not divide among the "
                      r"8 tasks per node srun starts \(--cpus-per-task is per task\) \(hint: ask for a multiple of 8, "
                      r"e\.g\. 88 or 96, or use launcher: per-node", proc.stderr), proc.stderr
@@ -200,7 +204,7 @@ def test_ray_bundle_carries_the_cpus_and_the_cluster_still_passes_rays_validatio
     from trainspec.runtime.ray_driver import Options, read_request
 
     proc, folder = compile_(tmp_path, "ray", f"{{nodes: 1, sku: {H100}, cpus_per_node: 64, memory_per_node: 900Gi}}",
-                            settings=RAY)
+                            settings=RAY, body="distribution: {launcher: per-process}")  # an actor per process
     assert "warning:" not in proc.stderr, proc.stderr
     request = read_request(str(folder / "trainspec_ray_job.json"))  # the driver's own reading
     options = Options(request=request, address="auto", timeout=0, grace=1, placement_timeout=1)
@@ -315,6 +319,7 @@ name: {name}
 code: {code}
 command: python probe.py
 resources: {{nodes: 2, gpus_per_node: 0, procs_per_node: 2, cpus_per_node: {CPUS_PER_NODE}, memory_per_node: {memory}}}
+distribution: {{launcher: per-process}}
 targets:
   slurm: {{python: {sys.executable}}}
 """)
@@ -323,7 +328,9 @@ targets:
         return tmp_path / "build" / name / "slurm"
 
     fits, too_big = folder("fits", "1Mi"), folder("too-big", "2Mi")
-    assert f"#SBATCH --cpus-per-task={CPUS_PER_NODE // 2}\n#SBATCH --mem=1M\n" in (fits / "job.sbatch").read_text()
+    script = (fits / "job.sbatch").read_text()
+    assert f"#SBATCH --cpus-per-task={CPUS_PER_NODE // 2}\n#SBATCH --mem=1M\n" in script
+    assert f"srun --kill-on-bad-exit=1 --ntasks-per-node=2 --cpus-per-task={CPUS_PER_NODE // 2} " in script
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
     with SlurmCluster(tmp_path / "cluster") as cluster:
         done = cluster.sbatch(fits / "job.sbatch", tmp_path, timeout=300, path=path)

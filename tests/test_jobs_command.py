@@ -476,3 +476,29 @@ def test_a_job_of_the_same_name_without_the_digest_is_an_error_not_a_match(spec,
     platform.digests[name] = digest  # this job: followed
     assert main("submit", str(spec)) == 0
     assert "already submitted (666), not submitted again" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["submit", "status", "logs", "cancel"])
+def test_a_spec_that_lists_several_targets_needs_t_or_all_targets(spec, platform, capsys, monkeypatch, command):
+    """Without a choice, a job would go to (or be looked up on) every platform the spec lists that
+    the machine is logged in to: exit 2 naming the targets and both ways to choose, nothing
+    compiled, no platform's client made."""
+    spec.write_text(spec.read_text().replace("targets: {slurm: {}}", "targets: {slurm: {}, hpcpack: {shared_dir: /shared}}"))
+    made = []
+    bound = jobs.scheduler_for
+    monkeypatch.setattr(jobs, "scheduler_for", lambda target, context: made.append(target) or bound(target, context))
+    assert main(command, str(spec)) == 2
+    err = capsys.readouterr().err
+    assert f"{spec} lists 2 targets (hpcpack, slurm): choose one with -t TARGET (e.g. trainspec {command} {spec} " \
+           "-t hpcpack), or act on every one with --all-targets; nothing was contacted" in err
+    assert made == [] and platform.calls == [] and not (spec.parent / ".trainspec").exists()
+    assert main(command, str(spec), "-t", "slurm", "--all-targets") == 2  # one way or the other
+    assert made == []
+    if command == "submit":
+        assert main(command, str(spec), "-t", "slurm") == 0
+        assert made == ["slurm"]
+        assert main(command, str(spec), "--all-targets") == 0
+        assert made == ["slurm", "hpcpack", "slurm"]
+    else:
+        assert main(command, str(spec), "-t", "slurm") == 3  # asked the one platform: never submitted there
+        assert made == ["slurm"]

@@ -5,9 +5,12 @@ their own flags: the shim adds the flags the command lacks and refuses one that 
 PyPI release is an sdist that compiles against torch at install, which the test extra does not
 take on."""
 
+import json
 import subprocess
+import xml.etree.ElementTree as ET
 
 import pytest
+import yaml
 
 from conftest import trainspec_cmd
 from trainspec.compile import base
@@ -77,3 +80,96 @@ def test_per_node_compiles_them_as_written_under_the_shim(tmp_path, target, sett
     text = next((tmp_path / "out" / "ds" / target).glob("job.*")).read_text()
     assert "-- deepspeed train.py --deepspeed ds.json" in text and "torchrun" not in text \
         and "torch.distributed.run" not in text
+
+
+# --- one launcher per job, the same on every target ---------------------------------------------------
+
+TARGET_SETTINGS = {"azureml": "{compute: cpu-cluster}", "hpcpack": "{shared_dir: /app}", "kubernetes": "{}",
+                   "ray": "{location: eastus, resource_group: rg}", "slurm": "{}"}
+
+
+def one_spec(tmp_path, command, resources="{nodes: 1, gpus_per_node: 0, sku: Standard_D4s_v3}", distribution=""):
+    (tmp_path / "code").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "code" / "train.py").write_text("print('step')\n")
+    path = tmp_path / "step.yaml"
+    path.write_text(f"version: 1\nname: step\ncode: code\ncommand: {command}\nresources: {resources}\n"
+                    f"{distribution}environment: {{image: 'python:3.11'}}\ntargets:\n"
+                    + "".join(f"  {name}: {value}\n" for name, value in TARGET_SETTINGS.items()))
+    return path
+
+
+def built(path, tmp_path, target):
+    from trainspec.build import build
+
+    return build(str(path), tmp_path / "out", [target])
+
+
+@pytest.mark.parametrize("target", sorted(TARGET_SETTINGS))
+@pytest.mark.parametrize("command, found, distribution", [
+    # a one-process job runs per-process by default: the platform starts the one process
+    ("torchrun --nproc_per_node 4 train.py", "torchrun", ""),
+    ("python -u -m torch.distributed.run --nproc_per_node 4 train.py", "python -m torch.distributed.run", ""),
+    ("accelerate launch train.py", "accelerate launch", ""),
+    # per-process as written, one process on each of two nodes (every target runs that)
+    ("python3 -m torch.distributed.launch train.py", "python -m torch.distributed.launch",
+     "distribution: {launcher: per-process}\n"),
+    ("OMP_NUM_THREADS=1 deepspeed train.py", "deepspeed", "distribution: {launcher: per-process}\n"),
+    ("mpirun -np 2 python train.py", "mpirun", "distribution: {launcher: per-process}\n"),
+    ("pip install -q x && srun python train.py", "srun", "distribution: {launcher: per-process}\n"),
+])
+def test_a_launcher_inside_the_per_process_launcher_is_an_error_at_command_on_every_target(
+        tmp_path, target, command, found, distribution):
+    resources = "{nodes: 2, gpus_per_node: 0, sku: Standard_D4s_v3}" if distribution else None
+    path = one_spec(tmp_path, command, *([resources] if resources else []), distribution=distribution)
+    outcome = built(path, tmp_path, target)
+    assert not outcome.artifacts
+    [problem] = [d for d in outcome.diagnostics if d.path == ("command",)]
+    assert (problem.line, problem.col, problem.is_error) == (4, 10, True)
+    assert problem.message.startswith(f"starts its own launcher ({found}), but ")
+    assert f"each would run its own {found}" in problem.message
+    assert "write `python train.py ...`" in problem.hint and "distribution.launcher: per-node" in problem.hint
+
+
+@pytest.mark.parametrize("command", ["python train.py", "python -m pkg.train", "echo torchrun && python train.py",
+                                     "python torchrun.py", "srunner train.py"])
+def test_a_command_that_starts_no_launcher_is_not_one(command):
+    from trainspec.spec.validate import started_launcher
+
+    assert started_launcher(command) is None
+
+
+# the compiled line every process of a one-process job runs, per target
+COMMAND_LINE = {
+    "azureml": lambda folder: yaml.safe_load((folder / "job.yml").read_text())["command"],
+    "hpcpack": lambda folder: ET.parse(folder / "job.xml").getroot().find(".//{*}Task").get("CommandLine"),
+    "kubernetes": lambda folder: list(yaml.safe_load_all((folder / "job.yaml").read_text()))[-1]["spec"]["trainer"][
+        "command"][-1],
+    "ray": lambda folder: json.loads((folder / "trainspec_ray_job.json").read_text())["command"],
+    "slurm": lambda folder: next(line for line in (folder / "job.sbatch").read_text().splitlines()
+                                 if line.startswith("srun ")),
+}
+
+
+@pytest.mark.parametrize("target", sorted(TARGET_SETTINGS))
+def test_a_one_process_job_is_never_wrapped_in_a_launcher(tmp_path, target):
+    """`python train.py` in `python:3.11` (no torch): the one process runs the command under the
+    shim alone on every target, told it is per-process; Kubernetes used to wrap it in torchrun."""
+    from trainspec.compile.write import write_all
+
+    outcome = built(one_spec(tmp_path, "python train.py"), tmp_path, target)
+    assert outcome.artifacts, [d.render() for d in outcome.diagnostics]
+    write_all(tmp_path / "out", outcome.artifacts)
+    line = COMMAND_LINE[target](tmp_path / "out" / "step" / target)
+    assert line.endswith("-- python train.py") and "torchrun" not in line and "torch.distributed" not in line, line
+    assert outcome.valid.launcher == "per-process"
+
+
+def test_the_default_launcher_is_the_spec_s_not_the_target_s(tmp_path):
+    from trainspec import build
+
+    one = one_spec(tmp_path, "python train.py")
+    many = one_spec(tmp_path / "many", "python train.py", "{nodes: 2, gpus_per_node: 2, sku: Standard_NC48ads_A100_v4}")
+    for path, expected in ((one, "per-process"), (many, "per-node")):
+        outcome = build.build(str(path), tmp_path / "out", list(TARGET_SETTINGS), lower=False)
+        assert {name: build.launcher(outcome.valid, name) for name in TARGET_SETTINGS} == \
+            dict.fromkeys(TARGET_SETTINGS, expected)

@@ -66,8 +66,9 @@ def test_every_target_implements_the_interface_in_the_registry(name):
     assert missing == [], f"{name} lacks {missing} in targets/{name}/settings.py (targets/vocabulary.py lists them)"
     assert vocabulary.NAME == name
     compiled = target(name)
-    assert isinstance(compiled, Target) and compiled.name == name and set(compiled.launchers) >= \
-        {"pytorch", "lightning", "huggingface", "deepspeed"}
+    # no launcher of its own: the spec decides it, the same on every target (ValidSpec.launcher)
+    assert isinstance(compiled, Target) and compiled.name == name and not hasattr(compiled, "launchers")
+    assert type(compiled).launcher is Target.launcher
     lacking = [attr for attr in OVERRIDDEN if getattr(type(compiled), attr) is getattr(Target, attr)]
     assert lacking == [], f"{name}'s Target does not implement {lacking}"
     plays = (PACKAGE / "targets" / name / "local.py").exists()
@@ -75,8 +76,7 @@ def test_every_target_implements_the_interface_in_the_registry(name):
     assert not (plays and refuses), \
         "run --local either plays the job (targets/<name>/local.py) or refuses in one line (local_refusal)"
     documented = (PACKAGE / "compile" / "base.py").read_text()
-    for attr in (*OVERRIDDEN, "plan_port", "plan_settings", "plan_image", "local_settings", "local_refusal", "name",
-                 "launchers"):
+    for attr in (*OVERRIDDEN, "plan_port", "plan_settings", "plan_image", "local_settings", "local_refusal", "name"):
         assert f"``{attr}" in documented, f"{attr} is not documented in compile/base.py's Target"
 
 

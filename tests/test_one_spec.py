@@ -68,8 +68,9 @@ def test_slurm_runs_the_image_on_the_partition_with_the_data_mounted_and_the_lim
     script = (out / "slurm" / "job.sbatch").read_text()
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     sbatch = [line.split(" ", 1)[1] for line in script.splitlines() if line.startswith("#SBATCH ")]
-    for option in ("--time=1-00:00:00", "--partition=h100", "--nodes=2", "--ntasks-per-node=8",
-                   "--gpus-per-node=8", "--cpus-per-task=10", "--mem=900G"):
+    # per node (the default for several processes): one task per node, torchrun starts its 8 workers
+    for option in ("--time=1-00:00:00", "--partition=h100", "--nodes=2", "--ntasks-per-node=1",
+                   "--gpus-per-node=8", "--cpus-per-task=80", "--mem=900G"):
         assert option in sbatch, sbatch
     srun = shlex.split(next(line for line in script.splitlines() if line.startswith("srun ")))
     assert slurm_image(script) == IMAGE.replace('/', '#', 1)  # enroot's registry#path:tag

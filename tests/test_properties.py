@@ -158,14 +158,14 @@ LAUNCHERS = {
     "ray": {f: [None, "per-process", "per-node"] for f in ("pytorch", "huggingface", "lightning", "deepspeed")},
     "slurm": {f: [None, "per-process", "per-node"] for f in ("pytorch", "huggingface", "lightning", "deepspeed")},
 }
-DEFAULT_LAUNCHER = {
-    "azureml": {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
-                "deepspeed": "mpi", "tensorflow": "per-node"},
-    "hpcpack": dict.fromkeys(("pytorch", "lightning", "huggingface", "deepspeed"), "per-node"),
-    "kubernetes": dict.fromkeys(("pytorch", "lightning", "huggingface", "deepspeed"), "per-node"),
-    "ray": dict.fromkeys(("pytorch", "lightning", "huggingface", "deepspeed"), "per-process"),
-    "slurm": dict.fromkeys(("pytorch", "lightning", "huggingface", "deepspeed"), "per-process"),
-}
+
+
+def default_launcher(framework: str, world_size: int) -> str:
+    """The spec's launcher when it names none, the same on every target: one process runs alone
+    (per-process), several are started by a launcher on each node (per-node); TensorFlow's one
+    worker per node reads here as per-node."""
+    return "per-process" if framework != "tensorflow" and world_size == 1 else "per-node"
+
 IMAGES = ["mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04", "pytorch/pytorch:latest",
           "rayproject/ray:2.60.0-py311-gpu"]
 # each image as pyxis reads it on Slurm (enroot's registry#path:tag; Docker Hub's as they are)
@@ -210,7 +210,7 @@ def minimal_gen(target: str, args: List[Tuple[str, str]], launcher: Optional[str
     data["environment"] = {"image": IMAGES[0]}
     data["targets"] = {target: settings_}
     numbers = {"nodes": 2, "procs_per_node": 8, "gpus_per_node": 8, "world_size": 16, "name": "minimal"}
-    return Gen(target, data, framework="pytorch", launcher=launcher or DEFAULT_LAUNCHER[target]["pytorch"],
+    return Gen(target, data, framework="pytorch", launcher=launcher or default_launcher("pytorch", 16),
                nodes=2, procs=8, gpus=8, sku=sku, args=args, numbers=numbers, interpreter="python",
                python_words=["python3"], port=None, env={})
 
@@ -220,7 +220,6 @@ def valid_specs(draw, target: str) -> Gen:
     frameworks = sorted(LAUNCHERS[target])
     framework = draw(st.sampled_from(frameworks))
     launcher = draw(st.sampled_from(LAUNCHERS[target][framework]))
-    effective = launcher or DEFAULT_LAUNCHER[target][framework]
     nodes = draw(st.integers(1, 8))
     sku = draw(st.sampled_from(GPU_SKUS))
     gpus = draw(st.none() | st.integers(1, sku.gpus))
@@ -266,6 +265,7 @@ def valid_specs(draw, target: str) -> Gen:
 
     numbers = {"nodes": nodes, "procs_per_node": resolved_procs, "gpus_per_node": resolved_gpus,
                "world_size": nodes * resolved_procs}
+    effective = launcher or default_launcher(framework, nodes * resolved_procs)
     name = draw(DNS_1035 if target == "kubernetes" else NAME)
     numbers["name"] = name
     # the command's arguments: (text in the spec, what the script must receive)
@@ -658,6 +658,10 @@ def test_hpcpack_xml_is_valid_one_task_per_node_and_bash_gives_the_intended_argv
                 assert task.get("RequiredNodes") == settings_["nodes"][rank]
                 assert values["TRAINSPEC_MASTER_ADDR"] == settings_["nodes"][0]
             argv = run_bash(task.get("CommandLine"), {**values, "CCP_JOBID": JOB_ID}, functions, printer)
+            if gen.launcher == "per-process":  # one process (the default for it): the task runs it, nothing wraps it
+                assert argv == ["-I", "-S", shim_path, "--", *gen.interpreter.split(), *user]
+                assert values["TRAINSPEC_LAUNCHER"] == "per-process"
+                continue
             assert argv == ["-I", "-S", shim_path, "--", *python, "-m", "torch.distributed.run", "--nnodes", str(gen.nodes),
                             "--nproc_per_node", str(gen.procs), "--no-python", *python,
                             *gen.interpreter.split()[1:], *user]
@@ -718,8 +722,10 @@ def test_slurm_script_passes_bash_n_and_srun_gets_the_intended_argv_and_env(work
         mounts = ",".join([f"{folder}:{folder}", f"{code}:{code}", *dict.fromkeys(data)])
         container = [f"--container-image={PYXIS[image]}", f"--container-mounts={mounts}",
                      f"--container-workdir={code}"] if image else []
-        assert argv == ["--kill-on-bad-exit=1", f"--ntasks-per-node={tasks}", "--label", *container, *python, "-I", "-S",
-                        f"{folder}/trainspec_shim.py", "--", *tail]
+        # each task's CPUs (the size's vCPUs among the node's tasks), said to srun as to sbatch
+        cpus = [f"--cpus-per-task={max(1, gen.sku.vcpus // tasks)}"] if gen.sku.vcpus else []
+        assert argv == ["--kill-on-bad-exit=1", f"--ntasks-per-node={tasks}", *cpus, "--label", *container, *python,
+                        "-I", "-S", f"{folder}/trainspec_shim.py", "--", *tail]
     finally:
         shutil.rmtree(spec.parent, ignore_errors=True)
 

@@ -93,8 +93,8 @@ def test_launch_script_runs_the_unmodified_command_under_the_shim(tmp_path):
 
     request = read_request(str(folder / "trainspec_ray_job.json"))
     assert (request.nodes, request.procs_per_node, request.launcher, request.placement) == (
-        2, 8, "per-process", "STRICT_SPREAD")
-    assert request.env["TRAINSPEC_NODES"] == "2" and request.env["TRAINSPEC_LAUNCHER"] == "per-process"
+        2, 8, "per-node", "STRICT_SPREAD")
+    assert request.env["TRAINSPEC_NODES"] == "2" and request.env["TRAINSPEC_LAUNCHER"] == "per-node"
     assert request.workdir == str(folder / "code") and request.master_port is None
     command = request.command
     assert command == ("python -I -S $HOME/trainspec/trainspec_shim.py -- python train.py --num_nodes 2 --devices 8 "

@@ -214,7 +214,8 @@ def test_diff_two_files_and_one_spec_with_overrides(tmp_path):
                     .replace("  gpus_per_node: 2\n", "  gpus_per_node: 1\n"))
     proc = ts("diff", str(base), str(head), cwd=REPO)
     assert "\nresources.gpus_per_node 2 → 1; world 2 → 1; code ../examples/mnist → " in proc.stdout  # cost first
-    assert "; processes per node 2 → 1\n" in proc.stdout
+    # one process: per-process (the default for a job of one process), where two ran per node
+    assert "; processes per node 2 → 1; launcher (azureml) per-node → per-process\n" in proc.stdout
     proc = ts("diff", "specs/mnist-lightning.yaml", "--set", "resources.nodes=3", "--set", "env.NCCL_DEBUG=INFO",
               cwd=REPO)
     assert proc.returncode == 0, proc.stderr

@@ -10,11 +10,13 @@ from conftest import REPO, edit, git, spec_repo, ts
 
 OLD_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04"
 NEW_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-cuda12.1-cudnn8-ubuntu22.04"
+# per process, Azure ML starts every process: the counts stand in job.yml's own lines, not in each job's command
 BASE = f"""version: 1
 framework: pytorch
 resources:
   nodes: 2
   sku: Standard_ND96isr_H100_v5
+distribution: {{launcher: per-process}}
 environment:
   image: {OLD_IMAGE}
 env: {{NCCL_DEBUG: WARN}}
@@ -243,7 +245,8 @@ def test_one_runtime_version_is_said_once_for_the_jobs_it_changes(monkeypatch, t
     assert text.count("\nchange A (above) and nothing else") == 2
 
 
-EVERY_TARGET = BASE + """  slurm: {partition: hpc, time: 2h}
+# the spec's default launcher (per node, for 8 processes a node): the one every target runs
+EVERY_TARGET = BASE.replace("distribution: {launcher: per-process}\n", "") + """  slurm: {partition: hpc, time: 2h}
   kubernetes: {namespace: ml, queue: team-a, timeout: 12h}
   hpcpack: {shared_dir: /app, node_group: LinuxNodes, python: /opt/conda/envs/torch/bin/python}
   ray: {location: eastus, resource_group: rg-trainspec}
@@ -283,7 +286,7 @@ def test_a_base_image_bump_is_said_once_on_slurm_and_kubernetes_too(tmp_path):
     for name in names:  # each job still runs the new image, its own command
         script = (repo / "build" / name / "slurm" / "job.sbatch").read_text()
         assert slurm_image(script) == NEW_IMAGE.replace("/", "#", 1)
-        assert script.rstrip().endswith(f"python train.py --seed {names.index(name) + 1}")
+        assert script.rstrip().endswith(f" train.py --seed {names.index(name) + 1}")
 
     markdown = ts("diff", "--git", "HEAD~1", "--format", "markdown", cwd=repo, check=True).stdout
     assert markdown.startswith("# trainspec diff since HEAD\\~1: 4 jobs changed\n\n## Change A: the same in 4 jobs\n")

@@ -37,10 +37,12 @@ def cluster(tmp_path_factory):
         yield running
 
 
-def job(tmp_path, *, name, code, command, framework="pytorch", nodes=2, procs=GPUS_PER_NODE, launcher=None,
+def job(tmp_path, *, name, code, command, framework="pytorch", nodes=2, procs=GPUS_PER_NODE, launcher="per-process",
         extra=""):
-    """A spec for the cluster (CPU torch on fake GPUs: gloo), compiled; the job folder."""
-    distribution = f"distribution: {{backend: gloo{', launcher: ' + launcher if launcher else ''}}}"
+    """A spec for the cluster (CPU torch on fake GPUs: gloo), compiled; the job folder. Per process
+    unless said: srun starts every rank, Slurm's own shape (a spec that names no launcher runs
+    several processes per node)."""
+    distribution = f"distribution: {{backend: gloo, launcher: {launcher}}}"
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(f"""version: 1
 name: {name}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -290,10 +291,61 @@ def test_renamed_documents_still_validate_and_name_nothing_old(tmp_path, spec, a
            renamed[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"])
     assert {v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v} == {new + "-shim", new + "-code"}
     old = documents[-1]["metadata"]["name"]
-    assert not [text for doc in renamed for text in submit._strings(doc) if text in (old, old + "-shim", old + "-code")]
+    # nothing but the names trainspec gave changed: the documents read back with the old names are the originals
+    back = submit.rename(renamed, old)
+    assert yaml.safe_dump(back) == yaml.safe_dump(documents)
     for doc in renamed:
         assert kube_schema.validate(doc) == [], doc["kind"]
     assert yaml.safe_dump(documents) != yaml.safe_dump(renamed) and documents[-1]["metadata"]["name"] == old
+
+
+KUBERNETES_SPECS = sorted(path.name for path in (REPO / "specs").glob("*.yaml")
+                          if "kubernetes" in (yaml.safe_load(path.read_text()).get("targets") or {}))
+
+
+@pytest.mark.parametrize("spec_file", KUBERNETES_SPECS)
+def test_every_kubernetes_spec_submits_and_strings_equal_to_its_name_stay(tmp_path, cluster, spec_file):
+    """The job and its ConfigMaps get the job's name; an env value, a claim's sub_path and a queue
+    that happen to equal the spec's name are the user's words and are applied as written."""
+    spec = yaml.safe_load((REPO / "specs" / spec_file).read_text())
+    name = spec["name"]
+    spec.setdefault("env", {})["WANDB_PROJECT"] = name
+    settings = spec["targets"]["kubernetes"]
+    settings["queue"] = name
+    for volume in (settings.get("volumes") or {}).values():
+        volume["pvc"]["sub_path"] = name
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / spec_file).write_text(yaml.safe_dump(spec, sort_keys=False))
+    shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    fake = cluster(queues=((settings.get("namespace", "default"), name),))
+    proc = trainspec(tmp_path, fake, "submit", f"specs/{spec_file}", "-t", "kubernetes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert fake.invalid == []
+    *configmaps, (_, _, job) = fake.applied
+    job_name = job["metadata"]["name"]
+    assert job_name.startswith(name + "-") and job_name != name
+    assert [doc["metadata"]["name"] for _, _, doc in configmaps] == [job_name + "-shim", job_name + "-code"][
+        :len(configmaps)]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == name
+    envs = job["spec"]["trainer"]["env"] if job["kind"] == "TrainJob" else \
+        job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "WANDB_PROJECT", "value": name} in envs
+    sub_paths = [mount["subPath"] for mount in _strings_at(job, "volumeMounts") if mount["name"].startswith(("in-", "out-"))]
+    assert sub_paths == [name] * len(settings.get("volumes") or {})
+    assert {ref["name"] for ref in _strings_at(job, "configMap")} <= {job_name + "-shim", job_name + "-code"}
+
+
+def _strings_at(value, key):
+    """Every item under ``key`` anywhere in a document (a list's items one by one)."""
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if k == key:
+                yield from item if isinstance(item, list) else [item]
+            else:
+                yield from _strings_at(item, key)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings_at(item, key)
 
 
 def test_missing_client_names_the_extra(monkeypatch):

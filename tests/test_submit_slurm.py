@@ -153,7 +153,7 @@ name: {name}
 code: code
 command: python hello.py
 resources: {{nodes: 2, gpus_per_node: {GPUS_PER_NODE}, procs_per_node: 2}}
-distribution: {{backend: gloo}}
+distribution: {{backend: gloo, launcher: per-process}}
 targets:
   slurm:
     python: {sys.executable}

@@ -218,6 +218,16 @@ def targets_for(valid: ValidSpec, requested: Optional[Sequence[str]]) -> List[st
     return listed or [DEFAULT_TARGET]
 
 
+def targets_listed(data: Any) -> List[str]:
+    """The targets a composed spec's data lists (what ``targets_for`` chooses without -t), read
+    before validation: the job commands refuse a spec that lists several without -t before
+    compiling it; data that is not a spec lists none (validation says why)."""
+    listed = data.get("targets") if isinstance(data, dict) else None
+    if not isinstance(listed, dict):
+        return [DEFAULT_TARGET]
+    return [name for name in TARGETS if listed.get(name) is not None] or [DEFAULT_TARGET]
+
+
 def build(file: str, out: Path, requested: Optional[Sequence[str]] = None, *, lower: bool = True,
           transform=None, sets: Sequence[str] = (), variables: Sequence[str] = ()) -> Outcome:
     """Load (with its extends chain and overrides), validate, check and (unless ``lower`` is

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -33,6 +34,8 @@ def command(args: argparse.Namespace) -> int:
             print("trainspec: the plan lists no job for these targets; nothing to submit")
             return api.EXIT_COMPLETED
         files = list(listed) if listed is not None else _specs(args.paths or ["."])
+        if listed is None and not args.targets and not args.all_targets:
+            _one_target_each(files, args)
     run = {"submit": jobs.submit, "status": jobs.status, "logs": jobs.logs, "cancel": jobs.cancel}[args.command]
     try:
         if args.command == "submit" and options.job_id is None:
@@ -40,6 +43,30 @@ def command(args: argparse.Namespace) -> int:
         return run(files, options)
     except jobs.Interrupted:
         return api.EXIT_INTERRUPTED
+
+
+def _one_target_each(files: List[str], args: argparse.Namespace) -> None:
+    """Without -t or --all-targets, each spec must list one target: a spec that lists several would
+    otherwise act on every platform the machine is logged in to (five copies of a 16-GPU job).
+    Refused before anything is compiled or any platform contacted; a spec that cannot be read
+    passes here and is reported by the command itself."""
+    from trainspec.build import targets_listed
+    from trainspec.core.diagnostics import SpecError
+    from trainspec.spec.compose import compose
+
+    several = []
+    for file in files:
+        try:
+            names = targets_listed(compose(file, args.sets, args.variables).data)
+        except (OSError, SpecError):
+            continue
+        if len(names) > 1:
+            several.append((file, names))
+    if several:
+        file, names = several[0]
+        listed = "; ".join(f"{file} lists {len(names)} targets ({', '.join(names)})" for file, names in several)
+        raise UsageError(f"{listed}: choose one with -t TARGET (e.g. trainspec {args.command} {shlex.quote(file)} "
+                         f"-t {names[0]}), or act on every one with --all-targets; nothing was contacted")
 
 
 def _from_plan(plan: Optional[str], paths, targets) -> Optional[Dict[str, List[str]]]:

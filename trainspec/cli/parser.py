@@ -141,6 +141,17 @@ def targets(sub: argparse.ArgumentParser) -> None:
                           f"else {DEFAULT_TARGET}")
 
 
+def job_targets(sub: argparse.ArgumentParser) -> None:
+    """-t for submit, status, logs and cancel: a spec that lists several targets needs it, or
+    --all-targets, so a job is never sent to every platform the machine is logged in to unasked."""
+    choice = sub.add_mutually_exclusive_group()
+    choice.add_argument("-t", "--target", dest="targets", action="append", default=[], choices=sorted(TARGETS),
+                        help="the target whose job to act on (repeatable); a spec that lists one target needs "
+                             "none, one that lists several needs -t or --all-targets")
+    choice.add_argument("--all-targets", action="store_true",
+                        help="every target each spec lists (default for a spec that lists one)")
+
+
 def overrides(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
                      help="override a spec field, validated like file content: --set resources.nodes=4")
@@ -320,7 +331,7 @@ def _skus(sub: argparse.ArgumentParser) -> None:
 
 def _submit(sub: argparse.ArgumentParser) -> None:
     job_paths(sub, "the jobs to submit")
-    targets(sub)
+    job_targets(sub)
     overrides(sub)
     sub.add_argument("--plan", metavar="PLAN.json",
                      help="submit exactly the jobs (spec and target) that `trainspec plan --format json` listed in "
@@ -339,7 +350,7 @@ def _submit(sub: argparse.ArgumentParser) -> None:
 
 def _status(sub: argparse.ArgumentParser) -> None:
     job_paths(sub, "whose jobs to look up")
-    targets(sub)
+    job_targets(sub)
     overrides(sub)
     by_id(sub)
     sub.add_argument("--wait", action="store_true", help="wait for every job's final state")
@@ -351,7 +362,7 @@ def _status(sub: argparse.ArgumentParser) -> None:
 
 def _logs(sub: argparse.ArgumentParser) -> None:
     job_paths(sub, "whose jobs' logs to print")
-    targets(sub)
+    job_targets(sub)
     overrides(sub)
     by_id(sub)
     sub.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
@@ -362,7 +373,7 @@ def _logs(sub: argparse.ArgumentParser) -> None:
 
 def _cancel(sub: argparse.ArgumentParser) -> None:
     job_paths(sub, "whose jobs to cancel")
-    targets(sub)
+    job_targets(sub)
     overrides(sub)
     by_id(sub)
     sub.add_argument("--wait", action="store_true", help="wait until each job is final")

@@ -155,8 +155,6 @@ class Target:
 
     =========================================  ====================================================
     ``name``                                   its name in ``-t`` and under ``targets:``
-    ``launchers``                              framework -> distribution.launcher when the spec
-                                               gives none
     ``cannot_run``                             what the platform cannot run, as data: catalogued
                                                features (compile/capabilities.py) ->
                                                ``unsupported()`` or ``problem()``;
@@ -200,7 +198,6 @@ class Target:
     """
 
     name: str = ""
-    launchers: Mapping[str, str] = {}
     cannot_run: Mapping[Any, Any] = {}  # capabilities.Feature -> capabilities.Entry
 
     def cannot_express(self, valid: ValidSpec) -> List[Diagnostic]:
@@ -244,8 +241,9 @@ class Target:
                 "the platform")
 
     def launcher(self, valid: ValidSpec) -> str:
-        """Who starts the processes of ``valid`` on this target."""
-        return launcher(valid, self.launchers)
+        """Who starts the processes of ``valid``: the spec decides (ValidSpec.launcher), the same on
+        every target; a target that cannot run it says so in cannot_express."""
+        return valid.launcher
 
 
 def literal_text(value) -> str:
@@ -300,15 +298,6 @@ def infiniband(valid: ValidSpec) -> bool:
     (skus.json ``infiniband``). What such a job needs is each target's to write: the devices in
     its container, memlock, the platform's NCCL settings (docs/targets/*.md, "InfiniBand")."""
     return valid.sku is not None and valid.sku.infiniband and valid.nodes > 1
-
-
-def launcher(valid: ValidSpec, defaults: Mapping[str, str]) -> str:
-    """Who starts the processes: the spec's distribution.launcher, else the target's default for
-    the framework (its LAUNCHERS). TensorFlow has a launcher of its own on every target: the
-    platform starts one worker per node and sets TF_CONFIG."""
-    if valid.spec.framework == TENSORFLOW:
-        return TENSORFLOW
-    return valid.spec.distribution.launcher or defaults[valid.spec.framework]
 
 
 def unsupported(target: str, path: SpecPath, what: str, hint: Optional[str] = None, *,
@@ -509,11 +498,12 @@ _PYTHON = re.compile(r"^\s*(?P<python>python(?:3(?:\.\d+)?)?)\s+(?P<rest>\S.*)$"
 _VARIABLE = Lazy(r"\$(?:\{[!#]?)?([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def _shell_scan(command: str) -> Tuple[bool, List[str], bool]:
+def _shell_scan(command: str, names_too: bool = True) -> Tuple[bool, List[str], bool]:
     """(an operator, the names of the variables it expands, any expansion at all) as bash reads
     ``command``: an unquoted, unescaped ; & | < > ( ) or newline is an operator (more than one
     simple command); a ``$`` or backquote outside single quotes expands. shlex cannot tell ``';'``
-    (an argument) from ``;`` (an operator) once it removed the quotes."""
+    (an argument) from ``;`` (an operator) once it removed the quotes. ``names_too`` False: no
+    names (a compiled line's own ``$NODE_RANK``, per node, needs no pattern compiled at start-up)."""
     quote = None
     escaped = operator = expands = False
     names: List[str] = []
@@ -526,7 +516,7 @@ def _shell_scan(command: str) -> Tuple[bool, List[str], bool]:
             quote = None if char == "'" else quote
         elif char in "$`":
             expands = True
-            found = _VARIABLE.match(command, i)
+            found = _VARIABLE.match(command, i) if names_too else None
             if found:
                 names.append(found.group(1))
         elif quote:
@@ -539,7 +529,7 @@ def _shell_scan(command: str) -> Tuple[bool, List[str], bool]:
 
 
 def _has_shell_operator(command: str) -> bool:
-    return _shell_scan(command)[0]
+    return _shell_scan(command, names_too=False)[0]
 
 
 def _user_command(valid: ValidSpec) -> str:

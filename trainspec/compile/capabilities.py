@@ -81,8 +81,9 @@ def _data_in_env(valid) -> List[Occurrence]:
 
 
 def _explicit_launcher(name: str):
-    # TensorFlow has a launcher of its own (base.launcher); a target's default launcher is one it
-    # runs, so only a launcher the spec names can be one it cannot
+    # TensorFlow has a launcher of its own (ValidSpec.launcher); the default launcher (per-process
+    # for one process, per-node for several) is one every target runs, so only a launcher the spec
+    # names can be one it cannot
     return lambda valid: valid.spec.framework != "tensorflow" and valid.spec.distribution.launcher == name
 
 

@@ -68,7 +68,8 @@ class Distribution(Model):
         None,
         description="Who starts the training processes: the platform, one per process (per-process); "
         "one launcher per node that spawns the workers (per-node: torchrun or Lightning); or MPI (mpi). "
-        "Default: per framework and target.", examples=["per-process"])
+        "Default, the same on every target: per-process for a job of one process, per-node for several.",
+        examples=["per-process"])
     backend: Optional[Backend] = Field(
         None, description="torch.distributed backend. Default: nccl with GPUs, gloo without.", examples=["nccl"])
     master_port: int = Field(AZUREML_MASTER_PORT, ge=1024, le=65535, description="Rendezvous port on the master node.",

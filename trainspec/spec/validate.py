@@ -117,6 +117,19 @@ class ValidSpec(Record):
     def world_size(self) -> int:
         return self.nodes * self.procs_per_node
 
+    @property
+    def launcher(self) -> str:
+        """Who starts the processes, decided here once and the same on every target:
+        distribution.launcher as written; else per-process for a job of one process (the platform
+        starts it, nothing wraps it), per-node for several (a launcher on each node starts its
+        workers: the one way every target runs several processes on a node). TensorFlow has a
+        launcher of its own everywhere: the platform starts one worker per node and sets TF_CONFIG."""
+        if self.spec.framework == TENSORFLOW:
+            return TENSORFLOW
+        if self.spec.distribution.launcher is not None:
+            return self.spec.distribution.launcher
+        return "per-process" if self.world_size == 1 else "per-node"
+
     def resolve(self, relative: str) -> Path:
         """A path written in the spec, made absolute against the spec's directory."""
         return resolved(os.path.join(self.source.dir, relative))
@@ -906,6 +919,59 @@ def _check_templates(valid: ValidSpec, out: List[Diagnostic],
         return
     if spec.framework == "lightning" and lightning:
         _check_lightning(valid, command, out, lightning)
+    if "devices" in lightning and valid.launcher == "per-process":  # the process count stands
+        _check_one_launcher(valid, command, out)
+
+
+# launchers a command can start itself: programs, and Python modules (``python -m ...``)
+_LAUNCHER_PROGRAMS = {"torchrun": "torchrun", "deepspeed": "deepspeed", "mpirun": "mpirun", "mpiexec": "mpiexec",
+                      "srun": "srun"}
+_LAUNCHER_MODULES = {"torch.distributed.run": "python -m torch.distributed.run",
+                     "torch.distributed.launch": "python -m torch.distributed.launch",
+                     "accelerate.commands.launch": "accelerate launch", "deepspeed.launcher.runner": "deepspeed"}
+_SHELL_SEPARATORS = ("&&", "||", ";", "|")
+_COMMAND_PREFIXES = ("exec", "env", "nohup", "time")
+_ASSIGNMENT = Lazy(r"^[A-Za-z_][A-Za-z0-9_]*=")  # VAR=value before a command
+
+
+def started_launcher(command: str) -> Optional[str]:
+    """The launcher a command line starts itself (``torchrun``, ``accelerate launch``, ``python -m
+    torch.distributed.run``, ``deepspeed``, ``mpirun``/``mpiexec``/``srun``) in any of its simple
+    commands, after variable assignments and ``exec``/``env``; else None."""
+    words = split_command(command)
+    starts = [0] + [i + 1 for i, word in enumerate(words) if word in _SHELL_SEPARATORS]
+    for i in starts:
+        while i < len(words) and (words[i] in _COMMAND_PREFIXES or "=" in words[i] and _ASSIGNMENT.match(words[i])):
+            i += 1
+        if i >= len(words):
+            continue
+        program = os.path.basename(words[i])
+        if program in _LAUNCHER_PROGRAMS:
+            return _LAUNCHER_PROGRAMS[program]
+        if program == "accelerate" and words[i + 1:i + 2] == ["launch"]:
+            return "accelerate launch"
+        if program.startswith("python"):
+            j = i + 1
+            while j < len(words) and words[j].startswith("-") and words[j] not in ("-m", "-c"):
+                j += 1
+            if words[j:j + 1] == ["-m"] and j + 1 < len(words) and words[j + 1] in _LAUNCHER_MODULES:
+                return _LAUNCHER_MODULES[words[j + 1]]
+    return None
+
+
+def _check_one_launcher(valid: ValidSpec, command: str, out: List[Diagnostic]) -> None:
+    """One launcher per job: under per-process the platform starts every process, so a command that
+    starts a launcher itself would run one launcher in each of them (N x N workers, or a
+    rendezvous that never completes) -- on every target alike."""
+    found = started_launcher(command)
+    if found is None:
+        return
+    written = ("distribution.launcher is per-process" if valid.spec.distribution.launcher
+               else "a job of one process runs per-process (the default)")
+    out.append(error(("command",), f"starts its own launcher ({found}), but {written}: the platform starts every "
+                     f"process ({valid.world_size} in all), and each would run its own {found}",
+                     "write `python train.py ...` and let the platform start the processes, or set "
+                     "distribution.launcher: per-node, where one launcher per node starts its workers"))
 
 
 def _check_rendered_secret(path: SpecPath, text: str, rendered: str, out: List[Diagnostic]) -> None:

@@ -36,9 +36,6 @@ from trainspec.compile import base, capabilities, emit
 from trainspec.targets.azureml.settings import NAME, _bare_compute
 from trainspec.compile.capabilities import Feature, only, problem
 
-# Who starts the processes when the spec does not say (framework -> distribution.launcher).
-# DeepSpeed goes through MPI (Azure's guidance).
-LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process", "deepspeed": "mpi"}
 JOB_FILE = "job.yml"
 DOCKER_CONTEXT = "docker"  # image + pip: a Docker build context, FROM the image, pip into its Python
 # a Docker image reference: [host[:port]/]name[/name...][:tag][@sha256:digest]
@@ -113,7 +110,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     env = spec.environment
     if env.image and env.pip:
         out += _docker_context_problems(valid)
-    launcher = base.launcher(valid, LAUNCHERS)
+    launcher = valid.launcher
     out += base.command_variable_errors(NAME, valid, launcher)
     out += _asset_shaped_local_inputs(valid)
     if launcher == "per-node" and spec.framework != "lightning":
@@ -148,7 +145,7 @@ def _asset_shaped_local_inputs(valid: ValidSpec) -> List[Diagnostic]:
 def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     spec = valid.spec
     settings = spec.targets.azureml
-    launcher = base.launcher(valid, LAUNCHERS)
+    launcher = valid.launcher
     compute = _compute_name(valid)
     files: List[base.OutFile] = []
 
@@ -459,7 +456,6 @@ def hardware(valid: ValidSpec) -> base.Hardware:
 
 class AzureML(base.Target):
     name = NAME
-    launchers = LAUNCHERS
     cannot_run = CANNOT_RUN
     cannot_express = staticmethod(cannot_express)
     lower = staticmethod(lower)

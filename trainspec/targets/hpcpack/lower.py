@@ -42,9 +42,6 @@ from trainspec.compile.base import contract
 from trainspec.targets.hpcpack.settings import NAME
 from trainspec.compile.capabilities import Feature, problem, unsupported
 
-# Who starts the processes when the spec does not say (framework -> distribution.launcher):
-# HPC Pack starts one task per node; torchrun fans out to the GPUs.
-LAUNCHERS = {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node", "deepspeed": "per-node"}
 JOB_FILE = "job.xml"
 STAGE_FILE = "stage.sh"
 NAMESPACE = "http://schemas.microsoft.com/HPCS2008R2/scheduler/"
@@ -121,7 +118,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
                          "add targets: {hpcpack: {shared_dir: /app}} -- storage every node mounts"))
         return out
     out += base.time_limit_errors(NAME, time_limit(valid), MAX_RUNTIME, "RuntimeSeconds (an xs:int)")
-    launcher = base.launcher(valid, LAUNCHERS)
+    launcher = valid.launcher
     out += base.command_variable_errors(NAME, valid, launcher)
     if launcher == "per-node":
         out += base.torchrun_errors(valid, refs_for(valid), "HPC Pack runs the command under torchrun",
@@ -292,7 +289,9 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
     user = valid.render(("command",), spec.command, refs_for(valid)).strip()
     shim = base.with_secrets(valid, shlex.join([*python, *base.SHIM_FLAGS, layout.shim]), shlex.join(python),
                              shlex.quote(layout.secrets))
-    if base.own_spawner(user):  # accelerate launch / deepspeed: the shim hands it the world as flags
+    if valid.launcher == "per-process" or base.own_spawner(user):
+        # one process: the task is it, nothing wraps it (ValidSpec.launcher); accelerate launch /
+        # deepspeed per node: the shim hands it the world as flags
         line = base.under_shim(shim, user, valid)
     else:
         # node rank, master address and port (TRAINSPEC_MASTER_PORT = rdzv_port) reach torchrun
@@ -306,7 +305,7 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
 
 def _environment(valid: ValidSpec, layout: _Layout) -> Dict[str, str]:
     settings = _settings(valid)
-    env = base.job_env(valid, refs_for(valid), "per-node", settings.rdzv_port)
+    env = base.job_env(valid, refs_for(valid), valid.launcher, settings.rdzv_port)
     env.update(base.secret_env(valid, NAME))  # where each secret is kept: the shim reads it on the node
     if settings.nodes:
         env[contract.ENV_MASTER_ADDR] = settings.nodes[0]
@@ -409,7 +408,6 @@ def hardware(valid: ValidSpec) -> base.Hardware:
 
 class HPCPack(base.Target):
     name = NAME
-    launchers = LAUNCHERS
     cannot_run = CANNOT_RUN
     cannot_express = staticmethod(cannot_express)
     lower = staticmethod(lower)

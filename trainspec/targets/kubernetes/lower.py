@@ -34,7 +34,6 @@ from trainspec.runtime import shim as contract  # the runtime file's name, writt
 from trainspec.targets.kubernetes.settings import MAX_SECONDS, NAME, RESERVED_ENV, image_problem
 from trainspec.compile.capabilities import Feature, problem, unsupported
 
-LAUNCHERS = {"pytorch": "per-node", "lightning": "per-node", "huggingface": "per-node", "deepspeed": "per-node"}
 JOB_FILE = "job.yaml"
 SUBMIT = "kubectl apply -f {dir}/" + JOB_FILE
 SHIM_DIR = "/trainspec"
@@ -177,7 +176,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
         if key in RESERVED_ENV or key.startswith("PET_"):
             out.append(error((field, key), f"{key} is set by Kubeflow in every pod: the Trainer rejects a job "
                              "that sets it", "remove it: the shim reads the platform's value"))
-    launcher = base.launcher(valid, LAUNCHERS)
+    launcher = valid.launcher
     if launcher == "per-process" and valid.procs_per_node > 1:
         out.append(error(("distribution", "launcher"), "per process on Kubernetes means one process per pod, "
                          f"and this spec runs {valid.procs_per_node} per node",
@@ -336,7 +335,7 @@ def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
     for toleration in settings.tolerations:
         tolerations.append({field: getattr(toleration, field) for field in ("key", "operator", "value", "effect")
                             if getattr(toleration, field) is not None})
-    launcher = base.launcher(valid, LAUNCHERS)
+    launcher = valid.launcher
     python = shlex.split(settings.python)
     command = valid.render(("command",), spec.command, refs_for(valid)).strip()
     if launcher == "per-node" and spec.framework != "lightning" and not base.own_spawner(command):
@@ -401,7 +400,7 @@ def trainjob(valid: ValidSpec) -> Dict[str, Any]:
     parts = pod_parts(valid)
     trainer: Dict[str, Any] = {"image": valid.spec.environment.image, "command": parts["command"],
                                "env": parts["env"], "numNodes": valid.nodes}
-    if base.launcher(valid, LAUNCHERS) == "per-node" or valid.procs_per_node == 1:
+    if valid.launcher == "per-node" or valid.procs_per_node == 1:
         trainer["numProcPerNode"] = valid.procs_per_node
     if parts["limits"]:
         trainer["resourcesPerNode"] = _resources(parts)
@@ -654,7 +653,6 @@ def hardware(valid: ValidSpec) -> base.Hardware:
 
 class Kubernetes(base.Target):
     name = NAME
-    launchers = LAUNCHERS
     cannot_run = CANNOT_RUN
     cannot_express = staticmethod(cannot_express)
     lower = staticmethod(lower)

@@ -78,14 +78,16 @@ BY_KIND = {kind.kind: key for key, kind in KINDS.items()}
 
 def rename(documents: List[Dict[str, Any]], name: str) -> List[Dict[str, Any]]:
     """job.yaml's documents with the job (a TrainJob or PyTorchJob, named after the spec) named
-    ``name``, its ConfigMaps ``<name>-shim`` / ``<name>-code``, and every reference to them (pod
-    volumes, labels) following. Checked: no string of the result still names an old object."""
+    ``name``, its ConfigMaps ``<name>-shim`` / ``<name>-code``, and the pod volumes that mount them
+    following. Those are the only places lower.py writes a name of its own: every other string (an
+    env value, a volume's sub_path, a queue) is the user's and stays as written, even when it equals
+    the spec's name. Checked: every ConfigMap a pod mounts is one of the renamed documents."""
     jobs = [doc for doc in documents if doc.get("kind") in BY_KIND]
     if len(jobs) != 1:
         raise SubmitError(f"{JOB_FILE} holds {len(jobs)} TrainJob/PyTorchJob documents, not one",
                           "compile the spec again: trainspec compile SPEC -t kubernetes")
     old = jobs[0]["metadata"]["name"]
-    renamed = {old: name}
+    configmaps = {}
     for doc in documents:
         if doc.get("kind") == "ConfigMap":
             current = doc["metadata"]["name"]
@@ -93,46 +95,47 @@ def rename(documents: List[Dict[str, Any]], name: str) -> List[Dict[str, Any]]:
             if suffix is None:
                 raise SubmitError(f"{JOB_FILE}: ConfigMap {current!r} is not named after the job {old!r}",
                                   "compile the spec again: trainspec compile SPEC -t kubernetes")
-            renamed[current] = name + suffix
-    out = [_renamed(doc, renamed) for doc in documents]
+            configmaps[current] = name + suffix
+    out = [_renamed(doc, name if doc is jobs[0] else configmaps.get(doc["metadata"]["name"]), configmaps)
+           for doc in documents]
     for doc in out:
-        left = [text for text in _strings(doc) if text in renamed and renamed[text] != text]
+        left = [ref for ref in _configmap_refs(doc) if ref not in configmaps.values()]
         if left:
-            raise SubmitError(f"{JOB_FILE}: {doc['kind']} {doc['metadata']['name']} still names {left[0]!r} "
-                              "after renaming", "report this: trainspec renames every reference it knows")
+            raise SubmitError(f"{JOB_FILE}: {doc['kind']} {doc['metadata']['name']} mounts the ConfigMap "
+                              f"{left[0]!r}, which {JOB_FILE} does not hold under the job's name",
+                              "compile the spec again: trainspec compile SPEC -t kubernetes")
     return out
 
 
-def _renamed(doc: Dict[str, Any], renamed: Dict[str, str]) -> Dict[str, Any]:
-    """One document renamed: metadata.name, label values, and every ``configMap.name`` reference."""
+def _renamed(doc: Dict[str, Any], name: Optional[str], configmaps: Dict[str, str]) -> Dict[str, Any]:
+    """One document named ``name`` (None: as it is), each ``configMap.name`` of a pod volume that
+    names one of ``configmaps`` following; nothing else touched."""
     def walk(value: Any, key: str = "") -> Any:
         if isinstance(value, dict):
             out = {k: walk(v, k) for k, v in value.items()}
-            if key == "configMap" and out.get("name") in renamed:
-                out["name"] = renamed[out["name"]]
+            if key == "configMap" and out.get("name") in configmaps:
+                out["name"] = configmaps[out["name"]]
             return out
         if isinstance(value, list):
             return [walk(item) for item in value]
         return value
 
     out = walk(doc)
-    meta = out["metadata"]
-    meta["name"] = renamed.get(meta["name"], meta["name"])
-    meta["labels"] = {k: renamed.get(v, v) for k, v in meta.get("labels", {}).items()}
+    if name is not None:
+        out["metadata"]["name"] = name
     return out
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """Every string in a document, keys and values (the shim's source is one string, never a name)."""
+def _configmap_refs(value: Any, key: str = "") -> Iterator[str]:
+    """The ConfigMaps a document's pod volumes mount (``volumes[].configMap.name``)."""
     if isinstance(value, dict):
-        for key, item in value.items():
-            yield key
-            yield from _strings(item)
+        if key == "configMap" and isinstance(value.get("name"), str):
+            yield value["name"]
+        for k, item in value.items():
+            yield from _configmap_refs(item, k)
     elif isinstance(value, list):
         for item in value:
-            yield from _strings(item)
-    elif isinstance(value, str):
-        yield value
+            yield from _configmap_refs(item)
 
 
 def load_job(job_dir: Path) -> List[Dict[str, Any]]:

@@ -47,10 +47,6 @@ from trainspec.compile import base, capabilities, emit
 from trainspec.targets.ray.settings import NAME, URL_SCHEMES
 from trainspec.compile.capabilities import Feature, only, problem, unsupported
 
-# Who starts the processes when the spec does not say (framework -> distribution.launcher):
-# the driver starts one actor per process, like Azure ML's pytorch distribution.
-LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
-             "deepspeed": "per-process"}
 CLUSTER_FILE = "cluster.yaml"
 LAUNCH_FILE = "launch.sh"
 DRIVER_FILE = "trainspec_ray_driver.py"  # runtime/ray_driver.py, copied
@@ -155,7 +151,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
 
     out += base.time_limit_errors(NAME, base.time_limit(valid, NAME, "timeout"), MAX_TIMEOUT,
                                   "driver (its job request's timeout)")
-    launcher = base.launcher(valid, LAUNCHERS)
+    launcher = valid.launcher
     out += base.command_variable_errors(NAME, valid, launcher)
     if launcher == "per-node" and spec.framework != "lightning":
         out += base.torchrun_errors(valid, refs_for(valid), "per-node launch wraps the command in torchrun",
@@ -410,7 +406,7 @@ def _command(valid: ValidSpec) -> str:
     spec = valid.spec
     python = shlex.split(spec.targets.ray.python)
     command = valid.render(("command",), spec.command, refs_for(valid)).strip()
-    per_node = base.launcher(valid, LAUNCHERS) == "per-node"
+    per_node = valid.launcher == "per-node"
     if per_node and spec.framework != "lightning" and not base.own_spawner(command):
         # node rank, master address and port reach torchrun from the shim as PET_*
         command = base.torchrun_line(valid, command, python=shlex.join(python))
@@ -423,7 +419,7 @@ def job_request(valid: ValidSpec):
     """What the driver runs: the job's shape, as the driver's own type (runtime/ray_request.py)."""
     from ...runtime.ray_request import Request
 
-    launcher = base.launcher(valid, LAUNCHERS)
+    launcher = valid.launcher
     env = base.job_env(valid, refs_for(valid), launcher)
     env.update(base.secret_env(valid, NAME))  # where each secret is kept: the shim reads it on the node
     limit = valid.spec.timeout
@@ -597,7 +593,6 @@ def hardware(valid: ValidSpec) -> base.Hardware:
 
 class Ray(base.Target):
     name = NAME
-    launchers = LAUNCHERS
     cannot_run = CANNOT_RUN
     cannot_express = staticmethod(cannot_express)
     lower = staticmethod(lower)

@@ -44,10 +44,6 @@ from trainspec.compile import base, capabilities, emit
 from trainspec.targets.slurm.settings import NAME
 from trainspec.compile.capabilities import Feature, only, problem, unsupported
 
-# Who starts the processes when the spec does not say: srun starts every rank (Lightning's own
-# SLURMEnvironment expects that too: tasks per node = devices).
-LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
-             "deepspeed": "per-process"}
 JOB_FILE = "job.sbatch"
 SUBMIT = "sbatch {dir}/" + JOB_FILE
 OUTPUT, ERROR = "%x-%j.out", "%x-%j.err"  # the job's output and error files (under targets.slurm.logs)
@@ -145,7 +141,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
                 out.append(error(("secrets", key, "file"), "a secret's file is mounted into the container "
                                  "(--container-mounts), whose list cannot hold a path with ',' or ':'",
                                  "move the file to a path without them"))
-    launcher = base.launcher(valid, LAUNCHERS)
+    launcher = valid.launcher
     cpus, tasks = valid.spec.resources.cpus_per_node, tasks_per_node(valid)
     if cpus is not None and cpus % tasks:
         below = cpus - cpus % tasks
@@ -252,7 +248,16 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
 
 
 def tasks_per_node(valid: ValidSpec) -> int:
-    return 1 if base.launcher(valid, LAUNCHERS) == "per-node" else valid.procs_per_node
+    return 1 if valid.launcher == "per-node" else valid.procs_per_node
+
+
+def cpus_per_task(valid: ValidSpec) -> Optional[int]:
+    """Each task's CPUs: resources.cpus_per_node (else the size's vCPUs) among the node's tasks
+    (divisible: cannot_express says so); None when neither is known (Slurm's default)."""
+    cpus = valid.spec.resources.cpus_per_node
+    if cpus is None and valid.sku is not None and valid.sku.vcpus:
+        cpus = valid.sku.vcpus
+    return None if cpus is None else max(1, cpus // tasks_per_node(valid))
 
 
 def sbatch_options(valid: ValidSpec) -> List[str]:
@@ -263,11 +268,9 @@ def sbatch_options(valid: ValidSpec) -> List[str]:
     if valid.gpus_per_node:  # with a GPU type, only nodes of that GPU (the same as --gres=gpu:<type>:<n>)
         kind = f"{settings.gpu_type}:" if settings.gpu_type else ""
         options.append(f"--gpus-per-node={kind}{valid.gpus_per_node}")
-    cpus = valid.spec.resources.cpus_per_node
+    cpus = cpus_per_task(valid)
     if cpus is not None:
-        options.append(f"--cpus-per-task={max(1, cpus // tasks)}")  # divisible: cannot_express says so
-    elif valid.sku is not None and valid.sku.vcpus:
-        options.append(f"--cpus-per-task={max(1, valid.sku.vcpus // tasks)}")
+        options.append(f"--cpus-per-task={cpus}")
     if valid.spec.resources.memory_per_node is not None:
         options.append(f"--mem={slurm_memory(valid.spec.resources.memory_per_node)}")
     limit = time_limit(valid)
@@ -310,7 +313,7 @@ def _script(valid: ValidSpec, code: str) -> str:
     settings = _settings(valid)
     python = shlex.split(settings.python)
     command = valid.render(("command",), spec.command, refs_for(valid)).strip()
-    launcher = base.launcher(valid, LAUNCHERS)
+    launcher = valid.launcher
     if launcher == "per-node" and spec.framework != "lightning" and not base.own_spawner(command):
         command = base.torchrun_line(valid, command, python=shlex.join(python))
     shim = f'{shlex.join([*python, *base.SHIM_FLAGS])} "$job_dir"/{base.SHIM_FILE}'
@@ -318,6 +321,10 @@ def _script(valid: ValidSpec, code: str) -> str:
     # --label: every line a task writes starts with its task id, so `trainspec logs` tells rank 0's
     # lines (and each node's) apart in the one output file
     srun = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={tasks_per_node(valid)}", "--label"]
+    if cpus_per_task(valid) is not None:
+        # since Slurm 22.05 srun does not take --cpus-per-task from the batch allocation: said again,
+        # or every task is bound to one CPU
+        srun.insert(3, f"--cpus-per-task={cpus_per_task(valid)}")
     image = container_image(valid)
     if image:
         # every input (read-only) and output location, and each secret's file (read-only: the helper
@@ -431,7 +438,6 @@ def hardware(valid: ValidSpec) -> base.Hardware:
 
 class Slurm(base.Target):
     name = NAME
-    launchers = LAUNCHERS
     cannot_run = CANNOT_RUN
     cannot_express = staticmethod(cannot_express)
     lower = staticmethod(lower)
