@@ -96,7 +96,7 @@ HINTS = {("api",): "trainjob (Kubeflow Trainer v2, the default) or pytorchjob (t
          ("volumes", "*"): "{pvc: {claim: NAME, sub_path: DIR}}: the claim (and the folder in it) with the data"}
 _LABEL_WORDS = "is not a Kubernetes name (lower-case letters, digits and -, at most 63 characters)"
 PATTERN_WORDS = {("namespace",): _LABEL_WORDS, ("queue",): "is not a Kueue LocalQueue name (a label value)",
-                 ("runtime",): _LABEL_WORDS, ("runtime", "name"): _LABEL_WORDS, ("service_account",): _LABEL_WORDS,
+                 ("runtime", "name"): _LABEL_WORDS, ("service_account",): _LABEL_WORDS,
                  ("image_pull_secrets",): _LABEL_WORDS, ("rdma_resource",): "is not a resource name, e.g. rdma/ib",
                  ("code", "pvc", "claim"): _LABEL_WORDS, ("volumes", "*", "pvc", "claim"): _LABEL_WORDS,
                  ("volumes", "*", "pvc", "sub_path"): "is not a relative path inside the claim",
@@ -109,10 +109,12 @@ PATTERN_WORDS = {("namespace",): _LABEL_WORDS, ("queue",): "is not a Kueue Local
 @functools.lru_cache(maxsize=None)
 def settings_model():
     """The pydantic model of this target's settings (built on demand, as every target's)."""
-    from typing import Dict, List as ListOf, Literal, Optional, Union
+    from typing import Dict, List as ListOf, Literal, Optional
 
-    from pydantic import Field
+    from pydantic import BeforeValidator, Field, WithJsonSchema
     from typing_extensions import Annotated
+
+    from trainspec.core.fields import named
 
     from trainspec.core.types import Duration, Model
 
@@ -163,8 +165,13 @@ def settings_model():
         queue: Optional[str] = Field(None, pattern=_LABEL_VALUE, min_length=1, max_length=63,
                                      description="A Kueue LocalQueue: the job is created suspended and Kueue "
                                      "admits it.", examples=["team-a"])
-        runtime: Union[Annotated[str, Field(pattern=DNS_LABEL, max_length=253)], Runtime] = Field(
-            "torch-distributed", description="The runtime a TrainJob runs on: a ClusterTrainingRuntime's name, or "
+        runtime: Annotated[Runtime, BeforeValidator(named), WithJsonSchema({"anyOf": [
+            {"type": "string", "pattern": DNS_LABEL, "maxLength": 253},
+            {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+                "name": {"type": "string", "pattern": DNS_LABEL, "maxLength": 253, "description": "The runtime's name."},
+                "kind": {"enum": list(RUNTIME_KINDS), "default": RUNTIME_KINDS[0], "description": "Cluster"
+                         "TrainingRuntime (cluster-wide) or TrainingRuntime (in the job's namespace)."}}}]})] = Field(
+            "torch-distributed", validate_default=True, description="The runtime a TrainJob runs on: a ClusterTrainingRuntime's name, or "
             "{name, kind} with kind TrainingRuntime for a runtime in the job's namespace. Its launcher must be "
             "torch (mlPolicy.torch): trainspec writes a torchrun job, and a known MPI runtime (deepspeed-"
             "distributed, mpi-distributed) is an error.", examples=["torch-distributed",
@@ -199,10 +206,7 @@ def settings_model():
 
 def runtime_ref(settings) -> Tuple[str, str]:
     """targets.kubernetes.runtime as (name, kind): the plain string is a ClusterTrainingRuntime's name."""
-    runtime = settings.runtime
-    if isinstance(runtime, str):
-        return runtime, RUNTIME_KINDS[0]
-    return runtime.name, runtime.kind
+    return settings.runtime.name, settings.runtime.kind
 
 
 def _runtime_errors(settings) -> List[Diagnostic]:
