@@ -300,6 +300,31 @@ def infiniband(valid: ValidSpec) -> bool:
     return valid.sku is not None and valid.sku.infiniband and valid.nodes > 1
 
 
+def read_only(kind: str, item: Any) -> bool:
+    """Whether the job reads the data of input or output ``item`` without writing it: an input,
+    unless its mode is rw_mount (Megatron writes its index caches beside its data). Every target
+    mounts such an input read-only where it mounts data (a pod's volume, a container's bind
+    mount), and writable with rw_mount."""
+    return kind == "inputs" and item.mode != "rw_mount"
+
+
+def master_port_written(valid: ValidSpec) -> Optional[int]:
+    """distribution.master_port when the spec writes it (None: it keeps the default). A target
+    whose platform fixes the port warns only about a port the user asked for."""
+    distribution = valid.spec.distribution
+    return distribution.master_port if "master_port" in distribution.__pydantic_fields_set__ else None
+
+
+def master_port_fixed(valid: ValidSpec, platform_port: int, why: str, hint: str) -> List[Diagnostic]:
+    """A located warning at distribution.master_port where the platform, not trainspec, chooses
+    the rendezvous port (``platform_port``) and the spec asks for another."""
+    port = master_port_written(valid)
+    if port is None or port == platform_port:
+        return []
+    return [warning(("distribution", "master_port"), f"{why}: the job rendezvous on port {platform_port}, "
+                    f"not {port}", hint)]
+
+
 def unsupported(target: str, path: SpecPath, what: str, hint: Optional[str] = None, *,
                 fatal: bool = True) -> Diagnostic:
     """A spec setting the target cannot express: an error (or a warning when it can be ignored

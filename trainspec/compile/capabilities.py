@@ -146,6 +146,8 @@ class Feature(enum.Enum):
     INPUT_EVAL_MODE = ("inputs.<name>.mode", "input mode eval_mount or eval_download (an MLTable's)",
                        _inputs(lambda valid, item: item.mode in ("eval_mount", "eval_download"), key="mode"),
                        ("input mode {mode} (an Azure ML runtime feature): the path is passed as it is", None))
+    INPUT_RW_MOUNT = ("inputs.<name>.mode", "input mode rw_mount: the job writes beside its data",
+                      _inputs(lambda valid, item: item.mode == "rw_mount", key="mode"))
     OUTPUT_NOT_ABSOLUTE = ("outputs.<name>.path", "an output location that is not an absolute path (relative, or a URL)",
                            _outputs(lambda item: item.path is not None and not item.path.startswith("/"), "path"),
                            ("the output location '{path}'", "give an absolute path on shared storage, or leave path out"))

@@ -96,6 +96,16 @@ def scalar_to_str(value):
     return value
 
 
+def named(value):
+    """A reference written as its name alone (``runtime: torch-distributed``) -> ``{name: ...}``:
+    one model for both forms, so a bad value is said at its field, not once per form."""
+    if isinstance(value, str):
+        return {"name": value}
+    if not isinstance(value, dict):
+        raise ValueError("expected a name, or a mapping with name")
+    return value
+
+
 def exact_int(value):
     """`version: true` and `version: 1.0` equal 1 in Python; a format version is the integer."""
     if isinstance(value, (bool, float)):

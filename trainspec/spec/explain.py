@@ -174,7 +174,7 @@ def _field_hint(path: SpecPath) -> Optional[str]:
 def _pattern_words(path: SpecPath) -> str:
     if len(path) > 2 and path[0] == "secrets":  # secrets.<NAME>.<key>...: the reference's own words
         return _secret_words(tuple(p for p in path[2:] if isinstance(p, str))) or "has the wrong format"
-    if path[-1:] == ("name",):
+    if path[-1:] == ("name",) and path[:1] != ("targets",):  # a target's own names have its words below
         return "is not a valid job name"
     if path[-1:] == ("shm_size",):
         return "is not a size like 16g"

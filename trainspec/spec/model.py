@@ -117,9 +117,11 @@ class Input(Model):
         "command, so `az ml job create --set inputs.x=...` changes it at submit time.", examples=[5])
     type: Literal["uri_folder", "uri_file", "mltable", "mlflow_model", "custom_model"] = Field(
         "uri_folder", description="Azure ML input type.", examples=["uri_folder"])
-    mode: Literal["ro_mount", "download", "direct", "eval_mount", "eval_download"] = Field(
+    mode: Literal["ro_mount", "rw_mount", "download", "direct", "eval_mount", "eval_download"] = Field(
         "ro_mount", description="How Azure ML makes the data available (eval_*: an MLTable's data, read by the "
-        "runtime).", examples=["download"])
+        "runtime). rw_mount: the job may write beside its data (Megatron's index caches), on every target: "
+        "Azure ML mounts it read-write, Kubernetes' volume and the containers of Slurm and Ray are writable; "
+        "every other input is mounted read-only wherever a target mounts data.", examples=["download"])
 
 
 class Output(Model):

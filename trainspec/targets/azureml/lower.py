@@ -92,6 +92,12 @@ CANNOT_RUN = {
     Feature.INPUT_ABSOLUTE: problem("'{path}' is an absolute path, storage where the job runs on the other "
                                     "targets: an Azure ML job has none, and azure-ai-ml would upload the file of "
                                     "that name from the machine that submits the job", _WHERE_AZUREML_READS),
+    # azure-ai-ml's command job schema takes rw_mount for outputs only: an input's mode is one of
+    # ro_mount, download, direct (and an MLTable's eval_*); load_job refuses the job
+    Feature.INPUT_RW_MOUNT: problem("a command job's input cannot be mounted read-write on Azure ML: azure-ai-ml "
+                                    "takes mode ro_mount, download or direct for an input, rw_mount for an "
+                                    "output only", "use mode: download (a writable copy on each node's disk), or "
+                                    "write what the job makes to an output"),
 }
 
 
@@ -116,11 +122,8 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     if launcher == "per-node" and spec.framework != "lightning":
         out += base.torchrun_errors(valid, refs, "per-node launch wraps the command in torchrun",
                                     "write `python train.py ...`, or use launcher: per-process")
-        if spec.distribution.master_port != DEFAULT_MASTER_PORT:
-            out.append(warning(("distribution", "master_port"),
-                               "per-node torchrun on Azure ML uses the MASTER_PORT Azure ML sets "
-                               f"({DEFAULT_MASTER_PORT})",
-                               "remove master_port, or use launcher: per-process"))
+        out += base.master_port_fixed(valid, DEFAULT_MASTER_PORT, "per-node torchrun on Azure ML reads the "
+                                      "MASTER_PORT Azure ML sets", "remove master_port, or use launcher: per-process")
     if spec.distribution.backend == "mpi" and launcher != "mpi":
         out.append(warning(("distribution", "backend"), "torch's mpi backend needs an MPI launch",
                            "set distribution.launcher: mpi"))

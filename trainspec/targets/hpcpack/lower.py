@@ -120,6 +120,8 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     out += base.time_limit_errors(NAME, time_limit(valid), MAX_RUNTIME, "RuntimeSeconds (an xs:int)")
     launcher = valid.launcher
     out += base.command_variable_errors(NAME, valid, launcher)
+    out += base.master_port_fixed(valid, rendezvous_port(valid), "targets.hpcpack.rdzv_port overrides it",
+                                  "remove one of the two, or give both the same port")
     if launcher == "per-node":
         out += base.torchrun_errors(valid, refs_for(valid), "HPC Pack runs the command under torchrun",
                                     "write `python train.py ...`; put preparation in targets.hpcpack.setup")
@@ -294,7 +296,7 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
         # deepspeed per node: the shim hands it the world as flags
         line = base.under_shim(shim, user, valid)
     else:
-        # node rank, master address and port (TRAINSPEC_MASTER_PORT = rdzv_port) reach torchrun
+        # node rank, master address and port (TRAINSPEC_MASTER_PORT = rendezvous_port) reach torchrun
         # from the shim as PET_NODE_RANK / PET_MASTER_ADDR / PET_MASTER_PORT
         torchrun = base.torchrun_line(valid, user, (*python, "-m", "torch.distributed.run"), python=shlex.join(python))
         line = base.under_shim(shim, torchrun, valid)
@@ -305,7 +307,7 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
 
 def _environment(valid: ValidSpec, layout: _Layout) -> Dict[str, str]:
     settings = _settings(valid)
-    env = base.job_env(valid, refs_for(valid), valid.launcher, settings.rdzv_port)
+    env = base.job_env(valid, refs_for(valid), valid.launcher, rendezvous_port(valid))
     env.update(base.secret_env(valid, NAME))  # where each secret is kept: the shim reads it on the node
     if settings.nodes:
         env[contract.ENV_MASTER_ADDR] = settings.nodes[0]
@@ -340,8 +342,18 @@ def _stage_script(valid: ValidSpec, layout: _Layout, out_dir: Path) -> str:
 
 # --- what plan and run --local need --------------------------------------------------------
 
+def rendezvous_port(valid: ValidSpec) -> int:
+    """The port torchrun's rendezvous opens on node 0: targets.hpcpack.rdzv_port when written (the
+    target's own word wins), else distribution.master_port when written, else HPC Pack's default."""
+    settings = _settings(valid)
+    if "rdzv_port" in settings.__pydantic_fields_set__:
+        return settings.rdzv_port
+    written = base.master_port_written(valid)
+    return settings.rdzv_port if written is None else written
+
+
 def plan_port(valid: ValidSpec) -> str:
-    return str(_settings(valid).rdzv_port)
+    return str(rendezvous_port(valid))
 
 
 def plan_facts(valid: ValidSpec) -> base.PlanFacts:

@@ -73,7 +73,8 @@ def settings_model():
                                      description="Shell line run before training on every node, e.g. an activation.",
                                      examples=["source /opt/conda/bin/activate torch"])
         rdzv_port: int = Field(contract.HPCPACK_MASTER_PORT, ge=1024, le=65535,
-                               description="torchrun rendezvous port on the first node.",
+                               description="torchrun rendezvous port on the first node (default: "
+                               "distribution.master_port when the spec writes it, else 29400).",
                                examples=[contract.HPCPACK_MASTER_PORT])
         priority: Optional[Literal["Lowest", "BelowNormal", "Normal", "AboveNormal", "Highest"]] = Field(
             None, description="Job priority.", examples=["Normal"])

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+from trainspec.runtime import shim as contract
 from trainspec.targets.kubernetes.lower import CODE_DIR, JOB_FILE, SHIM_DIR, TRAINJOB_PORT, pod_template
 
 
@@ -141,7 +142,7 @@ def play_local(job_dir: Path, run) -> int:
         env = base_env(hosts)
         env.update(pod_env(job, node, nodes, hosts.address(0)))
         procs.append(Proc(label=f"node {node}", argv=argv, env=env, cwd=str(code), netns=hosts.netns(node)))
-    port = int(procs[0].env.get("PET_MASTER_PORT", TRAINJOB_PORT))
+    port = int(procs[0].env.get(contract.ENV_MASTER_PORT) or procs[0].env.get("PET_MASTER_PORT", TRAINJOB_PORT))
     print(f"trainspec: running {run.valid.name} locally as Kubeflow would: the {job['kind']}'s {nodes} pod(s) on "
           f"simulated nodes; workdir {run.workdir}", file=sys.stderr)
     for line in told:

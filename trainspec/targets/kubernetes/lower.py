@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from trainspec.core import files
-from trainspec.core.diagnostics import Diagnostic, error, shown
+from trainspec.core.diagnostics import Diagnostic, error, shown, warning
 from trainspec.spec.validate import ValidSpec
 from trainspec.compile import base, capabilities, emit
 from trainspec.runtime import shim as contract  # the runtime file's name, written once
-from trainspec.targets.kubernetes.settings import MAX_SECONDS, NAME, RESERVED_ENV, image_problem
+from trainspec.targets.kubernetes.settings import MAX_SECONDS, NAME, RESERVED_ENV, image_problem, runtime_ref
 from trainspec.compile.capabilities import Feature, problem, unsupported
 
 JOB_FILE = "job.yaml"
@@ -157,6 +157,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
     out += base.lost_output_errors(NAME, valid, volumes, "what the job writes would stay in the pod and be lost "
                                    "with it", "mount a claim: " + _ON_VOLUME + " (Azure ML keeps the job's own "
                                    "output)")
+    out += _rdma_unused(valid)
     name = valid.name
     room = name_room(valid)
     if not DNS_1035.match(name) or len(name) > 63:
@@ -191,6 +192,20 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
             out.append(error(("code",), f"the code folder holds {size} bytes, more than a ConfigMap's 1 MiB",
                              _CODE_CHOICES))
     return out
+
+
+def _rdma_unused(valid: ValidSpec) -> List[Diagnostic]:
+    """targets.kubernetes.rdma_resource, written, on a job that requests no InfiniBand (one node,
+    or a size without it, base.infiniband): the pods do not ask for the resource, said where it is written."""
+    settings = _settings(valid)
+    if "rdma_resource" not in settings.__pydantic_fields_set__ or base.infiniband(valid):
+        return []
+    why = ("the job runs on one node" if valid.nodes == 1 else
+           "resources.sku names no size" if valid.sku is None else f"{valid.sku.name} has no InfiniBand")
+    return [warning(("targets", NAME, "rdma_resource"), f"'{shown(settings.rdma_resource)}' is not requested: "
+                    f"{why}, and the pods ask for the InfiniBand resource only on a multi-node job of a size "
+                    "that has it", "remove rdma_resource, or set resources.sku to an InfiniBand size (e.g. "
+                    "Standard_ND96isr_H100_v5)")]
 
 
 def code_files(valid: ValidSpec) -> List[Tuple[str, bytes]]:
@@ -313,7 +328,7 @@ def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
         mount: Dict[str, Any] = {"name": volume_name, "mountPath": mount_path(kind, key)}
         if volume.pvc.sub_path:
             mount["subPath"] = volume.pvc.sub_path
-        if kind == "inputs":
+        if base.read_only(kind, spec.inputs.get(key)):
             volumes[-1]["persistentVolumeClaim"]["readOnly"] = True
             mount["readOnly"] = True
         mounts.append(mount)
@@ -343,8 +358,7 @@ def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
     shim = shlex.join([*python, *base.SHIM_FLAGS, f"{SHIM_DIR}/{base.SHIM_FILE}"])
     line = f"cd {shlex.quote(code_dir)} && exec {base.under_shim(shim, command, valid)}"
     api = settings.api
-    port = TRAINJOB_PORT if api == "trainjob" else spec.distribution.master_port
-    env = base.job_env(valid, refs_for(valid), launcher, port)
+    env = base.job_env(valid, refs_for(valid), launcher, rendezvous_port(valid))
     return {"volumes": volumes, "mounts": mounts, "limits": limits, "requests": requests,
             "node_selector": node_selector,
             "tolerations": tolerations, "command": ["bash", "-c", line],
@@ -408,8 +422,8 @@ def trainjob(valid: ValidSpec) -> Dict[str, Any]:
     if parts["ipc_lock"]:
         container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     pod = {**_pod_settings(valid, parts), "containers": [container], "volumes": parts["volumes"]}
-    spec: Dict[str, Any] = {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
-                                           "name": settings.runtime}}
+    runtime, kind = runtime_ref(settings)
+    spec: Dict[str, Any] = {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": kind, "name": runtime}}
     if settings.queue:
         spec["suspend"] = True
     limit = time_limit(valid)
@@ -504,8 +518,19 @@ def _with_placeholders(doc: Dict[str, Any], shim_map: str, files: Tuple[base.Out
     return {**doc, "data": {key: base.placeholder(by_key[key]) for key in doc["data"]}}
 
 
+def rendezvous_port(valid: ValidSpec) -> int:
+    """The port the job rendezvous on. A PyTorchJob's is the spec's (its container port, which the
+    operator exports). A TrainJob's torch plugin sets PET_MASTER_PORT=29500, but the pods reach
+    each other directly on any port, and the shim exports TRAINSPEC_MASTER_PORT over the plugin's:
+    distribution.master_port when the spec writes it, else the plugin's port."""
+    if _settings(valid).api != "trainjob":
+        return valid.spec.distribution.master_port
+    written = base.master_port_written(valid)
+    return TRAINJOB_PORT if written is None else written
+
+
 def plan_port(valid: ValidSpec) -> str:
-    return str(TRAINJOB_PORT if _settings(valid).api == "trainjob" else valid.spec.distribution.master_port)
+    return str(rendezvous_port(valid))
 
 
 def plan_facts(valid: ValidSpec) -> base.PlanFacts:

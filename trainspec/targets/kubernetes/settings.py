@@ -8,10 +8,10 @@ Imports nothing but trainspec.core and the runtime's names: validation loads it,
 from __future__ import annotations
 
 import functools
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from trainspec.core import interpreter, volumes
-from trainspec.core.diagnostics import Diagnostic, error, shown
+from trainspec.core.diagnostics import Diagnostic, error, shown, warning
 from trainspec.core.secret_refs import Reference
 
 NAME = "kubernetes"
@@ -31,6 +31,11 @@ MAX_SECONDS = 2 ** 63 - 1  # activeDeadlineSeconds is an int64
 PLATFORM_VARIABLES = {"PET_NNODES": "{{ nodes }}", "PET_NPROC_PER_NODE": "{{ procs_per_node }}",
                       "PET_NODE_RANK": "$NODE_RANK", "PET_MASTER_ADDR": "$MASTER_ADDR",
                       "PET_MASTER_PORT": "$MASTER_PORT", "PET*": None}
+# The ClusterTrainingRuntimes Kubeflow Trainer installs (v2.3, ../shared/reference/kubernetes/trainer-v2.3.0/
+# runtimes/ and the Trainer's manifests) and the launcher each one's mlPolicy starts: torch (torchrun,
+# PET_* in every pod) or mpi (mpirun from a launcher pod over SSH). trainspec writes a torchrun job.
+CLUSTER_RUNTIMES = {"torch-distributed": "torch", "deepspeed-distributed": "mpi", "mpi-distributed": "mpi"}
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 # The names the Trainer's webhook rejects in trainer.env (TorchRunReservedEnvNames)
 RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 
@@ -84,11 +89,14 @@ SECRET_REFERENCE = Reference(NAME, _secret_field, lambda ref: f"Secret {ref.secr
 HINTS = {("api",): "trainjob (Kubeflow Trainer v2, the default) or pytorchjob (training-operator v1)",
          ("timeout",): "e.g. 2d, 12h, 1h30m or 3600",
          ("python",): interpreter.PYTHON_HINT,
+         ("runtime",): "a ClusterTrainingRuntime's name (e.g. torch-distributed), or {name: NAME, kind: "
+                       "TrainingRuntime} for one in the job's namespace",
+         ("runtime", "kind"): " or ".join(RUNTIME_KINDS),
          ("code",): "leave it out (a ConfigMap), or {pvc: {claim: NAME, sub_path: DIR}} or {image: {path: /DIR}}",
          ("volumes", "*"): "{pvc: {claim: NAME, sub_path: DIR}}: the claim (and the folder in it) with the data"}
 _LABEL_WORDS = "is not a Kubernetes name (lower-case letters, digits and -, at most 63 characters)"
 PATTERN_WORDS = {("namespace",): _LABEL_WORDS, ("queue",): "is not a Kueue LocalQueue name (a label value)",
-                 ("runtime",): _LABEL_WORDS, ("service_account",): _LABEL_WORDS,
+                 ("runtime", "name"): _LABEL_WORDS, ("service_account",): _LABEL_WORDS,
                  ("image_pull_secrets",): _LABEL_WORDS, ("rdma_resource",): "is not a resource name, e.g. rdma/ib",
                  ("code", "pvc", "claim"): _LABEL_WORDS, ("volumes", "*", "pvc", "claim"): _LABEL_WORDS,
                  ("volumes", "*", "pvc", "sub_path"): "is not a relative path inside the claim",
@@ -103,7 +111,10 @@ def settings_model():
     """The pydantic model of this target's settings (built on demand, as every target's)."""
     from typing import Dict, List as ListOf, Literal, Optional
 
-    from pydantic import Field
+    from pydantic import BeforeValidator, Field, WithJsonSchema
+    from typing_extensions import Annotated
+
+    from trainspec.core.fields import named
 
     from trainspec.core.types import Duration, Model
 
@@ -128,6 +139,13 @@ def settings_model():
         pvc: Pvc = Field(..., description="The PersistentVolumeClaim (at a sub-path) that holds the data.",
                          examples=[{"claim": "datasets", "sub_path": "mnist"}])
 
+    class Runtime(Model):
+        name: str = Field(..., pattern=DNS_LABEL, max_length=253, description="The runtime's name.",
+                          examples=["torch-distributed"])
+        kind: Literal[RUNTIME_KINDS] = Field(
+            "ClusterTrainingRuntime", description="ClusterTrainingRuntime (cluster-wide) or TrainingRuntime (in "
+            "the job's namespace).", examples=["TrainingRuntime"])
+
     class Toleration(Model):
         key: Optional[str] = Field(None, pattern=_QUALIFIED, max_length=316, description="The taint's key.",
                                    examples=["dedicated"])
@@ -147,9 +165,17 @@ def settings_model():
         queue: Optional[str] = Field(None, pattern=_LABEL_VALUE, min_length=1, max_length=63,
                                      description="A Kueue LocalQueue: the job is created suspended and Kueue "
                                      "admits it.", examples=["team-a"])
-        runtime: str = Field("torch-distributed", pattern=DNS_LABEL, max_length=253,
-                             description="The ClusterTrainingRuntime a TrainJob runs on.",
-                             examples=["torch-distributed"])
+        runtime: Annotated[Runtime, BeforeValidator(named), WithJsonSchema({"anyOf": [
+            {"type": "string", "pattern": DNS_LABEL, "maxLength": 253},
+            {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+                "name": {"type": "string", "pattern": DNS_LABEL, "maxLength": 253, "description": "The runtime's name."},
+                "kind": {"enum": list(RUNTIME_KINDS), "default": RUNTIME_KINDS[0], "description": "Cluster"
+                         "TrainingRuntime (cluster-wide) or TrainingRuntime (in the job's namespace)."}}}]})] = Field(
+            "torch-distributed", validate_default=True, description="The runtime a TrainJob runs on: a ClusterTrainingRuntime's name, or "
+            "{name, kind} with kind TrainingRuntime for a runtime in the job's namespace. Its launcher must be "
+            "torch (mlPolicy.torch): trainspec writes a torchrun job, and a known MPI runtime (deepspeed-"
+            "distributed, mpi-distributed) is an error.", examples=["torch-distributed",
+                                                                     {"name": "team-torch", "kind": "TrainingRuntime"}])
         service_account: Optional[str] = Field(None, pattern=DNS_LABEL, max_length=253,
                                                description="The pods' service account.", examples=["training"])
         image_pull_secrets: ListOf[str] = Field([], description="Secrets for pulling the image.",
@@ -176,6 +202,27 @@ def settings_model():
         python: str = interpreter.python_field("python3", "in the image")
 
     return KubernetesTarget
+
+
+def runtime_ref(settings) -> Tuple[str, str]:
+    """targets.kubernetes.runtime as (name, kind): the plain string is a ClusterTrainingRuntime's name."""
+    return settings.runtime.name, settings.runtime.kind
+
+
+def _runtime_errors(settings) -> List[Diagnostic]:
+    """A runtime whose launcher is not the torchrun trainspec writes, refused where it is named; a
+    runtime named for a PyTorchJob, which has none, a warning."""
+    name, kind = runtime_ref(settings)
+    where = ("targets", NAME, "runtime")
+    if "runtime" in settings.__pydantic_fields_set__ and settings.api != "trainjob":
+        return [warning(where, "a PyTorchJob runs on no runtime: runtime is a TrainJob's (api: trainjob)",
+                        "remove runtime, or use api: trainjob")]
+    if kind == RUNTIME_KINDS[0] and CLUSTER_RUNTIMES.get(name) == "mpi":
+        return [error(where, f"the ClusterTrainingRuntime {name} launches with mpirun (mlPolicy.mpi), but "
+                      "trainspec writes a torchrun job (the torch plugin's PET_* variables in every pod): the job "
+                      "would not start as the spec says", "use runtime: torch-distributed, or a runtime whose "
+                      "mlPolicy is torch ({name: NAME, kind: TrainingRuntime} for your namespace's own)")]
+    return []
 
 
 def qualified_name_problem(key: str) -> Optional[str]:
@@ -224,6 +271,7 @@ def settings_errors(spec) -> List[Diagnostic]:
             out.append(error(where, f"'{shown(pvc.sub_path)}' leaves the claim (..)",
                              "a folder inside the claim, e.g. trainspec/mnist"))
     out += volumes.volume_errors(spec, NAME)
+    out += _runtime_errors(settings)
     for i, secret in enumerate(settings.image_pull_secrets):
         if not re.fullmatch(DNS_LABEL, secret) or len(secret) > 253:
             out.append(error(("targets", NAME, "image_pull_secrets", i), f"'{shown(secret)}' {_LABEL_WORDS}"))

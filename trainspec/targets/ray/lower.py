@@ -313,11 +313,13 @@ def _docker(valid: ValidSpec) -> Optional[Dict[str, Any]]:
     if valid.gpus_per_node:  # NVIDIA's container toolkit; AMD's GPUs are the ROCm devices (ROCm's docker docs)
         amd = valid.sku is not None and valid.sku.vendor == "amd"
         run_options += ["--device=/dev/kfd", "--device=/dev/dri", "--group-add=video"] if amd else ["--gpus all"]
-    # data on storage the nodes mount is at the same path in the container: inputs read-only.
-    # Ray joins run_options into the shell line of `docker run`: each one is quoted
+    # data on storage the nodes mount is at the same path in the container: inputs read-only
+    # (writable with mode: rw_mount). Ray joins run_options into the shell line of `docker run`: each one is quoted
+    writable = data_paths(valid, "inputs", writable=True)
     for kind in ("inputs", "outputs"):
         for location in data_paths(valid, kind):
-            run_options.append("--volume=" + shlex.quote(f"{location}:{location}" + (":ro" if kind == "inputs" else "")))
+            ro = kind == "inputs" and location not in writable
+            run_options.append("--volume=" + shlex.quote(f"{location}:{location}" + (":ro" if ro else "")))
     # each secret's file, read-only at its own path: the secrets helper reads it in the container. A bind
     # --mount, not --volume: a file missing on the VM fails `docker run` (ray up) instead of becoming a directory
     for path in _secret_files(valid):
@@ -325,12 +327,14 @@ def _docker(valid: ValidSpec) -> Optional[Dict[str, Any]]:
     return {"image": image, "container_name": "trainspec", "pull_before_run": True, "run_options": run_options}
 
 
-def data_paths(valid: ValidSpec, kind: str) -> List[str]:
+def data_paths(valid: ValidSpec, kind: str, writable: bool = False) -> List[str]:
     """The absolute paths on the nodes where the job's inputs or outputs (``kind``) are: a volume's
-    path, else the spec's own absolute path (URLs and uploaded folders are no mount)."""
+    path, else the spec's own absolute path (URLs and uploaded folders are no mount); ``writable``:
+    only those the job writes (base.read_only)."""
     volumes = valid.spec.targets.ray.volumes
     items = valid.spec.inputs if kind == "inputs" else valid.spec.outputs
-    paths = [volumes[name].path if name in volumes else item.path for name, item in items.items()]
+    paths = [volumes[name].path if name in volumes else item.path for name, item in items.items()
+             if not (writable and base.read_only(kind, item))]
     return list(dict.fromkeys(path for path in paths if path is not None and path.startswith("/")))
 
 
@@ -420,13 +424,14 @@ def job_request(valid: ValidSpec):
     from ...runtime.ray_request import Request
 
     launcher = valid.launcher
-    env = base.job_env(valid, refs_for(valid), launcher)
+    port = base.master_port_written(valid)
+    env = base.job_env(valid, refs_for(valid), launcher, port)
     env.update(base.secret_env(valid, NAME))  # where each secret is kept: the shim reads it on the node
     limit = valid.spec.timeout
     return Request(nodes=valid.nodes, procs_per_node=valid.procs_per_node, launcher=launcher,
                    gpus_per_node=valid.gpus_per_node, cpus_per_node=_bundle_cpus(valid),
                    placement="STRICT_SPREAD", workdir="code", env=env, command=_command(valid),
-                   master_port=None,  # None: the driver finds a free port on rank 0's node
+                   master_port=port,  # None: the driver finds a free port on rank 0's node
                    timeout=limit)  # the driver enforces it: nobody edits launch.sh for a time limit
 
 
@@ -516,7 +521,8 @@ def cluster_problems(config: Dict[str, Any]) -> List[str]:
 # --- what plan and run --local need --------------------------------------------------------
 
 def plan_port(valid: ValidSpec) -> str:
-    return "<free port on node 0>"  # the driver picks it when the job starts
+    port = base.master_port_written(valid)
+    return "<free port on node 0>" if port is None else str(port)  # None: the driver picks it at the start
 
 
 def plan_facts(valid: ValidSpec) -> base.PlanFacts:

@@ -187,13 +187,15 @@ def _mount_errors(valid: ValidSpec) -> List[Diagnostic]:
 
 
 def container_mounts(valid: ValidSpec) -> List[str]:
-    """pyxis mounts beyond the job and code folders: every input's location read-only, every
-    output's read-write, each at the same path in the container (``SRC:DST[:ro]``)."""
+    """pyxis mounts beyond the job and code folders: every input's location read-only (writable
+    with mode: rw_mount), every output's read-write, each at the same path in the container
+    (``SRC:DST[:ro]``)."""
     mounts = []
     for kind, places in _data_locations(valid, _settings(valid).volumes).items():
-        for _, location in places:
+        items = valid.spec.inputs if kind == "inputs" else valid.spec.outputs
+        for name, location in places:
             if location.startswith("/"):
-                mounts.append(f"{location}:{location}" + (":ro" if kind == "inputs" else ""))
+                mounts.append(f"{location}:{location}" + (":ro" if base.read_only(kind, items[name]) else ""))
     return list(dict.fromkeys(mounts))
 
 
