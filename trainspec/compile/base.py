@@ -611,6 +611,9 @@ def _world_flags_missing(command: str, spawner: str) -> List[str]:
     except ValueError:
         return []
     flags = contract._ACCELERATE if spawner == "accelerate" else (*contract._DEEPSPEED, "--no_ssh")
+    if spawner == "accelerate" and contract._given(words, "--rdzv_backend") in contract.DYNAMIC_RDZV:
+        # the rendezvous assigns node ranks; the shim still gives accelerate the --machine_rank it wants
+        flags = tuple(f for f in flags if f != "--machine_rank")
     return [f for f in flags if not any(w == f or w.startswith(f + "=") for w in words)]
 
 
@@ -627,12 +630,11 @@ def own_spawner(command: str) -> Optional[str]:
 
 
 def torchrun_problem(command: str) -> Optional[str]:
-    """Why ``command`` cannot be handed to torchrun, or None. torchrun runs a Python script or
-    module, not a shell line: ``python train.py ...`` or ``python -m pkg ...``."""
+    """Why ``command`` cannot be handed to torchrun, or None. torchrun runs one program per worker,
+    not a shell line: ``python train.py ...``, ``python -m pkg ...``, or any executable through
+    ``--no-python`` (a console script such as ``fast-llm train``)."""
     if _has_shell_operator(command):
         return "it contains shell operators (&&, ;, |, redirections)"
-    if not _PYTHON.match(command):
-        return "it does not start with `python <script>` or `python -m <module>`"
     return None
 
 
@@ -658,8 +660,11 @@ def torchrun_line(valid: ValidSpec, command: str, runner: Tuple[str, ...] = ("to
 def torchrun_worker(command: str, python: Optional[str] = None) -> str:
     """What follows torchrun's own flags so that every worker runs the user's command intact:
     ``--no-python`` and the command as written (``python -u -X faulthandler train.py``, ``python
-    -m pkg``: the interpreter's own flags survive, which torchrun's ``train.py`` form drops).
-    ``python`` (already shell-quoted) replaces the interpreter word where the target names its
-    own; the rest is the user's text verbatim (shell, written by them)."""
+    -m pkg``: the interpreter's own flags survive, which torchrun's ``train.py`` form drops; any
+    other program, such as ``fast-llm train``, as is). ``python`` (already shell-quoted) replaces
+    the interpreter word where the target names its own; the rest is the user's text verbatim
+    (shell, written by them)."""
     match = _PYTHON.match(command)
+    if match is None:
+        return f"--no-python {command.strip()}"
     return f"--no-python {python or match.group('python')} {match.group('rest')}"
