@@ -1,9 +1,8 @@
 """Per node, `accelerate launch` and `deepspeed` start the node's workers and read the world from
 their own flags: the shim adds the flags the command lacks and refuses one that disagrees
 (issue 11, finding 5). accelerate's result is read back with accelerate's own argument parser
-(and a real 2 x 2 run is in tests/test_local_run.py); deepspeed is checked by argv only: its
-PyPI release is an sdist that compiles against torch at install, which the test extra does not
-take on."""
+(and real 2 x 2 runs, with and without DeepSpeed, are in tests/test_local_run.py); the deepspeed
+launcher itself is checked by argv only: trainspec runs no `deepspeed` command of its own."""
 
 import subprocess
 

@@ -187,6 +187,54 @@ targets:
     assert_world(proc, script="accelerate")
 
 
+DEEPSPEED_SCRIPT = """\
+import json, os, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+total = torch.ones(1)
+dist.all_reduce(total)
+sys.stdout.write("TRAINSPEC_RESULT " + json.dumps({
+    "script": "deepspeed", "rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"]),
+    "local_rank": int(os.environ["LOCAL_RANK"]), "node_rank": int(os.environ["GROUP_RANK"]),
+    "deepspeed": os.environ.get("ACCELERATE_USE_DEEPSPEED"), "allreduce": int(total.item()),
+    "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]}) + "\\n")
+sys.stdout.flush()
+dist.destroy_process_group()
+os._exit(0)  # torch 2.13 + gloo may abort in interpreter teardown (see ACCELERATE_SCRIPT)
+"""
+
+
+def test_accelerate_with_deepspeed_per_node_is_one_world_across_the_nodes(tmp_path):
+    """Bug (issue 41): per node, `accelerate launch --use_deepspeed` on 2 nodes ran DeepSpeed's pdsh
+    launcher with `--hostfile None`; DeepSpeed found no hostfile and ran on localhost, so each node
+    was a world of 2 (both rank 0..1, and a .deepspeed_env written into the code folder). The shim
+    hands accelerate `--deepspeed_multinode_launcher standard`: torchrun across the nodes, one world
+    of 4, each rank's RANK/WORLD_SIZE as accelerate's DeepSpeed launcher exports them."""
+    pytest.importorskip("accelerate", reason="accelerate is in the test extra")
+    pytest.importorskip("deepspeed", reason="deepspeed is in the test extra")
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(DEEPSPEED_SCRIPT)
+    spec = tmp_path / "deepspeed.yaml"
+    spec.write_text(f"""version: 1
+name: accel-deepspeed
+code: {code}
+command: accelerate launch --use_deepspeed --zero_stage 2 --mixed_precision no --dynamo_backend no train.py
+resources: {{nodes: 2, gpus_per_node: 0, procs_per_node: 2}}
+distribution: {{launcher: per-node}}
+environment: {{image: python:3.11}}
+env: {{OMP_NUM_THREADS: 1}}
+targets:
+  azureml: {{compute: cpu-cluster}}
+""")
+    proc = run([str(spec)], tmp_path / "work")
+    assert_world(proc, script="deepspeed")
+    assert {r["deepspeed"] for r in results(proc)} == {"true"}  # accelerate's DeepSpeed launcher ran them
+    assert list(tmp_path.rglob(".deepspeed_env")) == []  # no pdsh environment file
+
+
 LAST_NODE_SCRIPT = """\
 import fcntl, json, os, signal, sys
 import torch
