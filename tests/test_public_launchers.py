@@ -73,3 +73,28 @@ def test_the_public_launch_line_as_a_spec_compiles_to_every_target(tmp_path, nam
         job = "\n".join(f.data.decode() for f in artifact.files if f.runtime is None)
         assert RUNS[name] in job.replace("\\\n", ""), artifact.target
     assert sorted(a.target for a in outcome.artifacts) == list(TARGETS)
+
+
+def test_a_deepspeed_launcher_that_starts_each_node_alone_is_an_error_at_the_command(tmp_path):
+    """`--deepspeed_multinode_launcher pdsh` (or nossh, ...) per node on 2 nodes: each node's
+    accelerate would run DeepSpeed's own multi-node launch; the shim refuses it at start, and
+    compile says it first, at the line, on every target."""
+    (tmp_path / "code").mkdir()
+    spec = tmp_path / "pdsh.yaml"
+    spec.write_text("""version: 1
+name: pdsh
+code: code
+command: accelerate launch --use_deepspeed --deepspeed_multinode_launcher=pdsh train.py
+framework: pytorch
+resources: {nodes: 2, sku: Standard_ND96isr_H100_v5}
+distribution: {launcher: per-node}
+environment: {image: "nvcr.io/nvidia/pytorch:24.08-py3"}
+""" + SETTINGS)
+    outcome = build(str(spec), tmp_path / "out", list(TARGETS))
+    errors = [d.render() for d in outcome.diagnostics if d.is_error]
+    assert len(errors) == len(TARGETS) and outcome.artifacts == [], errors
+    for target, message in zip(TARGETS, errors):  # sorted by line, then in the order the targets were checked
+        assert f":4:10: error: command: --deepspeed_multinode_launcher pdsh: per node on {target} every node" in message
+        assert "(hint: remove the flag (trainspec passes --deepspeed_multinode_launcher standard)" in message
+    spec.write_text(spec.read_text().replace("=pdsh", "=standard"))
+    assert [d for d in build(str(spec), tmp_path / "out", list(TARGETS)).diagnostics if d.is_error] == []

@@ -581,6 +581,7 @@ def command_variable_errors(target: str, valid: ValidSpec, launcher_name: str) -
                          f"to a command that needs a shell (it expands $...); it lacks {', '.join(missing)}",
                          "write them yourself, from $NODE_RANK, $MASTER_ADDR and $MASTER_PORT (set before the "
                          "shell expands them) and templates ({{ nodes }}), or expand the rest in a script"))
+    out += _multinode_launcher_errors(target, command, spawner, launcher_name, valid.nodes)
     for name in dict.fromkeys(names):
         if name in valid.spec.env or name in valid.spec.secrets or name in PORTABLE:
             continue
@@ -599,6 +600,28 @@ def command_variable_errors(target: str, valid: ValidSpec, launcher_name: str) -
                              "every target sets $NODE_RANK, $MASTER_ADDR, $MASTER_PORT, $RANK, $WORLD_SIZE, "
                              "$LOCAL_RANK and the spec's env; use those"))
     return out
+
+
+def _multinode_launcher_errors(target: str, command: str, spawner: Optional[str], launcher_name: str,
+                               nodes: int) -> List[Diagnostic]:
+    """Per node on several nodes, an accelerate DeepSpeed launcher other than torchrun's: every
+    node runs its own accelerate, so pdsh (or ssh) from each starts the job once per node, or,
+    without a hostfile, each node trains alone. The shim refuses it at start; this says it at the line."""
+    from trainspec.core.fields import split_command
+
+    if spawner != "accelerate" or launcher_name != "per-node" or nodes < 2:
+        return []
+    try:
+        given = contract._given(split_command(command), contract.DEEPSPEED_MULTINODE[0])
+    except ValueError:
+        return []
+    if given is None or given == contract.DEEPSPEED_MULTINODE[1]:
+        return []
+    flag, standard = contract.DEEPSPEED_MULTINODE
+    return [error(("command",), f"{flag} {given}: per node on {target} every node runs its own accelerate launch, so "
+                  f"DeepSpeed must join the {nodes} nodes through torchrun, or each node trains alone or starts "
+                  "them all",
+                  f"remove the flag (trainspec passes {flag} {standard}) or write {standard}")]
 
 
 def _world_flags_missing(command: str, spawner: str) -> List[str]:
