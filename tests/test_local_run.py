@@ -161,32 +161,6 @@ os._exit(0)
 """
 
 
-@pytest.mark.parametrize("target", ["azureml", "hpcpack"])
-def test_accelerate_launch_per_node_gets_the_world_from_the_shim(tmp_path, target):
-    """`accelerate launch script.py` per node, with no world flags written: the shim adds
-    --num_machines/--machine_rank/--main_process_ip/--main_process_port/--num_processes, and
-    accelerate's own launcher starts each node's workers (2 nodes x 2 processes, gloo)."""
-    pytest.importorskip("accelerate", reason="accelerate is in the test extra")
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "train.py").write_text(ACCELERATE_SCRIPT)
-    settings = ("azureml: {compute: cpu-cluster}" if target == "azureml"
-                else "hpcpack: {shared_dir: /shared, node_group: LinuxNodes}")
-    spec = tmp_path / "accelerate.yaml"
-    spec.write_text(f"""version: 1
-name: accel
-code: {code}
-command: accelerate launch --multi_gpu --mixed_precision no --dynamo_backend no train.py
-resources: {{nodes: 2, gpus_per_node: 0, procs_per_node: 2}}
-distribution: {{launcher: per-node}}
-environment: {{image: python:3.11}}
-targets:
-  {settings}
-""")
-    proc = run([str(spec), "-t", target], tmp_path / "work")
-    assert_world(proc, script="accelerate")
-
-
 DEEPSPEED_SCRIPT = """\
 import json, os, sys
 import torch
@@ -206,33 +180,44 @@ os._exit(0)  # torch 2.13 + gloo may abort in interpreter teardown (see ACCELERA
 """
 
 
-def test_accelerate_with_deepspeed_per_node_is_one_world_across_the_nodes(tmp_path):
-    """Bug (issue 41): per node, `accelerate launch --use_deepspeed` on 2 nodes ran DeepSpeed's pdsh
-    launcher with `--hostfile None`; DeepSpeed found no hostfile and ran on localhost, so each node
-    was a world of 2 (both rank 0..1, and a .deepspeed_env written into the code folder). The shim
-    hands accelerate `--deepspeed_multinode_launcher standard`: torchrun across the nodes, one world
-    of 4, each rank's RANK/WORLD_SIZE as accelerate's DeepSpeed launcher exports them."""
+@pytest.mark.parametrize("target, deepspeed", [("azureml", False), ("hpcpack", False), ("azureml", True)],
+                         ids=["azureml", "hpcpack", "azureml-deepspeed"])
+def test_accelerate_launch_per_node_gets_the_world_from_the_shim(tmp_path, target, deepspeed):
+    """`accelerate launch script.py` per node, with no world flags written: the shim adds
+    --num_machines/--machine_rank/--main_process_ip/--main_process_port/--num_processes, and
+    accelerate's own launcher starts each node's workers (2 nodes x 2 processes, gloo).
+
+    With DeepSpeed (issue 41): `accelerate launch --use_deepspeed` on 2 nodes ran DeepSpeed's pdsh
+    launcher with `--hostfile None`, which found no hostfile and ran on localhost: each node a world
+    of 2 (ranks 0..1 twice, and a .deepspeed_env written into the code folder). The shim's
+    `--deepspeed_multinode_launcher standard` makes accelerate run torchrun across the nodes: one
+    world of 4, RANK/WORLD_SIZE as accelerate's DeepSpeed launcher exports them."""
     pytest.importorskip("accelerate", reason="accelerate is in the test extra")
-    pytest.importorskip("deepspeed", reason="deepspeed is in the test extra")
+    if deepspeed:
+        pytest.importorskip("deepspeed", reason="deepspeed is in the test extra")
     code = tmp_path / "code"
     code.mkdir()
-    (code / "train.py").write_text(DEEPSPEED_SCRIPT)
-    spec = tmp_path / "deepspeed.yaml"
+    (code / "train.py").write_text(DEEPSPEED_SCRIPT if deepspeed else ACCELERATE_SCRIPT)
+    settings = ("azureml: {compute: cpu-cluster}" if target == "azureml"
+                else "hpcpack: {shared_dir: /shared, node_group: LinuxNodes}")
+    flags = "--use_deepspeed --zero_stage 2" if deepspeed else "--multi_gpu"
+    spec = tmp_path / "accelerate.yaml"
     spec.write_text(f"""version: 1
-name: accel-deepspeed
+name: accel
 code: {code}
-command: accelerate launch --use_deepspeed --zero_stage 2 --mixed_precision no --dynamo_backend no train.py
+command: accelerate launch {flags} --mixed_precision no --dynamo_backend no train.py
 resources: {{nodes: 2, gpus_per_node: 0, procs_per_node: 2}}
 distribution: {{launcher: per-node}}
 environment: {{image: python:3.11}}
 env: {{OMP_NUM_THREADS: 1}}
 targets:
-  azureml: {{compute: cpu-cluster}}
+  {settings}
 """)
-    proc = run([str(spec)], tmp_path / "work")
-    assert_world(proc, script="deepspeed")
-    assert {r["deepspeed"] for r in results(proc)} == {"true"}  # accelerate's DeepSpeed launcher ran them
-    assert list(tmp_path.rglob(".deepspeed_env")) == []  # no pdsh environment file
+    proc = run([str(spec), "-t", target], tmp_path / "work")
+    assert_world(proc, script="deepspeed" if deepspeed else "accelerate")
+    if deepspeed:
+        assert {r["deepspeed"] for r in results(proc)} == {"true"}  # accelerate's DeepSpeed launcher ran them
+        assert list(tmp_path.rglob(".deepspeed_env")) == []  # no pdsh environment file
 
 
 LAST_NODE_SCRIPT = """\
