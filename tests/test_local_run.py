@@ -131,11 +131,17 @@ def test_lightning_under_per_node_torchrun(tmp_path):
     assert_world(proc, script="mnist")
 
 
-@pytest.mark.parametrize("spec, target", [("ddp-torchrun.yaml", "azureml"), ("hpcpack-ddp.yaml", "hpcpack")])
-def test_per_node_torchrun_keeps_the_interpreters_flags(tmp_path, spec, target):
+@pytest.mark.parametrize("spec, target, command", [
+    ("ddp-torchrun.yaml", "azureml", "python -X faulthandler -u train.py"),
+    ("hpcpack-ddp.yaml", "hpcpack", "python -X faulthandler -u train.py"),
+    ("ddp-torchrun.yaml", "azureml", "env PYTHONFAULTHANDLER=1 python -u train.py"),
+], ids=["azureml", "hpcpack", "not-python"])
+def test_per_node_torchrun_keeps_the_interpreters_flags(tmp_path, spec, target, command):
     """`python -X faulthandler -u train.py` per node: torchrun --no-python runs it as written in
-    every worker (torchrun's `train.py` form dropped -u and refused -X)."""
-    spec = _spec_with(tmp_path, spec, **{"command: python train.py": "command: python -X faulthandler -u train.py"})
+    every worker (torchrun's `train.py` form dropped -u and refused -X). A program that is not
+    Python (`env ...` here, a console script such as `fast-llm train` in a real job) runs the same
+    way (issue 41: it was refused for not starting with `python`)."""
+    spec = _spec_with(tmp_path, spec, **{"command: python train.py": f"command: {command}"})
     proc = run([str(spec), "-t", target, "--procs-per-node", "2"], tmp_path / "work")
     assert_world(proc, script="ddp")
     assert [r["faulthandler"] for r in results(proc)] == [True] * 4
