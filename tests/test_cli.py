@@ -46,14 +46,19 @@ def test_compile_writes_every_target_dir_and_says_how_to_submit(tmp_path):
     assert f"az ml job create --file {tmp_path}/mnist-lightning/azureml/job.yml" in proc.stdout
     assert f"sbatch {tmp_path}/slurm-ddp/slurm/job.sbatch" in proc.stdout
     # the examples' warnings, each what a platform cannot do as the spec says: Ray's standalone VMs
-    # have no InfiniBand (the Ray seed, the five-target fine-tune), HPC Pack and Slurm set no
-    # shared-memory size and HPC Pack runs no image (the five-target fine-tune)
+    # have no InfiniBand (the Ray seed, the five-target fine-tunes), HPC Pack and Slurm set no
+    # shared-memory size and HPC Pack runs no image (the five-target fine-tunes), and Ray hands a
+    # storage URL, not a mounted path, to a command that reads or writes a path there
     warned = sorted((line.split(":")[0], line.split(": warning: ")[1].split(":")[0])
                     for line in proc.stderr.splitlines() if ": warning: " in line)
-    assert warned == [("specs/ray-lightning.yaml", "resources.sku"), ("specs/sft-h100.yaml", "environment.image"),
-                      ("specs/sft-h100.yaml", "resources.shm_size"), ("specs/sft-h100.yaml", "resources.shm_size"),
-                      ("specs/sft-h100.yaml", "resources.sku")], proc.stderr
-    assert f"{len(list(SPECS.glob('*.yaml')))} specs: 0 errors, 5 warnings" in proc.stderr
+    assert warned == [("specs/ray-lightning.yaml", "resources.sku"),
+                      *(("specs/sft-deepspeed-h100.yaml", field) for field in (
+                          "environment.image", "outputs.model", "resources.shm_size", "resources.shm_size",
+                          "resources.sku")),
+                      *(("specs/sft-h100.yaml", field) for field in (
+                          "environment.image", "inputs.corpus", "outputs.ckpt", "resources.shm_size",
+                          "resources.shm_size", "resources.sku"))], proc.stderr
+    assert f"{len(list(SPECS.glob('*.yaml')))} specs: 0 errors, 12 warnings" in proc.stderr
 
 
 def test_one_bad_spec_writes_nothing_and_leaves_previous_outputs(tmp_path):

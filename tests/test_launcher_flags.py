@@ -1,9 +1,8 @@
 """Per node, `accelerate launch` and `deepspeed` start the node's workers and read the world from
 their own flags: the shim adds the flags the command lacks and refuses one that disagrees
 (issue 11, finding 5). accelerate's result is read back with accelerate's own argument parser
-(and a real 2 x 2 run is in tests/test_local_run.py); deepspeed is checked by argv only: its
-PyPI release is an sdist that compiles against torch at install, which the test extra does not
-take on."""
+(and real 2 x 2 runs, with and without DeepSpeed, are in tests/test_local_run.py); the deepspeed
+launcher itself is checked by argv only: trainspec runs no `deepspeed` command of its own."""
 
 import json
 import subprocess
@@ -173,3 +172,56 @@ def test_the_default_launcher_is_the_spec_s_not_the_target_s(tmp_path):
         outcome = build.build(str(path), tmp_path / "out", list(TARGET_SETTINGS), lower=False)
         assert {name: build.launcher(outcome.valid, name) for name in TARGET_SETTINGS} == \
             dict.fromkeys(TARGET_SETTINGS, expected)
+
+
+# ---------------------------------------------------------------- issue 41: one world across the nodes
+
+
+def _accelerate_decides(argv: list[str]):
+    """accelerate's own launch decision for ``accelerate launch ARGV``, in-process: its parser, its
+    validation (config file defaults) and the DeepSpeed command it would run (None: torchrun)."""
+    launch = pytest.importorskip("accelerate.commands.launch", reason="accelerate is in the test extra")
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env
+
+    args, _, _ = launch._validate_launch_command(launch.launch_command_parser().parse_args(argv))
+    args.deepspeed_fields_from_accelerate_config = ""  # as launch_command sets it
+    cmd, _ = prepare_deepspeed_cmd_env(args)
+    return args, cmd
+
+
+def test_accelerate_deepspeed_joins_the_nodes_through_torchrun():
+    """Bug: per node, accelerate + DeepSpeed on 2 machines ran `deepspeed --hostfile None` (pdsh,
+    its default), which found no hostfile and trained on its own node: 2 worlds of 8, not one of 16."""
+    before, _ = _accelerate_decides(["--use_deepspeed", "--num_machines", "2", "--machine_rank", "1",
+                                     "--num_processes", "16", "--main_process_ip", "10.0.0.4", "train.py"])
+    assert before.deepspeed_multinode_launcher == "pdsh"  # what accelerate does without the shim's flag
+    command = ["accelerate", "launch", "--use_deepspeed", "--zero_stage", "2", "train.py"]
+    out = spawner_command(command, WORLD, PER_NODE)
+    args, deepspeed = _accelerate_decides(out[2:])
+    assert deepspeed is None  # no pdsh/ssh command: accelerate runs torchrun itself
+    assert (args.deepspeed_multinode_launcher, args.nnodes, args.node_rank, args.nproc_per_node,
+            args.rdzv_endpoint) == ("standard", "2", 1, "8", "10.0.0.4:6105")
+
+
+def test_a_pdsh_deepspeed_launcher_fails_fast_and_one_node_needs_none():
+    with pytest.raises(ShimError, match=r"--deepspeed_multinode_launcher pdsh: every node runs its own"):
+        spawner_command(["accelerate", "launch", "--deepspeed_multinode_launcher=pdsh", "t.py"], WORLD, PER_NODE)
+    kept = ["accelerate", "launch", "--deepspeed_multinode_launcher", "standard", "t.py"]
+    assert spawner_command(kept, WORLD, PER_NODE).count("--deepspeed_multinode_launcher") == 1
+    one_node = WORLD._replace(nodes=1, node_rank=0, world_size=1, rank=0)
+    assert "--deepspeed_multinode_launcher" not in spawner_command(["accelerate", "launch", "t.py"], one_node,
+                                                                   PER_NODE._replace(nodes=1))
+
+
+def test_a_shell_line_of_accelerate_gets_what_needs_none_of_its_expansions():
+    """A command that expands $MASTER_ADDR runs as `bash -c LINE`: the shim cannot know what the
+    line's flags will say, but adds the DeepSpeed launcher and, under c10d, the --machine_rank that
+    accelerate's multi-machine path turns into an int (it fails on None)."""
+    line = "accelerate launch --rdzv_backend c10d --main_process_ip $MASTER_ADDR --num_machines 2 train.py --x 'a b'"
+    out = spawner_command(["bash", "-c", line], WORLD, PER_NODE)
+    assert out == ["bash", "-c", "accelerate launch --deepspeed_multinode_launcher standard --machine_rank 1"
+                   + line[len("accelerate launch"):]]
+    static = "python -m accelerate.commands.launch --machine_rank $NODE_RANK --num_machines 2 t.py"
+    assert spawner_command(["bash", "-c", static], WORLD, PER_NODE)[2] == (
+        "python -m accelerate.commands.launch --deepspeed_multinode_launcher standard" + static[36:])
+    assert spawner_command(["bash", "-c", "echo $X"], WORLD, PER_NODE) == ["bash", "-c", "echo $X"]

@@ -131,11 +131,17 @@ def test_lightning_under_per_node_torchrun(tmp_path):
     assert_world(proc, script="mnist")
 
 
-@pytest.mark.parametrize("spec, target", [("ddp-torchrun.yaml", "azureml"), ("hpcpack-ddp.yaml", "hpcpack")])
-def test_per_node_torchrun_keeps_the_interpreters_flags(tmp_path, spec, target):
+@pytest.mark.parametrize("spec, target, command", [
+    ("ddp-torchrun.yaml", "azureml", "python -X faulthandler -u train.py"),
+    ("hpcpack-ddp.yaml", "hpcpack", "python -X faulthandler -u train.py"),
+    ("ddp-torchrun.yaml", "azureml", "env PYTHONFAULTHANDLER=1 python -u train.py"),
+], ids=["azureml", "hpcpack", "not-python"])
+def test_per_node_torchrun_keeps_the_interpreters_flags(tmp_path, spec, target, command):
     """`python -X faulthandler -u train.py` per node: torchrun --no-python runs it as written in
-    every worker (torchrun's `train.py` form dropped -u and refused -X)."""
-    spec = _spec_with(tmp_path, spec, **{"command: python train.py": "command: python -X faulthandler -u train.py"})
+    every worker (torchrun's `train.py` form dropped -u and refused -X). A program that is not
+    Python (`env ...` here, a console script such as `fast-llm train` in a real job) runs the same
+    way (issue 41: it was refused for not starting with `python`)."""
+    spec = _spec_with(tmp_path, spec, **{"command: python train.py": f"command: {command}"})
     proc = run([str(spec), "-t", target, "--procs-per-node", "2"], tmp_path / "work")
     assert_world(proc, script="ddp")
     assert [r["faulthandler"] for r in results(proc)] == [True] * 4
@@ -161,30 +167,63 @@ os._exit(0)
 """
 
 
-@pytest.mark.parametrize("target", ["azureml", "hpcpack"])
-def test_accelerate_launch_per_node_gets_the_world_from_the_shim(tmp_path, target):
+DEEPSPEED_SCRIPT = """\
+import json, os, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+total = torch.ones(1)
+dist.all_reduce(total)
+sys.stdout.write("TRAINSPEC_RESULT " + json.dumps({
+    "script": "deepspeed", "rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"]),
+    "local_rank": int(os.environ["LOCAL_RANK"]), "node_rank": int(os.environ["GROUP_RANK"]),
+    "deepspeed": os.environ.get("ACCELERATE_USE_DEEPSPEED"), "allreduce": int(total.item()),
+    "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]}) + "\\n")
+sys.stdout.flush()
+dist.destroy_process_group()
+os._exit(0)  # torch 2.13 + gloo may abort in interpreter teardown (see ACCELERATE_SCRIPT)
+"""
+
+
+@pytest.mark.parametrize("target, deepspeed", [("azureml", False), ("hpcpack", False), ("azureml", True)],
+                         ids=["azureml", "hpcpack", "azureml-deepspeed"])
+def test_accelerate_launch_per_node_gets_the_world_from_the_shim(tmp_path, target, deepspeed):
     """`accelerate launch script.py` per node, with no world flags written: the shim adds
     --num_machines/--machine_rank/--main_process_ip/--main_process_port/--num_processes, and
-    accelerate's own launcher starts each node's workers (2 nodes x 2 processes, gloo)."""
+    accelerate's own launcher starts each node's workers (2 nodes x 2 processes, gloo).
+
+    With DeepSpeed (issue 41): `accelerate launch --use_deepspeed` on 2 nodes ran DeepSpeed's pdsh
+    launcher with `--hostfile None`, which found no hostfile and ran on localhost: each node a world
+    of 2 (ranks 0..1 twice, and a .deepspeed_env written into the code folder). The shim's
+    `--deepspeed_multinode_launcher standard` makes accelerate run torchrun across the nodes: one
+    world of 4, RANK/WORLD_SIZE as accelerate's DeepSpeed launcher exports them."""
     pytest.importorskip("accelerate", reason="accelerate is in the test extra")
+    if deepspeed:
+        pytest.importorskip("deepspeed", reason="deepspeed is in the test extra")
     code = tmp_path / "code"
     code.mkdir()
-    (code / "train.py").write_text(ACCELERATE_SCRIPT)
+    (code / "train.py").write_text(DEEPSPEED_SCRIPT if deepspeed else ACCELERATE_SCRIPT)
     settings = ("azureml: {compute: cpu-cluster}" if target == "azureml"
                 else "hpcpack: {shared_dir: /shared, node_group: LinuxNodes}")
+    flags = "--use_deepspeed --zero_stage 2" if deepspeed else "--multi_gpu"
     spec = tmp_path / "accelerate.yaml"
     spec.write_text(f"""version: 1
 name: accel
 code: {code}
-command: accelerate launch --multi_gpu --mixed_precision no --dynamo_backend no train.py
+command: accelerate launch {flags} --mixed_precision no --dynamo_backend no train.py
 resources: {{nodes: 2, gpus_per_node: 0, procs_per_node: 2}}
 distribution: {{launcher: per-node}}
 environment: {{image: python:3.11}}
+env: {{OMP_NUM_THREADS: 1}}
 targets:
   {settings}
 """)
     proc = run([str(spec), "-t", target], tmp_path / "work")
-    assert_world(proc, script="accelerate")
+    assert_world(proc, script="deepspeed" if deepspeed else "accelerate")
+    if deepspeed:
+        assert {r["deepspeed"] for r in results(proc)} == {"true"}  # accelerate's DeepSpeed launcher ran them
+        assert list(tmp_path.rglob(".deepspeed_env")) == []  # no pdsh environment file
 
 
 LAST_NODE_SCRIPT = """\

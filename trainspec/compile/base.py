@@ -596,6 +596,7 @@ def command_variable_errors(target: str, valid: ValidSpec, launcher_name: str) -
                          f"to a command that needs a shell (it expands $...); it lacks {', '.join(missing)}",
                          "write them yourself, from $NODE_RANK, $MASTER_ADDR and $MASTER_PORT (set before the "
                          "shell expands them) and templates ({{ nodes }}), or expand the rest in a script"))
+    out += _multinode_launcher_errors(target, command, spawner, launcher_name, valid.nodes)
     for name in dict.fromkeys(names):
         if name in valid.spec.env or name in valid.spec.secrets or name in PORTABLE:
             continue
@@ -616,6 +617,28 @@ def command_variable_errors(target: str, valid: ValidSpec, launcher_name: str) -
     return out
 
 
+def _multinode_launcher_errors(target: str, command: str, spawner: Optional[str], launcher_name: str,
+                               nodes: int) -> List[Diagnostic]:
+    """Per node on several nodes, an accelerate DeepSpeed launcher other than torchrun's: every
+    node runs its own accelerate, so pdsh (or ssh) from each starts the job once per node, or,
+    without a hostfile, each node trains alone. The shim refuses it at start; this says it at the line."""
+    from trainspec.core.fields import split_command
+
+    if spawner != "accelerate" or launcher_name != "per-node" or nodes < 2:
+        return []
+    try:
+        given = contract._given(split_command(command), contract.DEEPSPEED_MULTINODE[0])
+    except ValueError:
+        return []
+    if given is None or given == contract.DEEPSPEED_MULTINODE[1]:
+        return []
+    flag, standard = contract.DEEPSPEED_MULTINODE
+    return [error(("command",), f"{flag} {given}: per node on {target} every node runs its own accelerate launch, so "
+                  f"DeepSpeed must join the {nodes} nodes through torchrun, or each node trains alone or starts "
+                  "them all",
+                  f"remove the flag (trainspec passes {flag} {standard}) or write {standard}")]
+
+
 def _world_flags_missing(command: str, spawner: str) -> List[str]:
     """The flags through which ``spawner`` (accelerate, deepspeed) learns the world that
     ``command`` does not give itself (a command run through a shell gets none from the shim)."""
@@ -626,6 +649,9 @@ def _world_flags_missing(command: str, spawner: str) -> List[str]:
     except ValueError:
         return []
     flags = contract._ACCELERATE if spawner == "accelerate" else (*contract._DEEPSPEED, "--no_ssh")
+    if spawner == "accelerate" and contract._given(words, "--rdzv_backend") in contract.DYNAMIC_RDZV:
+        # the rendezvous assigns node ranks; the shim still gives accelerate the --machine_rank it wants
+        flags = tuple(f for f in flags if f != "--machine_rank")
     return [f for f in flags if not any(w == f or w.startswith(f + "=") for w in words)]
 
 
@@ -642,12 +668,11 @@ def own_spawner(command: str) -> Optional[str]:
 
 
 def torchrun_problem(command: str) -> Optional[str]:
-    """Why ``command`` cannot be handed to torchrun, or None. torchrun runs a Python script or
-    module, not a shell line: ``python train.py ...`` or ``python -m pkg ...``."""
+    """Why ``command`` cannot be handed to torchrun, or None. torchrun runs one program per worker,
+    not a shell line: ``python train.py ...``, ``python -m pkg ...``, or any executable through
+    ``--no-python`` (a console script such as ``fast-llm train``)."""
     if _has_shell_operator(command):
         return "it contains shell operators (&&, ;, |, redirections)"
-    if not _PYTHON.match(command):
-        return "it does not start with `python <script>` or `python -m <module>`"
     return None
 
 
@@ -673,8 +698,11 @@ def torchrun_line(valid: ValidSpec, command: str, runner: Tuple[str, ...] = ("to
 def torchrun_worker(command: str, python: Optional[str] = None) -> str:
     """What follows torchrun's own flags so that every worker runs the user's command intact:
     ``--no-python`` and the command as written (``python -u -X faulthandler train.py``, ``python
-    -m pkg``: the interpreter's own flags survive, which torchrun's ``train.py`` form drops).
-    ``python`` (already shell-quoted) replaces the interpreter word where the target names its
-    own; the rest is the user's text verbatim (shell, written by them)."""
+    -m pkg``: the interpreter's own flags survive, which torchrun's ``train.py`` form drops; any
+    other program, such as ``fast-llm train``, as is). ``python`` (already shell-quoted) replaces
+    the interpreter word where the target names its own; the rest is the user's text verbatim
+    (shell, written by them)."""
     match = _PYTHON.match(command)
+    if match is None:
+        return f"--no-python {command.strip()}"
     return f"--no-python {python or match.group('python')} {match.group('rest')}"

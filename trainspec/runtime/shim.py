@@ -772,6 +772,13 @@ def _apply(env: MutableMapping[str, str], exports: Mapping[str, str | None]) -> 
 # lacks; a flag the user wrote that disagrees with the world fails here, before any waiting.
 _ACCELERATE = ("--num_machines", "--machine_rank", "--main_process_ip", "--main_process_port", "--num_processes")
 _DEEPSPEED = ("--num_nodes", "--node_rank", "--master_addr", "--master_port", "--num_gpus")
+# accelerate + DeepSpeed on several machines defaults to pdsh over `--hostfile None`: DeepSpeed then
+# finds no hostfile and trains on this node alone, so every node is a world of its own. "standard"
+# is torchrun across the nodes, one world. accelerate reads the flag only when DeepSpeed runs (by
+# --use_deepspeed or its config file, which the shim does not parse), so every multi-node launch gets it.
+DEEPSPEED_MULTINODE = ("--deepspeed_multinode_launcher", "standard")
+# rendezvous backends that assign node ranks themselves (torchrun's --rdzv_backend); static does not
+DYNAMIC_RDZV = ("c10d", "etcd", "etcd-v2")
 
 
 def spawner_at(command: list[str]) -> tuple[str, int] | None:
@@ -800,6 +807,8 @@ def _given(args: list[str], flag: str) -> str | None:
 
 def spawner_command(command: list[str], world: World, expect: Expectation, tmpdir: str | None = None) -> list[str]:
     """``command`` with the world added as the flags its launcher reads (per node), else as is."""
+    if expect.launcher == "per-node" and command[:2] == ["bash", "-c"] and len(command) == 3:
+        return [*command[:2], _accelerate_line(command[2], world)]
     found = spawner_at(command)
     if found is None or expect.launcher != "per-node":
         return command
@@ -823,6 +832,15 @@ def spawner_command(command: list[str], world: World, expect: Expectation, tmpdi
             raise ShimError("%s %s %s, but this node's world says %s (%s on node %d of %d): remove the flag, "
                             "trainspec passes it" % (kind, flag, given, value, world.platform, world.node_rank,
                                                      world.nodes))
+    if kind == "accelerate" and world.nodes > 1:
+        flag, standard = DEEPSPEED_MULTINODE
+        given = _given(command[at:], flag)
+        if given is None:
+            added += [flag, standard]
+        elif given != standard:
+            raise ShimError("accelerate %s %s: every node runs its own accelerate launch, so DeepSpeed must join "
+                            "the nodes through torchrun (%s %s), or each node trains alone: remove the flag, "
+                            "trainspec passes it" % (flag, given, flag, standard))
     if kind == "deepspeed" and "--no_ssh" not in command[at:]:
         added.append("--no_ssh")  # every node starts its own launcher: no ssh between them
         if world.nodes > 1 and _given(command[at:], "--hostfile") is None:
@@ -834,6 +852,33 @@ def spawner_command(command: list[str], world: World, expect: Expectation, tmpdi
                 fh.write("".join("node-%d slots=%d\n" % (n, procs or 1) for n in range(world.nodes)))
             added += ["--hostfile", hostfile]
     return [*command[:at], *added, *command[at:]]
+
+
+# `accelerate launch` (or `python -m accelerate.commands.launch`) at the start of a shell line
+_ACCELERATE_LINE = r"^\s*(?:\S*/)?(?:accelerate\s+launch|python[\d.]*\s+-m\s+accelerate\.commands\.launch)(?=\s|$)"
+
+
+def _accelerate_line(line: str, world: World) -> str:
+    """A command that expands ``$...`` runs as ``bash -c LINE`` and writes its world flags itself
+    (the compiler says which it lacks); an ``accelerate launch`` line still gets the two that need
+    none of its expansions, after ``launch``: DeepSpeed's standard multinode launcher and, under a
+    rendezvous that assigns node ranks (c10d), the ``--machine_rank`` accelerate insists on."""
+    import re
+    import shlex
+
+    found = re.match(_ACCELERATE_LINE, line)
+    if found is None or world.nodes == 1:
+        return line
+    try:
+        words = shlex.split(line)
+    except ValueError:  # bash reports it
+        return line
+    added: list[str] = []
+    if _given(words, DEEPSPEED_MULTINODE[0]) is None:
+        added += DEEPSPEED_MULTINODE
+    if _given(words, "--machine_rank") is None and _given(words, "--rdzv_backend") in DYNAMIC_RDZV:
+        added += ["--machine_rank", str(world.node_rank)]
+    return line[:found.end()] + "".join(" " + shlex.quote(word) for word in added) + line[found.end():]
 
 
 # ---------------------------------------------------------------- command line
