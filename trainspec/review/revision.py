@@ -205,7 +205,7 @@ class Sparse:
         for path in [*probes(outcome), *shipped(outcome), *map(str, outcome.reads)]:
             for where in {os.path.abspath(path), os.path.realpath(path)}:
                 rel = os.path.relpath(where, top)
-                if rel == "." or not rel.startswith(".."):
+                if rel != ".." and not rel.startswith("../"):
                     rel = "" if rel == "." else Path(rel).as_posix()
                     found.update(f for f in self.omitted if not rel or f == rel
                                  or f.startswith(rel + "/") or rel.startswith(f + "/"))
