@@ -1,6 +1,7 @@
 """The two sides of a review: the specs of the working tree and of a git revision, each compiled
 from its own root with the same repository-relative names (a revision's files are extracted
-with `git archive`), so messages name `REV:specs/x.yaml`, never a temporary folder.
+with `git archive`, but for the folders git says are the same in the working tree: Sparse), so
+messages name `REV:specs/x.yaml`, never a temporary folder.
 """
 
 from __future__ import annotations
