@@ -11,7 +11,9 @@ after one warm-up, in turns: `trainspec compile specs/ -o build/`, `trainspec pl
 an empty check cache (cold: TRAINSPEC_CACHE_DIR a fresh folder each run, so the code folder is
 read once) and with the cache the previous run left (warm: files whose stat is unchanged are not
 read), and `trainspec review --git main specs/` warm. Prints each as wall and CPU time and its
-ratio to compile. Before issue 40 the code folder was read once per spec and target: plan took
+ratio to compile; and `review --git main specs/` warm on a second branch that adds a spec on
+the same code folder and a README (every base spec's inputs unchanged: the code folder is
+neither extracted from main nor hashed there). Before issue 40 the code folder was read once per spec and target: plan took
 245 s and review 279 s where compile took 1.2 s. Writes benchmarks/results/plan_code.json.
 """
 
@@ -75,6 +77,24 @@ def make_repository(root: Path, specs: int, files: int) -> None:
     run(root, ["compile", "specs/", "-o", "build/"], None)
     git("add", "-A", cwd=root)
     git("commit", "-q", "-m", "job-007's seed, module_1", cwd=root)
+    # a second change that leaves every base spec's inputs as they were: a new spec on the shared
+    # code folder and a README (review --git main on this branch leaves the code folder out)
+    git("checkout", "-q", "-b", "added", "main", cwd=root)
+    (root / "specs" / "job-new.yaml").write_text(SPEC.format(i=999).replace("job-999", "job-new"))
+    (root / "README.md").write_text("the team's jobs\n")
+    run(root, ["compile", "specs/", "-o", "build/"], None)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "job-new", cwd=root)
+    git("checkout", "-q", "change", cwd=root)
+
+
+def on(branch: str, root: Path, args: List[str], cache: Optional[Path]) -> tuple:
+    """``timed`` on ``branch``, then back on the change."""
+    git("checkout", "-q", branch, cwd=root)
+    try:
+        return timed(root, args, cache)
+    finally:
+        git("checkout", "-q", "change", cwd=root)
 
 
 def timed(root: Path, args: List[str], cache: Optional[Path]) -> tuple:
@@ -104,6 +124,7 @@ def main() -> None:
                                        Path(tempfile.mkdtemp(dir=scratch))),
             "plan_warm": lambda: timed(root, ["plan", "specs/", "--format", "json"], warm),
             "review_warm": lambda: timed(root, ["review", "--git", "main", "specs/"], warm),
+            "review_added": lambda: on("added", root, ["review", "--git", "main", "specs/"], warm),
         }
         for attempt in range(args.runs + 1):  # the first round warms the page cache and the check cache
             for key, case in cases.items():
@@ -117,14 +138,16 @@ def main() -> None:
     load = os.getloadavg()[0]
     result = {"specs": args.specs, "files": args.files, "runs": args.runs, "cpus": os.cpu_count(),
               "load_average_1min": load, **{f"{k}_median_s": v for k, v in median.items()},
-              **{f"{k}_over_compile": median[k] / median["compile"] for k in ("plan_cold", "plan_warm", "review_warm")},
+              **{f"{k}_over_compile": median[k] / median["compile"]
+                 for k in ("plan_cold", "plan_warm", "review_warm", "review_added")},
               "samples": samples}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "plan_code.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"{args.specs} specs x 2 targets over one code folder of {args.files:,} files, {os.cpu_count()} cores "
           f"(load average {load:.1f}), median of {args.runs}:")
     for key, label in (("compile", "compile"), ("plan_cold", "plan, empty check cache"),
-                       ("plan_warm", "plan, warm check cache"), ("review_warm", "review --git main, warm")):
+                       ("plan_warm", "plan, warm check cache"), ("review_warm", "review --git main, warm"),
+                       ("review_added", "review, code unchanged")):
         ratio = "" if key == "compile" else f"  ({median[key] / median['compile']:.2f}x compile)"
         print(f"  {label + ':':28} {median[key]:7.2f} s wall, {median[key + '_cpu']:7.2f} s CPU{ratio}")
 

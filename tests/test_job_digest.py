@@ -115,3 +115,51 @@ def test_a_file_written_just_now_is_read_again_by_the_next_plan(team, opened, ca
     opened.clear()
     assert plan_names(capsys) == first
     assert opened == {str(fresh): 1}
+
+
+def test_review_reads_a_shared_code_folder_once_and_extracts_it_only_for_a_spec_whose_inputs_differ(
+        team, opened, capsys, monkeypatch):
+    """review --git: a code folder the specs share, the same at the base and in the working tree
+    (git's tree ids, nothing modified, untracked or ignored in it), is not extracted from the base
+    revision (review/revision.py Sparse) nor hashed there: its files are read once, for the job
+    names. A spec whose inputs differ is compiled at the base, and then the folder is extracted."""
+    import tarfile
+
+    from conftest import git
+
+    extracted = []
+    real_open = tarfile.bltn_open  # what tarfile writes an extracted file with
+
+    def extract_open(path, *args, **kwargs):
+        if "/code/" in os.fsdecode(path):
+            extracted.append(os.fsdecode(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(tarfile, "bltn_open", extract_open)
+    monkeypatch.setenv("TRAINSPEC_CACHE_DIR", "")  # every code file read for the job names: once
+    git("init", "-q", "-b", "main", cwd=team)
+    git("add", "-A", cwd=team)
+    git("commit", "-q", "-m", "specs", cwd=team)
+    files = sorted(str(p) for p in (team / "code").rglob("*") if p.is_file())
+    # a new spec that ships the same folder, and a file no spec reads: every base spec is the same
+    (team / "specs" / "job-3.yaml").write_text(SPEC.format(i=3))
+    (team / "README.md").write_text("the team's jobs\n")
+
+    def review():
+        capsys.readouterr()
+        opened.clear()
+        assert main("review", "--git", "main", "specs/", "--format", "json") == 0
+        return json.loads(capsys.readouterr().out)["diff"]["jobs"]
+
+    jobs = review()
+    assert [(j["name"], j["status"]) for j in jobs] == [("job-3", "new")]
+    assert extracted == []
+    assert opened == dict.fromkeys(files, 1)
+    # a spec whose command changed is compiled at the base too, which reads the folder: extracted
+    # then, and the review is what it always was
+    (team / "specs" / "job-0.yaml").write_text(SPEC.format(i=0).replace("--seed 0", "--seed 10"))
+    jobs = review()
+    assert [(j["name"], j["status"]) for j in jobs] == [("job-0", "changed"), ("job-3", "new")]
+    assert [c["field"] for c in jobs[0]["changes"]] == ["command"]
+    assert not jobs[0]["base_errors"]
+    assert len(extracted) == len(files)

@@ -182,3 +182,46 @@ def test_a_base_revision_without_files_reviews_every_job_as_new(tmp_path):
     assert jobs and {j["status"] for j in jobs.values()} == {"new"}, jobs
     names, removed = planned(root, "empty")
     assert sorted(names) == sorted(jobs) and removed == []
+
+
+K8S_SPEC = """version: 1
+name: {name}
+code: ../code
+command: python train.py
+resources: {{nodes: 1, gpus_per_node: 1}}
+environment: {{image: pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime}}
+targets: {{kubernetes: {{}}}}
+"""
+
+
+def test_a_code_folder_is_the_bases_only_where_git_says_so(tmp_path):
+    """The base revision's tree leaves out a folder git says is the same in the working tree
+    (review/revision.py Sparse), and the base side is the working tree's job only when every
+    input is the same: a code file changed and not committed, an ignored file added, a change
+    committed since the base each reach the ConfigMap the job embeds its code in, at the base too."""
+    root = tmp_path / "repo"
+    (root / "specs").mkdir(parents=True)
+    (root / "code").mkdir()
+    (root / "code" / "train.py").write_text("print('train')\n")
+    for name in ("alpha", "beta"):
+        (root / "specs" / f"{name}.yaml").write_text(K8S_SPEC.format(name=name))
+    (root / ".gitignore").write_text("*.log\n")
+    git("init", "-q", "-b", "main", cwd=root)
+    commit(root, "specs")
+    assert diffed(root, "main") == {}  # nothing changed: every base job is the working tree's
+
+    def configmaps(jobs):
+        return {name: [f["path"] for f in job["files"]] for name, job in jobs.items()}
+
+    edit(root / "code" / "train.py", "train", "tuned")  # modified, not committed
+    changed = configmaps(diffed(root, "main"))
+    assert set(changed) == {"alpha", "beta"} and all(changed.values()), changed
+    git("checkout", "-q", "--", "code/train.py", cwd=root)
+    (root / "code" / "run.log").write_text("ignored, yet shipped\n")  # ignored by git, embedded by the job
+    assert set(configmaps(diffed(root, "main"))) == {"alpha", "beta"}
+    (root / "code" / "run.log").unlink()
+    git("checkout", "-q", "-b", "change", cwd=root)
+    edit(root / "code" / "train.py", "train", "tuned")
+    commit(root, "tuned")  # the working tree is HEAD's, and HEAD's code folder is not main's
+    assert set(configmaps(diffed(root, "main"))) == {"alpha", "beta"}
+    assert diffed(root, "change") == {}

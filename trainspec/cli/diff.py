@@ -77,7 +77,7 @@ def git_change(args: argparse.Namespace):
     extends = Extends()  # what each file extends, by its bytes: both sides, and the next run, share it
     with ExitStack() as stack:
         try:
-            tree = stack.enter_context(review.revision_tree(args.git, root))
+            tree = stack.enter_context(review.revision_tree(args.git, root, paths))
         except subprocess.CalledProcessError:
             raise UsageError(f"--git {args.git}: not a revision of the repository at {root}") from None
         # the working tree first, the base's specs claiming their job names first (a copy that kept

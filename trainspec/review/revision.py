@@ -1,6 +1,7 @@
 """The two sides of a review: the specs of the working tree and of a git revision, each compiled
 from its own root with the same repository-relative names (a revision's files are extracted
-with `git archive`), so messages name `REV:specs/x.yaml`, never a temporary folder.
+with `git archive`, but for the folders git says are the same in the working tree: Sparse), so
+messages name `REV:specs/x.yaml`, never a temporary folder.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Union
 
 from trainspec.build import Outcome, build, find_specs
 from trainspec.core.diagnostics import Diagnostic
@@ -72,12 +73,18 @@ def git(*args: str, cwd: Path) -> str:
 
 
 @contextmanager
-def revision_tree(rev: str, root: Path) -> Iterator[Path]:
+def revision_tree(rev: str, root: Path, named: Sequence[str] = ()) -> Iterator[Path]:
     """The tree of ``rev`` extracted into a temporary folder (removed afterwards); it has a
     .git marker so spec paths are repository-relative there too. Only what stays inside the
     folder is extracted: a symlink that is absolute or leaves the tree (``tz ->
     /usr/share/zoneinfo/UTC``) is left out, so a spec that reads through it finds nothing there
-    and says so, located, instead of reading this machine's files."""
+    and says so, located, instead of reading this machine's files.
+
+    A folder that is the same at ``rev`` and in the working tree (Sparse: by git's tree ids, and
+    nothing in the working tree differs from HEAD there), holds no YAML file and none of the
+    ``named`` paths (repository-relative: what the command searches for specs) is left out too:
+    a 50,000-file code folder a hundred specs share is neither written nor hashed for the base
+    side; a base compile that reads it after all has it extracted first (Sparse.fill)."""
     import tempfile
 
     git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=root)
@@ -85,12 +92,174 @@ def revision_tree(rev: str, root: Path) -> Iterator[Path]:
     tree = Path(tempfile.mkdtemp(prefix="trainspec-rev-"))
     try:
         if files:  # git archive of a tree without files is no tar at all
-            _extract(subprocess.run(["git", "archive", "--format=tar", rev], cwd=root, check=True,
-                                    capture_output=True).stdout, tree)
+            sparse = Sparse.of(rev, root, tree, named)
+            _SPARSE[str(tree)] = sparse
+            sparse.extract(sparse.kept())
         (tree / ".git").mkdir(exist_ok=True)
         yield tree
     finally:
+        _SPARSE.pop(str(tree), None)
         shutil.rmtree(tree, ignore_errors=True)
+
+
+_SPARSE: Dict[str, "Sparse"] = {}  # by revision tree (its temporary folder), while it is there
+
+
+def sparse_of(tree: Path) -> Optional["Sparse"]:
+    """What revision_tree left out of ``tree`` (None: not a revision tree, or nothing left out)."""
+    return _SPARSE.get(str(tree))
+
+
+_ARCHIVE_BATCH = 1000  # paths per git archive command line
+
+
+class Sparse:
+    """A revision's tree as revision_tree extracts it: by repository-relative folder, git's tree
+    ids at the revision (``base``) and at HEAD (``head``); the folders whose working tree is not
+    HEAD's (``dirty``: a modified, untracked, ignored, assume-unchanged or skip-worktree path, a
+    submodule); and ``omitted``: the folders not extracted, each the same in the working tree as
+    at the revision (same tree id, not dirty), with no YAML file (a spec, a base, a catalog) and
+    none of the named paths in it. Nothing is read from the revision but through git archive
+    (_extract's rules), and git is asked only for listings (ls-tree, status, ls-files)."""
+
+    def __init__(self, rev: str, root: Path, tree: Path, base: Dict[str, str], head: Dict[str, str],
+                 dirty: tuple, omitted: Dict[str, str], children: Dict[str, List[str]]):
+        self.rev, self.root, self.tree = rev, root, tree
+        self.base, self.head, self.omitted, self.children = base, head, omitted, children
+        self.dirty, self.reported = dirty  # folders holding a path git reports; the paths themselves
+
+    @classmethod
+    def of(cls, rev: str, root: Path, tree: Path, named: Sequence[str]) -> "Sparse":
+        entries = _ls_tree(rev, root)
+        base = {path: oid for kind, oid, path in entries if kind == "tree"}
+        base[""] = git("rev-parse", f"{rev}^{{tree}}", cwd=root).strip()
+        try:
+            head = {path: oid for kind, oid, path in _ls_tree("HEAD", root, folders_only=True)}
+            head[""] = git("rev-parse", "HEAD^{tree}", cwd=root).strip()
+            dirty = _dirty(root)
+        except subprocess.CalledProcessError:  # no HEAD yet: nothing is known to be the same
+            head, dirty = {}, ({""}, {""})
+        children: Dict[str, List[str]] = {}
+        keep: Set[str] = {""}  # folders that hold a YAML file or a submodule at the revision
+        for kind, _, path in entries:
+            children.setdefault(_parent(path), []).append(path)
+            if kind == "commit" or (kind == "blob" and path.lower().endswith((".yaml", ".yml"))):
+                keep.update(_ancestors(path))
+        named = [n.strip("/") for n in named if n not in ("", ".")]
+        omitted: Dict[str, str] = {}
+        found = cls(rev, root, tree, base, head, dirty, omitted, children)
+        for folder in sorted(base, key=lambda f: (f.count("/"), f)):
+            if folder in keep or not found.same(folder) \
+                    or any(a in omitted for a in _ancestors(folder)) \
+                    or any(n == folder or n.startswith(folder + "/") for n in named):
+                continue
+            omitted[folder] = base[folder]
+        return found
+
+    def kept(self) -> List[str]:
+        """The fewest paths that name everything but the omitted folders ([""]: everything)."""
+        if not self.omitted:
+            return [""]
+        partial = {a for folder in self.omitted for a in _ancestors(folder)}
+        found: List[str] = []
+        pending = [""]
+        while pending:
+            for child in self.children.get(pending.pop(), []):
+                if child in partial:
+                    pending.append(child)
+                elif child not in self.omitted:
+                    found.append(child)
+        return sorted(found)
+
+    def extract(self, paths: Sequence[str]) -> None:
+        for start in range(0, len(paths), _ARCHIVE_BATCH):
+            batch = list(paths[start:start + _ARCHIVE_BATCH])
+            command = ["git", "--literal-pathspecs", "archive", "--format=tar", self.rev]
+            if batch != [""]:
+                command += ["--", *batch]
+            _extract(subprocess.run(command, cwd=self.root, check=True, capture_output=True).stdout, self.tree)
+
+    def inside(self, rel: str) -> Optional[str]:
+        """The omitted folder ``rel`` (repository-relative) is, or lies in (None: extracted)."""
+        rel = "" if rel in ("", ".") else rel
+        return next((a for a in (rel, *_ancestors(rel)) if a in self.omitted), None)
+
+    def same(self, rel: str) -> Optional[bool]:
+        """Whether the folder ``rel`` holds the same at the revision and in the working tree, by
+        git's tree ids, when the working tree there is HEAD's (None: git cannot tell; a folder
+        that differs only in a file's mode is said to differ: compiled again, never wrongly equal)."""
+        if rel in self.dirty or rel not in self.head or any(a in self.reported for a in (rel, *_ancestors(rel))):
+            return None
+        return self.base.get(rel) == self.head[rel]
+
+    def touches(self, outcome: Outcome) -> List[str]:
+        """The omitted folders a base compile may have read: overlapping a path its job reads,
+        ships or asks about; all of them for a spec with an error (its paths are not known)."""
+        from trainspec.review.cache import probes, shipped
+
+        if not self.omitted:
+            return []
+        if not outcome.ok or outcome.valid is None:
+            return sorted(self.omitted)
+        top = os.path.realpath(self.tree)
+        found = set()
+        for path in [*probes(outcome), *shipped(outcome), *map(str, outcome.reads)]:
+            for where in {os.path.abspath(path), os.path.realpath(path)}:
+                rel = os.path.relpath(where, top)
+                if rel != ".." and not rel.startswith("../"):
+                    rel = "" if rel == "." else Path(rel).as_posix()
+                    found.update(f for f in self.omitted if not rel or f == rel
+                                 or f.startswith(rel + "/") or rel.startswith(f + "/"))
+        return sorted(found)
+
+    def fill(self, folders: Sequence[str]) -> None:
+        """Extract omitted ``folders`` after all (a base compile reads them)."""
+        self.extract(sorted(folders))
+        for folder in folders:
+            self.omitted.pop(folder, None)
+
+
+def _ls_tree(rev: str, root: Path, folders_only: bool = False) -> List[tuple]:
+    """(type, object id, path) of every entry of ``rev``'s tree (-t: folders too)."""
+    listing = subprocess.run(["git", "ls-tree", "-r", "-z", "--full-tree", "-d" if folders_only else "-t", rev],
+                             cwd=root, check=True, capture_output=True).stdout
+    found = []
+    for record in listing.split(b"\0"):
+        if record:
+            meta, _, path = record.partition(b"\t")
+            _, kind, oid = meta.decode().split()
+            found.append((kind, oid, path.decode("utf-8", "surrogateescape")))
+    return found
+
+
+def _dirty(root: Path) -> tuple:
+    """(the folders holding a path where the working tree is not HEAD's, those paths): a changed,
+    untracked or ignored path (git status: an ignored or untracked folder is one path), an index
+    entry git does not compare (assume-unchanged, skip-worktree: git ls-files -v)."""
+    status = subprocess.run(["git", "status", "--porcelain=v1", "-z", "--no-renames", "--ignored=matching",
+                             "--untracked-files=all"], cwd=root, check=True, capture_output=True).stdout
+    reported = set()
+    for record in status.split(b"\0"):
+        if record:
+            reported.add(record[3:].decode("utf-8", "surrogateescape").rstrip("/"))
+    flags = subprocess.run(["git", "ls-files", "-v", "-z"], cwd=root, check=True, capture_output=True).stdout
+    for record in flags.split(b"\0"):
+        if record and record[:2] != b"H ":
+            reported.add(record[2:].decode("utf-8", "surrogateescape"))
+    return {a for path in reported for a in _ancestors(path)}, reported
+
+
+def _parent(path: str) -> str:
+    return path.rpartition("/")[0]
+
+
+def _ancestors(path: str) -> List[str]:
+    """The folders above ``path``, nearest first, down to the repository's ("")."""
+    found = []
+    while path:
+        path = _parent(path)
+        found.append(path)
+    return found
 
 
 def _extract(archive: bytes, tree: Path) -> None:
@@ -165,20 +334,32 @@ def compile_side(root: Path, paths: Sequence[str], out: str, label: Optional[str
     the ``established`` ones (the specs of the base revision) first: a copy that kept its
     original's name is the one that gets the error. ``same``: the other side's outcomes, taken
     (a copy) for a spec whose every input is the same here, instead of compiling it again."""
+    from contextlib import ExitStack
+
     from trainspec.build import claim_names
+    from trainspec.core.memo import one_command
     from trainspec.spec.skus import catalog_for
 
     side = Side()
     known = {Path(f).as_posix() for f in established}
     files = spec_files(root, paths, extends)
-    with working_in(root):
+    sparse = sparse_of(root)
+    with working_in(root), ExitStack() as fresh:
         files.sort(key=lambda f: (Path(f).as_posix() not in known, f))
         outcomes, taken = [], {}  # id of a copy -> its spec here
         for file in files:
             copy = same.outcome(file, extends) if same is not None else None
             if copy is not None:
                 taken[id(copy)] = Path(os.path.abspath(file))
-            outcomes.append(copy or build(file, Path(out), **options))
+                outcomes.append(copy)
+                continue
+            outcome = build(file, Path(out), **options)
+            touched = sparse.touches(outcome) if sparse is not None else []
+            if touched:  # it reads a folder revision_tree left out: extracted, and compiled again
+                sparse.fill(touched)
+                fresh.enter_context(one_command())  # what was asked of the tree before is stale now
+                outcome = build(file, Path(out), **options)
+            outcomes.append(outcome)
         claim_names(outcomes)
         for outcome in outcomes:
             if label:
@@ -212,6 +393,7 @@ class Unchanged:
         self.roots = (Path(os.path.realpath(root)), Path(os.path.realpath(tree)))
         self.facts = (Facts(), Facts())
         self.out = out
+        self.sparse = sparse_of(tree)
 
     def outcome(self, file: str, extends: Optional[Dict[str, Optional[str]]] = None) -> Optional[Outcome]:
         """A copy of the head side's outcome of ``file`` (repository-relative) when it holds here."""
@@ -293,20 +475,38 @@ class Unchanged:
         except ValueError:
             return None
 
+    def _left_out(self, k: int, rel: str) -> bool:
+        """``rel`` lies in a folder revision_tree left out of the base's tree (``k`` 1): the same
+        in the working tree, so asked there (tree 0)."""
+        return k == 1 and self.sparse is not None and self.sparse.inside(rel) is not None
+
     def _same(self, k: int, rel: str) -> bool:
         """``rel`` is reached in tree ``k`` through no link (lexically where it is)."""
+        if self._left_out(k, rel):
+            return self._same(0, rel)
         path = self.roots[k] / rel
         return os.path.realpath(path) == str(path)
 
     def _file(self, k: int, rel: str) -> Optional[str]:
+        if self._left_out(k, rel):
+            return self._file(0, rel)
         digest = self.facts[k].bytes_of(str(self.roots[k] / rel))
         return digest if digest is not None else f"unreadable in tree {k}"  # never equal across trees
 
     def _kind(self, k: int, rel: str) -> str:
+        if self._left_out(k, rel):
+            return self._kind(0, rel)
         return self.facts[k].kind(str(self.roots[k] / rel)) if self._same(k, rel) else f"through a link in tree {k}"
 
     def _folder(self, k: int, rel: str) -> Optional[str]:
-        digest = self.facts[k].folder(str(self.roots[k] / rel)) if self._same(k, rel) else None
+        """The folder by its files' names and bytes (cache.Facts.folder); where git's tree ids tell
+        whether it is the same in both trees (Sparse.same), that, and no file is read."""
+        if not self._same(k, rel):
+            return f"not a plain folder in tree {k}"
+        known = self.sparse.same(rel if rel != "." else "") if self.sparse is not None else None
+        if known is not None:  # a folder left out of the base's tree is always known the same
+            return "the same in both trees (git)" if known else f"differs in tree {k} (git)"
+        digest = self.facts[k].folder(str(self.roots[k] / rel))
         return digest if digest is not None else f"not a plain folder in tree {k}"
 
 
