@@ -93,8 +93,8 @@ class Environment(Model):
                                       examples=["../examples/mnist/environment.yml"])
     pip: Optional[list[str]] = Field(None, description="pip requirements, installed on every target before the "
                                      "command (Azure ML: a Docker build context FROM the image; Ray: setup commands; "
-                                     "Slurm, HPC Pack, Kubernetes: the shim, once per node, into a folder first on "
-                                     "PYTHONPATH). One requirement per item (name, extras, versions, markers, or "
+                                     "on the targets that run the nodes' or the image's own software: the shim, once "
+                                     "per node, into a folder first on PYTHONPATH). One requirement per item (name, extras, versions, markers, or "
                                      "name @ URL); an option, a path or a bare URL is an error: an index goes in "
                                      "env: PIP_INDEX_URL.",
                                      examples=[["torch==2.4.1", "lightning==2.4.0"]])
