@@ -176,8 +176,10 @@ def test_a_literal_that_looks_like_data_is_warned_about(project):
 
 # --- environments: pip goes into the image's own Python; a conda file stays a conda environment ---
 
-PIP = ["torch==2.4.1", "transformers[torch]>=4.40,<5", "git+https://github.com/org/repo@v1#egg=pkg",
-       "name; python_version >= '3.10'", "--extra-index-url=https://example.org/simple"]
+# a direct reference is `name @ URL`; a bare URL or an option (--extra-index-url) is refused on every
+# target (tests/test_environment_pip.py): an index goes in env: PIP_EXTRA_INDEX_URL
+PIP = ["torch==2.4.1", "transformers[torch]>=4.40,<5", "pkg @ git+https://github.com/org/repo@v1",
+       "name; python_version >= '3.10'", "evil @ https://example.org/e.whl?$(id)&`x`"]
 
 
 def environment_spec(project, environment, python="python3"):

@@ -302,7 +302,8 @@ def valid_specs(draw, target: str) -> Gen:
         environment["azureml"] = draw(st.sampled_from(["my-env@latest", "my-env:3", "azureml:my-env@latest"]))
     else:
         environment["image"] = draw(st.sampled_from(IMAGES))
-        extra = draw(st.sampled_from(["none", "conda", "pip"]))
+        # a conda file only where the target creates one (Slurm, HPC Pack and Kubernetes refuse it)
+        extra = draw(st.sampled_from(["none", "conda", "pip"] if target in ("azureml", "ray") else ["none", "pip"]))
         if extra == "conda":
             environment["conda_file"] = str(CONDA)
         elif extra == "pip":

@@ -445,6 +445,17 @@ def secret_env(valid: ValidSpec, target: str, **more: Any) -> Dict[str, str]:
     return {secret_refs.ENV_SECRETS: json.dumps(references, sort_keys=True, separators=(",", ":"))}
 
 
+def pip_env(valid: ValidSpec) -> Dict[str, str]:
+    """TRAINSPEC_PIP for a target whose shim installs environment.pip itself (Slurm, HPC Pack,
+    Kubernetes): the requirements as a JSON list, one value that every format escapes as a whole
+    and pip gets as separate arguments (runtime/shim.py install_pip). Empty without pip."""
+    import json
+
+    if not valid.spec.environment.pip:
+        return {}
+    return {contract.ENV_PIP: json.dumps(list(valid.spec.environment.pip), separators=(",", ":"))}
+
+
 # runtime/secret_refs.py, shipped beside the shim in the jobs of a spec with secrets a target's
 # shim does not get from the platform: it sets them, then execs the shim
 SECRETS_FILE = "trainspec_secret_refs.py"

@@ -122,8 +122,6 @@ class Feature(enum.Enum):
                  _at(("environment", "image"), lambda valid: valid.spec.environment.image))
     ENV_CONDA_FILE = ("environment.conda_file", "a conda environment file",
                       _at(("environment", "conda_file"), lambda valid: valid.spec.environment.conda_file))
-    ENV_PIP = ("environment.pip", "pip requirements",
-               _at(("environment", "pip"), lambda valid: valid.spec.environment.pip))
     ENV_AZUREML = ("environment.azureml", "an Azure ML registered environment",
                    _at(("environment", "azureml"), lambda valid: valid.spec.environment.azureml),
                    ("an Azure ML registered environment", None))

@@ -61,6 +61,11 @@ def overrides(options: LocalOptions):
         elif "gpus_per_node" not in resources and "procs_per_node" not in resources:
             resources["gpus_per_node"] = 1  # a GPU SKU's count is unknown without the SKU: say 1
         data["resources"] = resources
+        environment = data.get("environment")
+        if isinstance(environment, dict) and "conda_file" in environment:
+            # this machine's Python runs the job: a conda file is never created here, on any target
+            # (Slurm, HPC Pack and Kubernetes refuse one; environment.pip is installed as there)
+            data["environment"] = {k: v for k, v in environment.items() if k != "conda_file"}
         distribution = dict(data.get("distribution") or {}) if isinstance(data.get("distribution", {}), dict) else {}
         distribution["backend"] = "gloo"
         if options.launcher is not None:

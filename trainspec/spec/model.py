@@ -92,8 +92,12 @@ class Environment(Model):
                                  examples=["mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04"])
     conda_file: Optional[str] = Field(None, min_length=1, description="Conda environment file, relative to the spec.",
                                       examples=["../examples/mnist/environment.yml"])
-    pip: Optional[list[str]] = Field(None, description="pip requirements installed into the image's own Python "
-                                     "(Azure ML: a Docker build context FROM the image; Ray: setup commands).",
+    pip: Optional[list[str]] = Field(None, description="pip requirements, installed on every target before the "
+                                     "command (Azure ML: a Docker build context FROM the image; Ray: setup commands; "
+                                     "on the targets that run the nodes' or the image's own software: the shim, once "
+                                     "per node, into a folder first on PYTHONPATH). One requirement per item (name, extras, versions, markers, or "
+                                     "name @ URL); an option, a path or a bare URL is an error: an index goes in "
+                                     "env: PIP_INDEX_URL.",
                                      examples=[["torch==2.4.1", "lightning==2.4.0"]])
     python: str = Field("3.11", pattern=r"^3\.\d+$", description="No longer used (a warning): pip installs into "
                         "the image's own Python, so the image decides the version.",

@@ -639,6 +639,13 @@ def _check_environment(spec: Spec, doc: Document, out: List[Diagnostic]) -> None
     if e.conda_file and e.pip:
         out.append(error(("environment", "pip"), "set either conda_file or pip, not both",
                          "put the pip packages in the conda file's pip: section"))
+    for i, requirement in enumerate(e.pip or ()):
+        problem = pip_requirement_problem(requirement)
+        if problem:
+            out.append(error(("environment", "pip", i), problem,
+                             "one requirement per item: a name with extras, versions or markers "
+                             "(transformers[torch]==4.44.0), or name @ URL; an index or mirror goes in "
+                             "env: PIP_INDEX_URL / PIP_EXTRA_INDEX_URL / PIP_FIND_LINKS, which pip reads"))
     if e.azureml:
         value = e.azureml
         if not value.startswith("azureml://"):
@@ -983,6 +990,26 @@ def _check_rendered_secret(path: SpecPath, text: str, rendered: str, out: List[D
     kind = secrets.credential_kind(rendered)
     if kind:
         out.append(error(path, f"renders to what looks like {kind}", secrets.HINT))
+
+
+# A PEP 508 requirement's start: a project name, then extras, a version, a marker, `@ URL` or
+# nothing. Never an option (-e, --index-url: pip would read it as one), a path or a bare URL
+# (git+https://..., ./pkg): each runs what it names, unnamed, and the same word is reviewed as a
+# package. An archive's name (x.whl, x.tar.gz) pip reads as a path.
+_PIP_REQUIREMENT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:\[[^\]]*\]\s*)?(?:[<>=!~;@(].*)?")
+_ARCHIVE = re.compile(r"\.(?:whl|zip|tar|tgz|tbz|txz|tar\.gz|tar\.bz2|tar\.xz)\s*$", re.IGNORECASE)
+
+
+def pip_requirement_problem(requirement: str) -> Optional[str]:
+    """Why an item of environment.pip is not one requirement (None: it is). Every target passes
+    it to pip as one argument, after ``--`` where a shell is involved (runtime/shim.py)."""
+    if not requirement.strip() or any(c in requirement for c in "\r\n\x00"):
+        return "a pip requirement is one line"
+    if requirement.lstrip().startswith("-"):
+        return f"'{requirement}' is a pip option, not a requirement"
+    if not _PIP_REQUIREMENT.fullmatch(requirement.strip()) or _ARCHIVE.search(requirement.split(";")[0]):
+        return f"'{requirement}' is not a requirement (a path, a URL without a name, or not a name)"
+    return None
 
 
 _LIGHTNING_FLAG = re.compile(r"^--?(?:[\w-]+\.)*(num[_-]nodes|devices)$")

@@ -314,10 +314,6 @@ def _docker_context_problems(valid: ValidSpec) -> List[Diagnostic]:
     if not _IMAGE_REF.fullmatch(e.image):
         out.append(error(("environment", "image"), f"'{e.image}' is not a Docker image reference",
                          "e.g. mcr.microsoft.com/azureml/curated/acpt-pytorch-2.2-cuda12.1:latest"))
-    for i, requirement in enumerate(e.pip):
-        if not requirement.strip() or any(c in requirement for c in "\r\n\x00"):
-            out.append(error(("environment", "pip", i), "a pip requirement is one line",
-                             "one requirement per list item, e.g. transformers==4.44.0"))
     if "python" in e.__pydantic_fields_set__:
         out.append(warning(("environment", "python"),
                            "does not apply with image + pip: the packages go into the image's own Python",

@@ -95,10 +95,10 @@ CANNOT_RUN = {
                                    "set targets.hpcpack.python / setup", fatal=False),
     Feature.ENV_IMAGE: unsupported("environment.image: tasks run on the nodes' own software", _NODES_SOFTWARE,
                                    fatal=False),
-    Feature.ENV_CONDA_FILE: unsupported("environment.conda_file: tasks run on the nodes' own software",
-                                        _NODES_SOFTWARE, fatal=False),
-    Feature.ENV_PIP: unsupported("environment.pip: tasks run on the nodes' own software", _NODES_SOFTWARE,
-                                 fatal=False),
+    Feature.ENV_CONDA_FILE: unsupported("environment.conda_file: tasks run on the nodes' own software, and "
+                                        "nothing would create the environment",
+                                        "list the packages under environment.pip (installed on every node before "
+                                        "the command), or " + _NODES_SOFTWARE),
     Feature.SHM_SIZE: unsupported("a shared-memory size: tasks run on the host", None, fatal=False),
     Feature.INPUT_EVAL_MODE: unsupported(fatal=False),
     Feature.OUTPUT_ASSET_NAME: unsupported(fatal=False),
@@ -309,6 +309,7 @@ def _environment(valid: ValidSpec, layout: _Layout) -> Dict[str, str]:
     settings = _settings(valid)
     env = base.job_env(valid, refs_for(valid), valid.launcher, rendezvous_port(valid))
     env.update(base.secret_env(valid, NAME))  # where each secret is kept: the shim reads it on the node
+    env.update(base.pip_env(valid))  # the shim installs them once per node, before the command
     if settings.nodes:
         env[contract.ENV_MASTER_ADDR] = settings.nodes[0]
     else:

@@ -98,10 +98,10 @@ CANNOT_RUN = {
     Feature.ENV_AZUREML: unsupported(hint="a pod needs an image: set environment.image"),
     Feature.ENV_BUILD: unsupported("a Docker build context (a pod pulls an image)",
                                    "build and push the image, then set environment.image"),
-    Feature.ENV_CONDA_FILE: unsupported("environment.conda_file: pods run the image's software",
-                                        "install it in the image", fatal=False),
-    Feature.ENV_PIP: unsupported("environment.pip: pods run the image's software", "install it in the image",
-                                 fatal=False),
+    Feature.ENV_CONDA_FILE: unsupported("environment.conda_file: pods run the image's software, and nothing "
+                                        "would create the environment",
+                                        "list the packages under environment.pip (installed in every pod before "
+                                        "the command), or install them in the image"),
     Feature.INPUT_EVAL_MODE: unsupported(fatal=False),
     Feature.OUTPUT_ASSET_NAME: unsupported(fatal=False),
     Feature.INPUT_URL: unsupported(hint="put the data on a PersistentVolumeClaim: targets.kubernetes.volumes."
@@ -359,6 +359,7 @@ def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
     line = f"cd {shlex.quote(code_dir)} && exec {base.under_shim(shim, command, valid)}"
     api = settings.api
     env = base.job_env(valid, refs_for(valid), launcher, rendezvous_port(valid))
+    env.update(base.pip_env(valid))  # the shim installs them in each pod, before the command
     return {"volumes": volumes, "mounts": mounts, "limits": limits, "requests": requests,
             "node_selector": node_selector,
             "tolerations": tolerations, "command": ["bash", "-c", line],

@@ -98,9 +98,9 @@ CANNOT_RUN = {
                                    when=only("with targets.slurm.container: false",
                                              lambda valid: not _settings(valid).container)),
     Feature.ENV_CONDA_FILE: unsupported("environment.conda_file: tasks run on the nodes' own software (or the "
-                                        "container's)", _NODES_SOFTWARE, fatal=False),
-    Feature.ENV_PIP: unsupported("environment.pip: tasks run on the nodes' own software (or the container's)",
-                                 _NODES_SOFTWARE, fatal=False),
+                                        "container's), and nothing would create the environment",
+                                        "list the packages under environment.pip (installed on every node before "
+                                        "the command), or " + _NODES_SOFTWARE),
     Feature.SHM_SIZE: unsupported("a shared-memory size: tasks see the node's", None, fatal=False),
     Feature.INPUT_EVAL_MODE: unsupported(fatal=False),
     Feature.OUTPUT_ASSET_NAME: unsupported(fatal=False),
@@ -338,6 +338,7 @@ def _script(valid: ValidSpec, code: str) -> str:
                  '--container-workdir="$code_dir"']
     env = base.job_env(valid, refs_for(valid), launcher, spec.distribution.master_port)
     env.update(base.secret_env(valid, NAME))  # where each secret is kept: the shim reads it on the node
+    env.update(base.pip_env(valid))  # the shim installs them once per node, before the command
     lines = ["#!/bin/bash",
              *[f"# {line}" for line in emit.header_lines(valid.source.display, valid.source.digest, NAME)],
              *[f"#SBATCH {option}" for option in sbatch_options(valid)],
