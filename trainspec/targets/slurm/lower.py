@@ -49,6 +49,7 @@ from trainspec.compile.capabilities import Feature, only, problem, unsupported
 LAUNCHERS = {"pytorch": "per-process", "lightning": "per-process", "huggingface": "per-process",
              "deepspeed": "per-process"}
 JOB_FILE = "job.sbatch"
+CODE_COPY = "code"  # beside job.sbatch: the copy of the code submit stages with the job (jobs/command.py)
 SUBMIT = "sbatch {dir}/" + JOB_FILE
 OUTPUT, ERROR = "%x-%j.out", "%x-%j.err"  # the job's output and error files (under targets.slurm.logs)
 # sbatch parses --time into seconds in a C int (src/common/parse_time.c, time_str2secs) and
@@ -115,8 +116,9 @@ CANNOT_RUN = {
 }
 
 
-# job.sbatch's own shell variables (_script): the job folder, the code folder, the image srun runs
-SCRIPT_VARIABLES = ("job_dir", "code_dir", "image")
+# job.sbatch's own shell variables (_script): the job folder, the code folder, the folder the command
+# starts in, the image srun runs
+SCRIPT_VARIABLES = ("job_dir", "code_dir", "work_dir", "image")
 
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
@@ -325,8 +327,8 @@ def _script(valid: ValidSpec, code: str) -> str:
         extra = "".join("," + mount for mount in [*container_mounts(valid),
                                                   *(f"{path}:{path}:ro" for path in _secret_files(valid))])
         srun += ['--container-image="$image"',
-                 '--container-mounts="$job_dir:$job_dir,$code_dir:$code_dir"' + (shlex.quote(extra) if extra else ""),
-                 '--container-workdir="$code_dir"']
+                 '--container-mounts="$job_dir:$job_dir,$work_dir:$work_dir"' + (shlex.quote(extra) if extra else ""),
+                 '--container-workdir="$work_dir"']
     env = base.job_env(valid, refs_for(valid), launcher, spec.distribution.master_port)
     env.update(base.secret_env(valid, NAME))  # where each secret is kept: the shim reads it on the node
     lines = ["#!/bin/bash",
@@ -337,7 +339,15 @@ def _script(valid: ValidSpec, code: str) -> str:
              "job_dir=$(scontrol show job \"$SLURM_JOB_ID\" 2>/dev/null | sed -n 's|^ *Command=\\(.*\\)/[^/]*$|\\1|p' "
              "|| true)",
              'export job_dir=${job_dir:-$SLURM_SUBMIT_DIR}  # exported: a command run through bash reads it',
-             f'code_dir=$(cd "$job_dir"/{shlex.quote(code)} && pwd)',
+             "# submit copies the code beside this script (code/, at submit: an edit or a checkout after it changes",
+             "# nothing for this job); run by hand (sbatch build/...), the code folder as it is when the job starts",
+             f'if [ -d "$job_dir"/{CODE_COPY} ]; then code_dir="$job_dir"/{CODE_COPY}; '
+             f'else code_dir=$(cd "$job_dir"/{shlex.quote(code)} && pwd); fi',
+             "# the command starts in a writable copy of the code of its own, on the shared storage where sbatch ran",
+             "# (.trainspec/runs/<job id>/, which git ignores): what it writes there never lands in the code folder",
+             'export work_dir="$SLURM_SUBMIT_DIR"/.trainspec/runs/"$SLURM_JOB_ID"',
+             'mkdir -p "$work_dir" && cp -RP "$code_dir"/. "$work_dir"/ && chmod -R u+w "$work_dir"',
+             "[ -e \"$SLURM_SUBMIT_DIR\"/.trainspec/.gitignore ] || echo '*' > \"$SLURM_SUBMIT_DIR\"/.trainspec/.gitignore",
              *[f"export {key}={shlex.quote(value)}" for key, value in env.items()]]
     if image and base.infiniband(valid):
         # enroot's 99-mellanox hook mounts the InfiniBand devices (/dev/infiniband) and the host's
@@ -349,7 +359,7 @@ def _script(valid: ValidSpec, code: str) -> str:
         lines.append(settings.setup)
     if image:  # a line of its own, after setup: a new image changes this line alone, the same in every job
         lines.append(f"image={shlex.quote(image)}  # every task runs in it (srun --container-image, pyxis)")
-    lines += ['cd "$code_dir"', base.under_shim(f"{' '.join(srun)} {shim}", command, valid)]
+    lines += ['cd "$work_dir"', base.under_shim(f"{' '.join(srun)} {shim}", command, valid)]
     return "\n".join(lines) + "\n"
 
 
@@ -441,6 +451,7 @@ class Slurm(base.Target):
     plan_image = staticmethod(plan_image)
     hardware = staticmethod(hardware)
     local_settings = staticmethod(local_settings)
+    stages_code = CODE_COPY  # job.sbatch runs the copy beside it when it is there
 
 
 TARGET = Slurm()
