@@ -349,7 +349,7 @@ def test_a_queued_job_runs_the_code_as_submitted_and_writes_nothing_into_the_rep
     files land where sbatch ran (targets.slurm.logs moves them): the repository ignores them."""
     path = spec(tmp_path, "frozen", script=WRITER)
     (tmp_path / "code" / "version.txt").write_text("as-submitted\n")
-    (tmp_path / ".gitignore").write_text("/*.out\n/*.err\n")
+    (tmp_path / ".gitignore").write_text("/*.out\n/*.err\n/.trainspec-cache/\n")  # the logs; the tests' cache (conftest)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
     for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "spec"]):
         subprocess.run([*git, *step], check=True, capture_output=True, timeout=BOUND)
