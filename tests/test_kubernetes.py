@@ -263,7 +263,7 @@ def test_inputs_and_outputs_on_claims_become_volumes_at_their_paths(tmp_path, ap
     assert volumes["out-ckpt"]["persistentVolumeClaim"] == {"claimName": "runs"}
     assert mounts["out-ckpt"] == {"name": "out-ckpt", "mountPath": "/trainspec/outputs/ckpt"}
     assert mounts["out-logs"]["subPath"] == "logs" and "readOnly" not in mounts["out-logs"]
-    assert not any("emptyDir" in v for v in pod["volumes"] if v["name"] != "dshm")
+    assert not any("emptyDir" in v for v in pod["volumes"] if v["name"] not in ("dshm", "trainspec-work"))
 
 
 def test_two_names_that_differ_in_case_get_two_volumes(tmp_path):
