@@ -496,11 +496,15 @@ SHIM_SOURCE = RUNTIME_DIR / "shim.py"
 _RUNTIME_BYTES: Dict[Path, bytes] = {}
 
 
+STAGING_FOLDER = ".trainspec"  # trainspec's own folder where submit runs (jobs/command.py): never part of a copy
+
+
 def code_copy(valid: ValidSpec, under: str) -> Tuple[OutFile, ...]:
     """The code folder's regular files as files of a job below ``under`` (each with its bytes and
     its executable bit, as read now): what ``submit`` stages beside a job that would otherwise read
-    the live working tree when it starts (Target.stages_code). Every file of the folder but .git's,
-    as the job's name digests them (review/cache.py code_digest); a link is never followed
+    the live working tree when it starts (Target.stages_code). Every file of the folder but .git's
+    and .trainspec's (a code folder that is the repository's top holds the jobs staged before); a
+    link is never followed
     (validation refuses one in the code folder, core/files.py reads none), nor is anything else
     but a regular file copied."""
     import os
@@ -512,7 +516,7 @@ def code_copy(valid: ValidSpec, under: str) -> Tuple[OutFile, ...]:
     if root is None or not root.is_dir():
         return ()
     out = []
-    for name in files.list_folder(root, limit=files.SHIPPED_LIMIT).files:
+    for name in files.list_folder(root, skip=(".git", STAGING_FOLDER), limit=files.SHIPPED_LIMIT).files:
         path = root / name
         try:
             mode = os.lstat(path).st_mode

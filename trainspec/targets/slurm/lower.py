@@ -346,7 +346,9 @@ def _script(valid: ValidSpec, code: str) -> str:
              "# the command starts in a writable copy of the code of its own, on the shared storage where sbatch ran",
              "# (.trainspec/runs/<job id>/, which git ignores): what it writes there never lands in the code folder",
              'export work_dir="$SLURM_SUBMIT_DIR"/.trainspec/runs/"$SLURM_JOB_ID"',
-             'mkdir -p "$work_dir" && cp -RP "$code_dir"/. "$work_dir"/ && chmod -R u+w "$work_dir"',
+             "# (links copied as links; .git and trainspec's own .trainspec, when the code folder holds them, left out)",
+             'mkdir -p "$work_dir" && (shopt -s dotglob nullglob; for entry in "$code_dir"/*; do case ${entry##*/} in '
+             '.git|.trainspec) ;; *) cp -RP "$entry" "$work_dir"/;; esac; done) && chmod -R u+w "$work_dir"',
              "[ -e \"$SLURM_SUBMIT_DIR\"/.trainspec/.gitignore ] || echo '*' > \"$SLURM_SUBMIT_DIR\"/.trainspec/.gitignore",
              *[f"export {key}={shlex.quote(value)}" for key, value in env.items()]]
     if image and base.infiniband(valid):
