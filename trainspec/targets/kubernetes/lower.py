@@ -13,8 +13,10 @@ per-process     one process per pod: only with one process per node
 (unless ``targets.kubernetes.code`` names a claim or a path in the image) and the job: a
 TrainJob (trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2.3) or, with ``api: pytorchjob``, a
 PyTorchJob (kubeflow.org/v1, training-operator v1.9). Every container runs ``bash -c 'cd <code>
-&& exec <python> -I -S /trainspec/trainspec_shim.py -- <command>'``, built with shlex; every
-document goes through ruamel (compile/emit.py).
+&& exec <python> -I -S /trainspec/trainspec_shim.py -- <command>'``, built with shlex; with the
+code in the (read-only) ConfigMap, ``<code>`` is an emptyDir the line first copies it into
+(WORK_DIR), so a command that writes ./outputs finds a folder it may write to. Every document
+goes through ruamel (compile/emit.py).
 """
 
 from __future__ import annotations

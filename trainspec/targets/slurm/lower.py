@@ -12,7 +12,10 @@ per-node        ``--ntasks-per-node=1``: one task per node runs torchrun (the sh
 The script: ``#SBATCH`` lines for the job's shape (nodes, tasks per node, GPUs, CPUs, time,
 logs, partition, account, qos, constraint, exclusive nodes), then bash: the job's variables
 exported, the user's ``setup`` line, then one ``srun`` step running the spec's command under
-the shim in the code directory (``--kill-on-bad-exit``: the first failing task ends the step); a
+the shim (``--kill-on-bad-exit``: the first failing task ends the step) in a writable copy of the
+code of the job's own (``work_dir``, ``.trainspec/runs/<job id>/`` where sbatch ran: never the
+repository), copied from the code submit staged beside the script (``code/``) or, run by hand,
+the spec's code folder as the job finds it (docs/targets/slurm.md); a
 command that needs a shell runs as ``bash -c`` under the shim (base.under_shim), so the batch
 script's own shell never expands it.
 With an image, srun runs every task in it (pyxis/enroot, ``container_image``): ``environment.image``
