@@ -81,7 +81,7 @@ def test_one_spec_puts_the_data_where_each_platform_has_it(tmp_path):
     srun = shlex.split(next(line for line in script.splitlines() if line.startswith("srun ")))
     assert srun[-4:] == ["--data", CORPUS, "--output", CKPT]
     mounts = next(w for w in srun if w.startswith("--container-mounts=")).split("=", 1)[1].split(",")
-    assert mounts == ["$job_dir:$job_dir", "$code_dir:$code_dir", f"{CORPUS}:{CORPUS}:ro", f"{CKPT}:{CKPT}"]
+    assert mounts == ["$job_dir:$job_dir", "$work_dir:$work_dir", f"{CORPUS}:{CORPUS}:ro", f"{CKPT}:{CKPT}"]
     assert f"mkdir -p -- {CKPT}" in script.splitlines()
     # HPC Pack: the same paths in every task's command line
     xml = (out / "hpcpack" / "job.xml").read_text()
@@ -180,7 +180,7 @@ def test_slurm_mounts_are_quoted_and_a_location_pyxis_cannot_mount_is_an_error(t
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     line = next(line for line in script.splitlines() if line.startswith("srun "))
     # what bash hands srun: the odd path intact, read-only, next to the job's own folders
-    echoed = subprocess.run(["bash", "-c", "job_dir=/j; code_dir=/c; printf '%s\\n' " + line.split(" ", 1)[1]
+    echoed = subprocess.run(["bash", "-c", "job_dir=/j; work_dir=/c; printf '%s\\n' " + line.split(" ", 1)[1]
                              .split(" python3 ")[0]], capture_output=True, text=True).stdout.splitlines()
     assert f"--container-mounts=/j:/j,/c:/c,{odd}:{odd}:ro,/o:/o" in echoed, echoed
     err = errors(tmp_path, spec(tmp_path, {"slurm": "{container_image: img, volumes: {corpus: {path: '/a,b'}, "

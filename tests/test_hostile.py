@@ -200,9 +200,11 @@ def kube_job(folder: Path) -> Tuple[List[dict], Dict[str, str], List[str]]:
     container = docs[-1]["spec"]["trainer"]
     env = {e["name"]: e["value"] for e in container["env"]}
     bash, dash_c, line = container["command"]
-    assert (bash, dash_c) == ("bash", "-c") and line.startswith("cd /trainspec/code && exec "), line
-    argv = bash_argv(line[len("cd /trainspec/code && exec "):], ["python3"], folder)[0]
-    assert argv == shlex.split(line)[5:], "bash and shlex read the line differently"
+    start = " && cd /trainspec/work && exec "  # after the copy of the ConfigMap's code it starts in
+    assert (bash, dash_c) == ("bash", "-c") and start in line, line
+    line = line.split(start, 1)[1]
+    argv = bash_argv(line, ["python3"], folder)[0]
+    assert argv == shlex.split(line)[1:], "bash and shlex read the line differently"
     return docs, env, argv
 
 
@@ -671,8 +673,9 @@ def test_code_outside_the_spec_directory_never_makes_compile_write_outside_out(t
         copied = re.search(r"^cp -R (\S+)/\. ", stage, re.M).group(1)
         assert (folder / shlex.split(copied)[0]).resolve() == tmp_path.resolve()
     elif target == "slurm":
-        task_env, _ = slurm_run(folder, tmp_path)  # the script's own `cd` finds the code folder
-        assert Path(task_env["PWD"]).resolve() == tmp_path.resolve()
+        task_env, _ = slurm_run(folder, tmp_path)  # the script finds the code folder and starts in a copy of it
+        assert Path(task_env["PWD"]) == folder / ".trainspec" / "runs" / "7"
+        assert (folder / ".trainspec" / "runs" / "7" / "train.py").read_text() == "print('hi')\n"
     elif target == "kubernetes":  # the code travels in job.yaml: the ConfigMap holds the folder the spec names
         code = kube_job(folder)[0][1]
         assert code["metadata"]["name"] == "hostile-code" and code["data"]["train.py"] == "print('hi')\n"

@@ -420,7 +420,9 @@ def test_a_committed_staging_folder_is_refused_and_what_is_submitted_is_compiled
     [artifact] = build(every.name, Path(".trainspec/jobs"), [target]).artifacts
     held = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     assert (submitted, job_dir) == (name, folder)
-    assert held == {f.path: f.data for f in artifact.files}  # byte for byte, the planted file gone
+    # byte for byte, the planted file gone; beside a Slurm job, the code it runs, as it was at submit
+    code = {f"code/{p.relative_to('code').as_posix()}": p.read_bytes() for p in Path("code").rglob("*") if p.is_file()}
+    assert held == {f.path: f.data for f in artifact.files} | (code if target == "slurm" else {})
 
 
 def test_check_and_review_name_a_committed_staging_folder(every, capsys):

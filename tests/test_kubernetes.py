@@ -100,9 +100,10 @@ def test_the_shape_as_aks_wants_it_trainjob(tmp_path):
     assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": 8, "rdma/ib": 1}}
     assert trainer["command"][:2] == ["bash", "-c"]
     line = shlex.split(trainer["command"][2])
-    assert line[:3] == ["cd", "/trainspec/code", "&&"]
-    assert line[4:9] == ["python3", "-I", "-S", "/trainspec/trainspec_shim.py", "--"]
-    assert line[9:15] == ["torchrun", "--nnodes", "3", "--nproc_per_node", "8", "--no-python"]
+    start = line.index("cd")  # after the copy of the code into the folder it starts in
+    assert line[start:start + 3] == ["cd", "/trainspec/work", "&&"]
+    assert line[start + 4:start + 9] == ["python3", "-I", "-S", "/trainspec/trainspec_shim.py", "--"]
+    assert line[start + 9:start + 15] == ["torchrun", "--nnodes", "3", "--nproc_per_node", "8", "--no-python"]
     pod = patched_pod(job)
     assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "Standard_ND96isr_H100_v5"}
     assert pod["tolerations"] == [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
@@ -110,6 +111,43 @@ def test_the_shape_as_aks_wants_it_trainjob(tmp_path):
     assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+
+
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+def test_the_command_starts_in_a_writable_copy_of_the_read_only_configmap(tmp_path, api):
+    """Issue 41: the code ConfigMap is mounted read-only, so a command that writes ./outputs or
+    lightning_logs/ would crash there; it starts in an emptyDir holding a copy of it. The copy runs
+    here over a folder laid out as the kubelet mounts a ConfigMap (its files links into ..data, a
+    link to ..<time>/ that holds them): the code's files, without the kubelet's own entries, and
+    the command's writes land in the copy."""
+    job = compiled(tmp_path, settings=f"{{api: {api}}}", command="python train.py")[-1]
+    pod = patched_pod(job) if api == "trainjob" else job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    container = pod["containers"][0]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["/trainspec/code"]["readOnly"] is True and "configMap" in volumes[mounts["/trainspec/code"]["name"]]
+    assert "readOnly" not in mounts["/trainspec/work"] and volumes[mounts["/trainspec/work"]["name"]]["emptyDir"] == {}
+    command = job["spec"]["trainer"]["command"] if api == "trainjob" else container["command"]
+    copy, rest = command[2].split(" && cd ", 1)
+    assert rest.startswith("/trainspec/work && exec python3 -I -S /trainspec/trainspec_shim.py -- ")
+
+    mounted, work = tmp_path / "mounted", tmp_path / "work"
+    stamp = mounted / "..2026_12_07_20_00_00.1"
+    (stamp / "sub").mkdir(parents=True)
+    (stamp / "train.py").write_text("print(1)\n")
+    (stamp / "sub" / "util.py").write_text("x = 1\n")
+    (mounted / "..data").symlink_to(stamp.name)
+    for name in ("train.py", "sub"):
+        (mounted / name).symlink_to(f"..data/{name}")
+    words = [str(mounted) if w == "/trainspec/code" else str(work) if w == "/trainspec/work" else w
+             for w in shlex.split(copy)]
+    words[0] = sys.executable
+    done = subprocess.run(words, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*")) == ["sub", "sub/util.py", "train.py"]
+    assert not any(p.is_symlink() for p in work.rglob("*"))
+    (work / "outputs").mkdir()  # the command's own files: the copy is writable
+    (work / "train.py").write_text("edited in the pod\n")
 
 
 def test_the_shape_as_aks_wants_it_pytorchjob(tmp_path):
@@ -225,7 +263,7 @@ def test_inputs_and_outputs_on_claims_become_volumes_at_their_paths(tmp_path, ap
     assert volumes["out-ckpt"]["persistentVolumeClaim"] == {"claimName": "runs"}
     assert mounts["out-ckpt"] == {"name": "out-ckpt", "mountPath": "/trainspec/outputs/ckpt"}
     assert mounts["out-logs"]["subPath"] == "logs" and "readOnly" not in mounts["out-logs"]
-    assert not any("emptyDir" in v for v in pod["volumes"] if v["name"] != "dshm")
+    assert not any("emptyDir" in v for v in pod["volumes"] if v["name"] not in ("dshm", "trainspec-work"))
 
 
 def test_two_names_that_differ_in_case_get_two_volumes(tmp_path):

@@ -80,10 +80,15 @@ def container_of(job: dict) -> dict:
 
 
 def line_words(job: dict) -> List[str]:
-    """The container's `bash -c` line as the shell splits it (shlex, POSIX rules)."""
+    """The container's `bash -c` line as the shell splits it (shlex, POSIX rules), from its `cd`:
+    with the code in a ConfigMap, the copy of it the command starts in comes first (python -c
+    <the copy> /trainspec/code /trainspec/work &&)."""
+    from trainspec.targets.kubernetes.lower import _COPY
+
     bash, dash_c, line = container_of(job)["command"]
     assert (bash, dash_c) == ("bash", "-c")
-    return shlex.split(line)
+    words = shlex.split(line)
+    return words[words.index(_COPY) + 4:] if _COPY in words else words
 
 
 def limits_of(job: dict) -> dict:

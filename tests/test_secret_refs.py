@@ -235,7 +235,7 @@ def test_each_cluster_job_ships_the_helper_and_runs_it_in_front_of_the_shim_only
 def test_a_slurm_container_gets_each_secret_file_mounted_read_only(tmp_path):
     out = compiled(tmp_path, targets="  slurm: {container_image: 'nvcr.io#nvidia/pytorch:24.08-py3'}\n")
     sbatch = (out / "slurm" / "job.sbatch").read_text()
-    assert ('--container-mounts="$job_dir:$job_dir,$code_dir:$code_dir",/shared/secrets/hf_token:'
+    assert ('--container-mounts="$job_dir:$job_dir,$work_dir:$work_dir",/shared/secrets/hf_token:'
             '/shared/secrets/hf_token:ro ') in sbatch
     bad = tmp_path / "bad"
     bad.mkdir()

@@ -90,14 +90,14 @@ def test_a_container_image_runs_every_task_in_it_with_the_job_mounted(tmp_path):
     script = compiled(tmp_path, settings="{container_image: 'nvcr.io#nvidia/pytorch:24.08-py3'}")
     words = srun(script)
     assert slurm_image(script) == "nvcr.io#nvidia/pytorch:24.08-py3"
-    assert "--container-mounts=$job_dir:$job_dir,$code_dir:$code_dir" in words
-    assert "--container-workdir=$code_dir" in words
+    assert "--container-mounts=$job_dir:$job_dir,$work_dir:$work_dir" in words
+    assert "--container-workdir=$work_dir" in words
 
 
-def test_setup_runs_before_srun_in_the_code_folder(tmp_path):
+def test_setup_runs_before_srun_in_the_jobs_own_folder(tmp_path):
     lines = compiled(tmp_path, settings="{setup: 'module load cuda/12 && source ~/venvs/t/bin/activate'}").splitlines()
     setup = lines.index("module load cuda/12 && source ~/venvs/t/bin/activate")
-    assert setup < lines.index('cd "$code_dir"') < next(i for i, l in enumerate(lines) if l.startswith("srun "))
+    assert setup < lines.index('cd "$work_dir"') < next(i for i, l in enumerate(lines) if l.startswith("srun "))
 
 
 @pytest.mark.parametrize("body, settings, message", [
@@ -162,7 +162,7 @@ def test_environment_image_is_what_srun_runs_every_task_in_as_pyxis_reads_it(tmp
     script = compiled(tmp_path, body=f"environment: {{image: '{image}'}}")
     words = srun(script)
     assert slurm_image(script) == runs, script
-    assert "--container-mounts=$job_dir:$job_dir,$code_dir:$code_dir" in words and "--container-workdir=$code_dir" in words
+    assert "--container-mounts=$job_dir:$job_dir,$work_dir:$work_dir" in words and "--container-workdir=$work_dir" in words
     match = ENROOT_URI.match("docker://" + runs)
     assert match, runs
     registry, name, tag = match.group(4), match.group(5), match.group(7)
@@ -172,17 +172,18 @@ def test_environment_image_is_what_srun_runs_every_task_in_as_pyxis_reads_it(tmp
 
 
 def test_an_env_variable_named_as_the_scripts_own_is_an_error_at_its_key(tmp_path):
-    """job.sbatch keeps the job folder, the code folder and the image in job_dir, code_dir and image;
+    """job.sbatch keeps the job folder, the code folder, the folder the command starts in and the
+    image in job_dir, code_dir, work_dir and image;
     the spec's env, exported before them, would be overwritten (or replace job_dir): an error at
     each, every one in the run; `image` only where a container runs."""
-    env = "env: {job_dir: a, code_dir: b, image: c, IMAGE: d}"
+    env = "env: {job_dir: a, code_dir: b, work_dir: w, image: c, IMAGE: d}"
     proc = ts("compile", str(spec(tmp_path, body="environment: {image: 'nvcr.io/nvidia/pytorch:24.08-py3'}\n" + env)),
               "-o", str(tmp_path / "out"), cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     found = re.findall(r"job\.yaml:7:(\d+): error: env\.(\w+): \w+ is a variable of job\.sbatch's own .*"
                        r"\(hint: give the variable another name\)", proc.stderr)
-    assert [name for _, name in found] == ["job_dir", "code_dir", "image"], proc.stderr
-    assert len({column for column, _ in found}) == 3  # each at its own key
+    assert [name for _, name in found] == ["job_dir", "code_dir", "work_dir", "image"], proc.stderr
+    assert len({column for column, _ in found}) == 4  # each at its own key
     script = compiled(tmp_path, body="env: {image: c, IMAGE: d}", settings="{container: false}")  # no image: no clash
     assert "export image=c\n" in script and slurm_image(script) is None
 

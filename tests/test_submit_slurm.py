@@ -331,3 +331,55 @@ def test_a_job_of_the_same_name_is_followed_only_with_this_jobs_digest(cluster, 
         assert job_ids(cluster, "planted-") == [job_id]
     finally:
         cluster.run(["scancel", job_id])
+
+
+WRITER = """import os, pathlib
+print("code", open("version.txt").read().strip(), "rank", os.environ["RANK"], "in", os.getcwd(), flush=True)
+pathlib.Path("outputs").mkdir(exist_ok=True)
+pathlib.Path("outputs", "x-" + os.environ["RANK"]).write_text("written")  # a relative output, as ./outputs
+"""
+
+
+def test_a_queued_job_runs_the_code_as_submitted_and_writes_nothing_into_the_repository(cluster, tmp_path):
+    """Issue 41: submitted while its partition is down (the job waits in the queue; this Slurm has no
+    SBATCH_HOLD for `sbatch --hold`), the code edited in the repository while the job waits, the
+    partition up again: the job runs the copy submit staged under its name
+    (.trainspec/jobs/<job name>/slurm/code/), in a folder of its own (.trainspec/runs/<job id>/,
+    which git ignores), so the repository, its edit undone, is as clean as it was. Slurm's output
+    files land where sbatch ran (targets.slurm.logs moves them): the repository ignores them."""
+    path = spec(tmp_path, "frozen", script=WRITER)
+    (tmp_path / "code" / "version.txt").write_text("as-submitted\n")
+    (tmp_path / ".gitignore").write_text("/*.out\n/*.err\n/.trainspec-cache/\n")  # the logs; the tests' cache (conftest)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "spec"]):
+        subprocess.run([*git, *step], check=True, capture_output=True, timeout=BOUND)
+    down = cluster.run(["scontrol", "update", "PartitionName=debug", "State=DOWN"])
+    assert down.returncode == 0, down.stderr
+    job_id = ""
+    try:
+        done = trainspec(cluster, tmp_path, "submit", str(path), "-t", "slurm")
+        assert done.returncode == 0, done.stdout + done.stderr
+        job_id = submitted_id(done.stdout)
+        state = cluster.run(["squeue", "-j", job_id, "--noheader", "--format=%T %r"])
+        assert state.stdout.split() == ["PENDING", "PartitionDown"], state.stdout  # it waits in the queue
+        (tmp_path / "code" / "version.txt").write_text("edited-after-submit\n")  # the working tree moves on
+    finally:
+        up = cluster.run(["scontrol", "update", "PartitionName=debug", "State=UP"])
+        assert up.returncode == 0, up.stderr
+    try:
+        final = trainspec(cluster, tmp_path, "status", "-t", "slurm", "--id", job_id, "--wait", "--max-wait", "2m")
+        assert final.returncode == 0, final.stdout + final.stderr
+    finally:
+        cluster.run(["scancel", job_id])
+    out = (tmp_path / next(p.name for p in tmp_path.glob(f"frozen-*-{job_id}.out"))).read_text()
+    work = tmp_path / ".trainspec" / "runs" / job_id
+    assert sorted(line.split(": ", 1)[1] for line in out.splitlines() if "code " in line) == \
+        [f"code as-submitted rank {rank} in {work}" for rank in range(4)], out
+    assert sorted(p.name for p in (work / "outputs").iterdir()) == ["x-0", "x-1", "x-2", "x-3"]
+    [staged] = (tmp_path / ".trainspec" / "jobs").glob("frozen-*/slurm/code/version.txt")
+    assert staged.read_text() == "as-submitted\n"
+    assert not (tmp_path / "code" / "outputs").exists()
+    subprocess.run([*git, "checkout", "-q", "--", "code"], check=True, timeout=BOUND)  # the edit undone
+    clean = subprocess.run([*git, "status", "--porcelain", "--ignored=no"], capture_output=True, text=True,
+                           timeout=BOUND)
+    assert clean.stdout == "", clean.stdout

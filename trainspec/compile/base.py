@@ -187,6 +187,12 @@ class Target:
                                                enforced there; default: nothing links it)
     ``job_name_limit(valid)``                  how long the job's name on the platform may be
                                                (`submit`: jobs/api.py job_name; default 63)
+    ``stages_code``                            the folder ``submit`` copies the code into, beside
+                                               the job's files (.trainspec/jobs/<job name>/
+                                               <target>/<folder>/, code_copy), for a platform
+                                               whose job reads its code from where it was
+                                               submitted; None (default): its job carries the
+                                               code itself (a snapshot, a ConfigMap)
     ``local_refusal``                          ``run --local`` for a target without
                                                ``targets/<name>/local.py`` (whose
                                                ``play_local(job_dir, run)`` plays the job): one line
@@ -223,6 +229,8 @@ class Target:
 
     def local_settings(self, settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
         return settings
+
+    stages_code: Optional[str] = None
 
     def job_name_limit(self, valid: ValidSpec) -> int:
         """How long the job's name on the platform may be (`submit` names it after the spec and
@@ -511,6 +519,37 @@ SHIM_SOURCE = RUNTIME_DIR / "shim.py"
 # the runtime files read so far in this process, by path: they are trainspec's own and do not
 # change under a running command, while every spec of a `check` or `compile` copies them
 _RUNTIME_BYTES: Dict[Path, bytes] = {}
+
+
+STAGING_FOLDER = ".trainspec"  # trainspec's own folder where submit runs (jobs/command.py): never part of a copy
+
+
+def code_copy(valid: ValidSpec, under: str) -> Tuple[OutFile, ...]:
+    """The code folder's regular files as files of a job below ``under`` (each with its bytes and
+    its executable bit, as read now): what ``submit`` stages beside a job that would otherwise read
+    the live working tree when it starts (Target.stages_code). Every file of the folder but .git's
+    and .trainspec's (a code folder that is the repository's top holds the jobs staged before); a
+    link is never followed
+    (validation refuses one in the code folder, core/files.py reads none), nor is anything else
+    but a regular file copied."""
+    import os
+    import stat
+
+    from trainspec.core import files
+
+    root = valid.resolve(valid.spec.code) if valid.spec.code else None
+    if root is None or not root.is_dir():
+        return ()
+    out = []
+    for name in files.list_folder(root, skip=(".git", STAGING_FOLDER), limit=files.SHIPPED_LIMIT).files:
+        path = root / name
+        try:
+            mode = os.lstat(path).st_mode
+            data = files.read_regular(path)
+        except OSError:
+            continue  # swapped for a link or a FIFO since validation: never read
+        out.append(OutFile(f"{under}/{name}", data, executable=bool(mode & stat.S_IXUSR)))
+    return tuple(out)
 
 
 def shim_file() -> OutFile:

@@ -277,19 +277,43 @@ def job_folder(outcome: Outcome, artifact: Artifact, options: Options, name: str
     .trainspec/jobs/<job name>/<target>/ written now with what the spec compiles to. Whatever was
     there (a folder of that name a pull request brought, a hand edit) is replaced; a folder that
     holds exactly these files already is kept as it is (a Slurm or HPC Pack job of this name
-    reads its files while it runs, and they are the same)."""
+    reads its files while it runs, and they are the same). A target whose job would read its code
+    from the working tree when it starts (Target.stages_code: Slurm) gets a copy of the code folder
+    beside its files, under the job's own name: what runs is what was submitted, whatever the
+    repository becomes while the job waits. With --out the committed job runs, and its code is
+    the repository's as the job finds it."""
+    from trainspec.compile.base import code_copy
     from trainspec.compile.write import target_dir, write_all
 
     if options.out:
         return target_dir(Path(options.out), artifact)
     staged = records.replace(artifact, name=name)
+    copy_into = target_of(artifact.target).stages_code
+    if copy_into:  # the job runs this copy, named by its digest: an edit or a checkout after submit changes nothing
+        staged = records.replace(staged, files=(*staged.files, *code_copy(outcome.valid, copy_into)))
     try:
+        _ignored_by_git(STAGE.parent)
         [(folder, _)] = write_all(STAGE, [staged])
     except OSError as exc:
         where = exc.filename or target_dir(STAGE, staged)
         raise SubmitError(f"cannot write the job into {where}: {exc.strerror or exc}",
                           f"{STAGE}/ is trainspec's own: remove it (rm -r {STAGE.parent}) and submit again") from None
     return folder
+
+
+def _ignored_by_git(folder: Path) -> None:
+    """``folder/.gitignore`` saying ``*``, made once: trainspec's own folder (the staged jobs, the
+    folders Slurm jobs start in) never shows in ``git status`` nor is committed by ``git add -A``.
+    Never written through a link (prepare refuses a staging folder that is one)."""
+    import os
+
+    folder.mkdir(exist_ok=True)
+    try:
+        fd = os.open(folder / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as handle:
+        handle.write("# trainspec's own: the jobs submit staged, the folders they ran in\n*\n")
 
 
 # --- submit --------------------------------------------------------------------------------------

@@ -68,9 +68,10 @@ def _command(job: Dict, paths: Dict[str, Path]) -> List[str]:
                     return word[:at] + str(paths[mount]) + rest[len(mount):]
         return word
 
-    words = [moved(w) for w in shlex.split(command[2])]  # cd <code> && exec <shim> -- <command>
-    # the third word is the one operator: an argument "&&" of the command stays an argument
-    return [*command[:2], " ".join(w if i == 2 else shlex.quote(w) for i, w in enumerate(words))]
+    words = [moved(w) for w in shlex.split(command[2])]  # [copy &&] cd <code> && exec <shim> -- <command>
+    # the operators are ours, before exec: an argument "&&" of the command stays an argument
+    ours = words.index("exec")
+    return [*command[:2], " ".join(w if i < ours and w == "&&" else shlex.quote(w) for i, w in enumerate(words))]
 
 
 def _volumes(job: Dict, documents: List[Dict], run) -> Tuple[Dict[str, Path], List[str]]:
@@ -100,6 +101,10 @@ def _volumes(job: Dict, documents: List[Dict], run) -> Tuple[Dict[str, Path], Li
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(files[item["key"]])
             paths[at] = here
+            continue
+        if "emptyDir" in volume:  # a folder of the pod's own: one of the work directory
+            paths[at] = root / "emptydir" / volume["name"]
+            paths[at].mkdir(parents=True, exist_ok=True)
             continue
         claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
         if claim is None:

@@ -13,8 +13,10 @@ per-process     one process per pod: only with one process per node
 (unless ``targets.kubernetes.code`` names a claim or a path in the image) and the job: a
 TrainJob (trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2.3) or, with ``api: pytorchjob``, a
 PyTorchJob (kubeflow.org/v1, training-operator v1.9). Every container runs ``bash -c 'cd <code>
-&& exec <python> -I -S /trainspec/trainspec_shim.py -- <command>'``, built with shlex; every
-document goes through ruamel (compile/emit.py).
+&& exec <python> -I -S /trainspec/trainspec_shim.py -- <command>'``, built with shlex; with the
+code in the (read-only) ConfigMap, ``<code>`` is an emptyDir the line first copies it into
+(WORK_DIR), so a command that writes ./outputs finds a folder it may write to. Every document
+goes through ruamel (compile/emit.py).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ JOB_FILE = "job.yaml"
 SUBMIT = "kubectl apply -f {dir}/" + JOB_FILE
 SHIM_DIR = "/trainspec"
 CODE_DIR = "/trainspec/code"
+WORK_DIR = "/trainspec/work"  # an emptyDir: the writable copy of the ConfigMap's code the command starts in
+# the copy, by the job's python: the kubelet's own entries of a ConfigMap volume (..data, ..<time>) left out,
+# its links to them followed (every other file of the map is one of the code folder's, code_files)
+_COPY = ("import shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2], dirs_exist_ok=True, "
+         'ignore=shutil.ignore_patterns("..*"))')
 INPUTS_DIR = "/trainspec/inputs"
 OUTPUTS_DIR = "/trainspec/outputs"
 RUNTIME_NAMES = (base.SHIM_FILE, contract.KUBEFLOW_FILE)  # in the <name>-shim ConfigMap, mounted under SHIM_DIR
@@ -309,6 +316,8 @@ def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
         _, items = _configmap(f"{name}-code", valid, code_files(valid))
         volumes.append({"name": "trainspec-code", "configMap": {"name": f"{name}-code", "items": items}})
         mounts.append({"name": "trainspec-code", "mountPath": CODE_DIR, "readOnly": True})
+        volumes.append({"name": "trainspec-work", "emptyDir": {}})
+        mounts.append({"name": "trainspec-work", "mountPath": WORK_DIR})
     elif settings.code.pvc is not None:
         volumes.append({"name": "trainspec-code", "persistentVolumeClaim": {"claimName": settings.code.pvc.claim}})
         mount = {"name": "trainspec-code", "mountPath": CODE_DIR}
@@ -320,7 +329,7 @@ def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
     if spec.resources.shm_size:
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(spec.resources.shm_size)}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-    used = {volume["name"] for volume in volumes} | {"trainspec-code", "dshm"}
+    used = {volume["name"] for volume in volumes} | {"trainspec-code", "trainspec-work", "dshm"}
     for key, volume in sorted(settings.volumes.items()):
         kind = "inputs" if key in spec.inputs else "outputs"
         volume_name = _data_volume(kind, key, used)
@@ -357,6 +366,9 @@ def pod_parts(valid: ValidSpec) -> Dict[str, Any]:
         command = base.torchrun_line(valid, command, python=shlex.join(python))
     shim = shlex.join([*python, *base.SHIM_FLAGS, f"{SHIM_DIR}/{base.SHIM_FILE}"])
     line = f"cd {shlex.quote(code_dir)} && exec {base.under_shim(shim, command, valid)}"
+    if settings.code is None:  # the ConfigMap is read-only: the command starts in a writable copy of it
+        copy = shlex.join([*python, "-I", "-S", "-c", _COPY, CODE_DIR, WORK_DIR])
+        line = f"{copy} && cd {WORK_DIR} && exec {base.under_shim(shim, command, valid)}"
     api = settings.api
     env = base.job_env(valid, refs_for(valid), launcher, rendezvous_port(valid))
     env.update(base.pip_env(valid))  # the shim installs them in each pod, before the command

@@ -12,7 +12,10 @@ per-node        ``--ntasks-per-node=1``: one task per node runs torchrun (the sh
 The script: ``#SBATCH`` lines for the job's shape (nodes, tasks per node, GPUs, CPUs, time,
 logs, partition, account, qos, constraint, exclusive nodes), then bash: the job's variables
 exported, the user's ``setup`` line, then one ``srun`` step running the spec's command under
-the shim in the code directory (``--kill-on-bad-exit``: the first failing task ends the step); a
+the shim (``--kill-on-bad-exit``: the first failing task ends the step) in a writable copy of the
+code of the job's own (``work_dir``, ``.trainspec/runs/<job id>/`` where sbatch ran: never the
+repository), copied from the code submit staged beside the script (``code/``) or, run by hand,
+the spec's code folder as the job finds it (docs/targets/slurm.md); a
 command that needs a shell runs as ``bash -c`` under the shim (base.under_shim), so the batch
 script's own shell never expands it.
 With an image, srun runs every task in it (pyxis/enroot, ``container_image``): ``environment.image``
@@ -45,6 +48,7 @@ from trainspec.targets.slurm.settings import NAME
 from trainspec.compile.capabilities import Feature, only, problem, unsupported
 
 JOB_FILE = "job.sbatch"
+CODE_COPY = "code"  # beside job.sbatch: the copy of the code submit stages with the job (jobs/command.py)
 SUBMIT = "sbatch {dir}/" + JOB_FILE
 OUTPUT, ERROR = "%x-%j.out", "%x-%j.err"  # the job's output and error files (under targets.slurm.logs)
 # sbatch parses --time into seconds in a C int (src/common/parse_time.c, time_str2secs) and
@@ -111,8 +115,9 @@ CANNOT_RUN = {
 }
 
 
-# job.sbatch's own shell variables (_script): the job folder, the code folder, the image srun runs
-SCRIPT_VARIABLES = ("job_dir", "code_dir", "image")
+# job.sbatch's own shell variables (_script): the job folder, the code folder, the folder the command
+# starts in, the image srun runs
+SCRIPT_VARIABLES = ("job_dir", "code_dir", "work_dir", "image")
 
 
 def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
@@ -334,8 +339,8 @@ def _script(valid: ValidSpec, code: str) -> str:
         extra = "".join("," + mount for mount in [*container_mounts(valid),
                                                   *(f"{path}:{path}:ro" for path in _secret_files(valid))])
         srun += ['--container-image="$image"',
-                 '--container-mounts="$job_dir:$job_dir,$code_dir:$code_dir"' + (shlex.quote(extra) if extra else ""),
-                 '--container-workdir="$code_dir"']
+                 '--container-mounts="$job_dir:$job_dir,$work_dir:$work_dir"' + (shlex.quote(extra) if extra else ""),
+                 '--container-workdir="$work_dir"']
     env = base.job_env(valid, refs_for(valid), launcher, spec.distribution.master_port)
     env.update(base.secret_env(valid, NAME))  # where each secret is kept: the shim reads it on the node
     env.update(base.pip_env(valid))  # the shim installs them once per node, before the command
@@ -347,7 +352,17 @@ def _script(valid: ValidSpec, code: str) -> str:
              "job_dir=$(scontrol show job \"$SLURM_JOB_ID\" 2>/dev/null | sed -n 's|^ *Command=\\(.*\\)/[^/]*$|\\1|p' "
              "|| true)",
              'export job_dir=${job_dir:-$SLURM_SUBMIT_DIR}  # exported: a command run through bash reads it',
-             f'code_dir=$(cd "$job_dir"/{shlex.quote(code)} && pwd)',
+             "# submit copies the code beside this script (code/, at submit: an edit or a checkout after it changes",
+             "# nothing for this job); run by hand (sbatch build/...), the code folder as it is when the job starts",
+             f'if [ -d "$job_dir"/{CODE_COPY} ]; then code_dir="$job_dir"/{CODE_COPY}; '
+             f'else code_dir=$(cd "$job_dir"/{shlex.quote(code)} && pwd); fi',
+             "# the command starts in a writable copy of the code of its own, on the shared storage where sbatch ran",
+             "# (.trainspec/runs/<job id>/, which git ignores): what it writes there never lands in the code folder",
+             'export work_dir="$SLURM_SUBMIT_DIR"/.trainspec/runs/"$SLURM_JOB_ID"',
+             "# (links copied as links; .git and trainspec's own .trainspec, when the code folder holds them, left out)",
+             'mkdir -p "$work_dir" && (shopt -s dotglob nullglob; for entry in "$code_dir"/*; do case ${entry##*/} in '
+             '.git|.trainspec) ;; *) cp -RP "$entry" "$work_dir"/;; esac; done) && chmod -R u+w "$work_dir"',
+             "[ -e \"$SLURM_SUBMIT_DIR\"/.trainspec/.gitignore ] || echo '*' > \"$SLURM_SUBMIT_DIR\"/.trainspec/.gitignore",
              *[f"export {key}={shlex.quote(value)}" for key, value in env.items()]]
     if image and base.infiniband(valid):
         # enroot's 99-mellanox hook mounts the InfiniBand devices (/dev/infiniband) and the host's
@@ -359,7 +374,7 @@ def _script(valid: ValidSpec, code: str) -> str:
         lines.append(settings.setup)
     if image:  # a line of its own, after setup: a new image changes this line alone, the same in every job
         lines.append(f"image={shlex.quote(image)}  # every task runs in it (srun --container-image, pyxis)")
-    lines += ['cd "$code_dir"', base.under_shim(f"{' '.join(srun)} {shim}", command, valid)]
+    lines += ['cd "$work_dir"', base.under_shim(f"{' '.join(srun)} {shim}", command, valid)]
     return "\n".join(lines) + "\n"
 
 
@@ -450,6 +465,7 @@ class Slurm(base.Target):
     plan_image = staticmethod(plan_image)
     hardware = staticmethod(hardware)
     local_settings = staticmethod(local_settings)
+    stages_code = CODE_COPY  # job.sbatch runs the copy beside it when it is there
 
 
 TARGET = Slurm()
