@@ -163,3 +163,19 @@ def test_review_reads_a_shared_code_folder_once_and_extracts_it_only_for_a_spec_
     assert [c["field"] for c in jobs[0]["changes"]] == ["command"]
     assert not jobs[0]["base_errors"]
     assert len(extracted) == len(files)
+
+
+def test_what_submit_stages_inside_the_code_folder_never_changes_the_jobs_name(tmp_path):
+    """A code folder at the repository's top holds .trainspec/, where submit stages each job (on
+    Slurm with a copy of the code): counted in the digest, every submit would give the job a new
+    name, and the next submit would submit it again instead of following it."""
+    from trainspec.review.cache import code_digest
+
+    (tmp_path / "train.py").write_text("print('train')\n")
+    before = code_digest(str(tmp_path))
+    staged = tmp_path / ".trainspec" / "jobs" / "x-0123456789" / "slurm" / "code"
+    staged.mkdir(parents=True)
+    (staged / "train.py").write_text("print('train')\n")
+    assert code_digest(str(tmp_path)) == before
+    (tmp_path / "train.py").write_text("print('changed')\n")
+    assert code_digest(str(tmp_path)) != before  # the code itself still counts

@@ -213,9 +213,13 @@ def code_digest(folder: str) -> str:
     that cannot be written is left as it was: the record can make this faster, never different."""
     import stat as stat_
 
+    from trainspec.compile.base import STAGING_FOLDER
     from trainspec.core.files import SHIPPED_LIMIT, hash_regular, list_folder
 
-    listing = list_folder(Path(folder), limit=SHIPPED_LIMIT)  # validation refuses a folder of more
+    # what a job ships of its code (compile/base.py code_copy): never .git, nor trainspec's own
+    # staging folder, which a code folder at the repository's top holds once a job was submitted
+    # (counted, every submit would change the digest, so the job's name, and submit it again)
+    listing = list_folder(Path(folder), skip=(".git", STAGING_FOLDER), limit=SHIPPED_LIMIT)
     record = _code_record(folder)
     known = _read_code_record(record, folder) if record is not None else {}
     kept: Dict[str, List[Any]] = {}
