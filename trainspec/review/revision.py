@@ -288,8 +288,10 @@ def _extract(archive: bytes, tree: Path) -> None:
         files = [m for m in members if m.isfile()]
         if files:
             chunks = [archive[m.offset:m.offset_data + -(-m.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE] for m in files]
+            # LC_ALL=C: names as the archive's bytes, never converted to another locale's charset
             subprocess.run(["tar", "-x", "-f", "-", "-C", str(tree), "--no-same-owner", "--same-permissions"],
-                           input=b"".join([*chunks, bytes(2 * tarfile.BLOCKSIZE)]), check=True, capture_output=True)
+                           input=b"".join([*chunks, bytes(2 * tarfile.BLOCKSIZE)]), check=True, capture_output=True,
+                           env=dict(os.environ, LC_ALL="C"))
         tar.extractall(tree, members=[m for m in members if m.issym()], filter=_skip_unsafe)
 
 
