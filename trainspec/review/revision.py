@@ -299,9 +299,10 @@ def _by_tar(members: Sequence[Any], tree: Path) -> bool:
     """Whether GNU tar may write the regular files of ``members`` (_stays_inside's) into ``tree``
     exactly as tarfile's data filter would: tar is on PATH (Debian has it; without it, tarfile),
     every file's mode is 0644 or 0755 (git archive's under tar.umask 0022, which the filter keeps;
-    git stores no other), every name is normalized (git's are), and no member nor folder above one is a link already in the tree (from
-    an earlier archive of the same revision, which never holds one there): nothing is written
-    through a link, so each path is lexically where its name says, inside the tree."""
+    git stores no other), every name is normalized (git's are), and no member nor folder above one
+    is a link already in the tree (from an earlier archive of the same revision, which never holds
+    one there): nothing is written through a link, so each path is lexically where its name says,
+    inside the tree."""
     import posixpath
     import stat
 
