@@ -126,16 +126,17 @@ def test_review_reads_a_shared_code_folder_once_and_extracts_it_only_for_a_spec_
     import tarfile
 
     from conftest import git
+    from trainspec.review import revision
 
     extracted = []
-    real_open = tarfile.bltn_open  # what tarfile writes an extracted file with
+    real_extract = revision._extract  # what every archive of the base revision is extracted by
 
-    def extract_open(path, *args, **kwargs):
-        if "/code/" in os.fsdecode(path):
-            extracted.append(os.fsdecode(path))
-        return real_open(path, *args, **kwargs)
+    def extract(archive, tree):
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            extracted.extend(m.name for m in tar.getmembers() if m.isfile() and m.name.startswith("code/"))
+        real_extract(archive, tree)
 
-    monkeypatch.setattr(tarfile, "bltn_open", extract_open)
+    monkeypatch.setattr(revision, "_extract", extract)
     monkeypatch.setenv("TRAINSPEC_CACHE_DIR", "")  # every code file read for the job names: once
     git("init", "-q", "-b", "main", cwd=team)
     git("add", "-A", cwd=team)

@@ -184,6 +184,108 @@ def test_a_base_revision_without_files_reviews_every_job_as_new(tmp_path):
     assert sorted(names) == sorted(jobs) and removed == []
 
 
+def _tree(root):
+    """Every path under ``root``, by name: its kind, mode, bytes or link target (links not followed)."""
+    import stat
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            rel = os.path.relpath(path, root)
+            if stat.S_ISLNK(info.st_mode):
+                found[rel] = ("link", os.readlink(path))
+            elif stat.S_ISDIR(info.st_mode):
+                found[rel] = ("folder", oct(stat.S_IMODE(info.st_mode)))
+            else:
+                with open(path, "rb") as f:
+                    found[rel] = ("file", oct(stat.S_IMODE(info.st_mode)), f.read())
+    return found
+
+
+def _extracted(archives, into, monkeypatch, by_tar):
+    """``archives`` extracted one after the other into a new folder ``into``, by GNU tar where
+    _extract may use it, or by tarfile and the data filter alone (as before issue 40: no tar on PATH)."""
+    import tarfile
+    from trainspec.review import revision
+
+    into.mkdir()
+    with monkeypatch.context() as patch:
+        if by_tar:  # tarfile writes no regular file, links are its only work
+            patch.setattr(tarfile.TarFile, "makefile", lambda *a: pytest.fail("a file written through tarfile"))
+        else:
+            patch.setattr(revision.shutil, "which", lambda name: None)
+        for archive in archives:
+            revision._extract(archive, into)
+    return _tree(into)
+
+
+def test_the_base_revision_is_extracted_by_tar_exactly_as_tarfile_and_its_data_filter_did(tmp_path, monkeypatch):
+    """GNU tar writes the base revision's files (tarfile took a minute for 50,000), and the tree is
+    what tarfile and its data filter made: the same names, kinds, bytes, modes and links; a link
+    that leaves the tree (absolute, `..`, a chain) is still left out, a file named like an option
+    is a file; an archive git never writes (a setuid file, a name not normalized, a file below a link
+    an earlier archive made) is extracted by tarfile alone, as before."""
+    import io
+    import subprocess
+    import tarfile
+
+    from trainspec.review import revision
+
+    root = tmp_path / "repo"
+    (root / "src" / "deep" / "er").mkdir(parents=True)
+    files = {"src/train.py": b"print(1)\n", "src/deep/er/x.bin": bytes(range(256)) * 9, "-x": b"dash",
+             "--foo": b"option", "with space/and\nnewline": b"nl", "ünïcode/日本語.txt": "ü".encode(),
+             "long/" + "é" * 80 + "/" + "n" * 120: b"pax", "empty": b""}
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    os.chmod(root / "src" / "train.py", 0o755)
+    os.chmod(root / "--foo", 0o750)
+    for link, target in {"inside": "src/train.py", "src/up": "../src/deep", "abs": "/etc/passwd",
+                         "leaves": "../outside", "src/deep/far": "../../..", "src/deep/hop": "..",
+                         "src/deep/hop2": "hop/../..", "dangling": "nowhere/y", "-l": "--foo"}.items():
+        os.symlink(target, root / link)
+    git("init", "-q", cwd=root)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "tree", cwd=root)
+    archive = subprocess.run(["git", "-c", "tar.umask=0022", "archive", "--format=tar", "HEAD"],
+                             cwd=root, check=True, capture_output=True).stdout  # as Sparse.extract asks
+    # what git never writes: a setuid or group-writable file, a name not normalized
+    made = io.BytesIO()
+    with tarfile.open(fileobj=made, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, mode in {"suid": 0o4755, "group": 0o664, "./dot": 0o644}.items():
+            info = tarfile.TarInfo(name)
+            info.mode, info.size = mode, 4
+            tar.addfile(info, io.BytesIO(b"data"))
+    # an earlier archive made the link d -> sub: a file below d is written through it
+    first, second = io.BytesIO(), io.BytesIO()
+    with tarfile.open(fileobj=first, mode="w") as tar:
+        for name, kind in (("sub", tarfile.DIRTYPE), ("d", tarfile.SYMTYPE)):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.mode = kind, "sub" if kind == tarfile.SYMTYPE else "", 0o755
+            tar.addfile(info)
+    with tarfile.open(fileobj=second, mode="w") as tar:
+        info = tarfile.TarInfo("d/x")
+        info.size, info.mode = 1, 0o644
+        tar.addfile(info, io.BytesIO(b"x"))
+    new = _extracted([archive], tmp_path / "new", monkeypatch, by_tar=True)
+    assert new == _extracted([archive], tmp_path / "old", monkeypatch, by_tar=False)
+    assert new["src/train.py"] == ("file", "0o755", b"print(1)\n") and new["--foo"][:2] == ("file", "0o755")
+    assert new["-x"] == ("file", "0o644", b"dash") and new["with space/and\nnewline"][2] == b"nl"
+    assert {k: new[k] for k in ("inside", "src/up", "-l", "dangling", "src/deep/hop")} == {
+        "inside": ("link", "src/train.py"), "src/up": ("link", "../src/deep"), "-l": ("link", "--foo"),
+        "dangling": ("link", "nowhere/y"), "src/deep/hop": ("link", "..")}
+    assert not {"abs", "leaves", "src/deep/far", "src/deep/hop2"} & set(new)  # hop2: a chain through hop, out
+    for case, archives in {"git never": [made.getvalue()], "below a link": [first.getvalue(), second.getvalue()]}.items():
+        old = _extracted(archives, tmp_path / f"old {case}", monkeypatch, by_tar=False)
+        into = tmp_path / f"new {case}"
+        into.mkdir()
+        for one in archives:
+            revision._extract(one, into)
+        assert _tree(into) == old, case
+
+
 K8S_SPEC = """version: 1
 name: {name}
 code: ../code
