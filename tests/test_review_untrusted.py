@@ -294,6 +294,8 @@ def test_a_summary_larger_than_the_plans_share_takes_its_room_from_the_rest(repo
 BASE_SPEC = """version: 1
 code: ../code
 framework: pytorch
+distribution:
+  launcher: per-process  # Azure ML starts each process: a shell line (the pipe below) may run there
 resources:
   nodes: 1
   gpus_per_node: 2
