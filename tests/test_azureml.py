@@ -21,6 +21,7 @@ EXPECTED = {
     "tf-multiworker": (2, "TensorFlow", 2),
     "ddp-on-base": (2, "PyTorch", 1),  # the base's H100 size: 8 GPUs, torchrun per node (the default)
     "sft-h100": (2, "PyTorch", 1),  # the five-target fine-tune: its secret's helper runs first
+    "sft-deepspeed-h100": (2, "PyTorch", 1),  # accelerate + DeepSpeed per node: the shim hands it the world
 }
 # the command's first runtime file: the secrets helper where a spec has secrets, else the shim
 FIRST = {"sft-h100": "trainspec_secret_refs"}
