@@ -26,9 +26,13 @@ def repository(tmp_path: Path) -> Path:
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "env.yml").write_text("dependencies: [python]\n")
     os.symlink("../conda", root / "specs" / "envs")
-    text = (REPO / "specs" / "k8s-ddp.yaml").read_text().replace("code: ../examples/ddp", "code: ../code")
-    text = text.replace("  image: pytorch", "  conda_file: envs/env.yml\n  image: pytorch")
-    (root / "specs" / "k8s.yaml").write_text(text)
+    # an Azure ML job: a conda file is what its environment is built from (on Kubernetes it is an
+    # error whatever the path, since nothing in a pod would create the environment)
+    (root / "specs" / "k8s.yaml").write_text(
+        "version: 1\nname: memo\ncode: ../code\ncommand: python train.py --steps 1\n"
+        "resources: {nodes: 1, sku: Standard_NC24ads_A100_v4}\n"
+        "environment:\n  conda_file: envs/env.yml\n  image: pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime\n"
+        "targets:\n  azureml: {compute: gpu-cluster}\n")
     return root
 
 

@@ -74,7 +74,7 @@ def settings_model():
                                      examples=["source /opt/conda/bin/activate torch"])
         rdzv_port: int = Field(contract.HPCPACK_MASTER_PORT, ge=1024, le=65535,
                                description="torchrun rendezvous port on the first node (default: "
-                               "distribution.master_port when the spec writes it, else 29400).",
+                               f"distribution.master_port when the spec writes it, else {contract.HPCPACK_MASTER_PORT}).",
                                examples=[contract.HPCPACK_MASTER_PORT])
         priority: Optional[Literal["Lowest", "BelowNormal", "Normal", "AboveNormal", "Highest"]] = Field(
             None, description="Job priority.", examples=["Normal"])
