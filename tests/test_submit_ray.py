@@ -45,6 +45,8 @@ name: {name}
 code: code
 command: python job.py {mode}
 framework: pytorch
+distribution:
+  launcher: per-process  # one Ray actor a rank: the driver names the rank that failed, and logs are rank 0's
 {timeout}resources:
   nodes: 1
   procs_per_node: 2
