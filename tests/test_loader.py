@@ -247,14 +247,17 @@ def test_libyaml_reads_the_fuzzers_mutants_as_ruamel_does(tmp_path):
     import test_fuzz
 
     test_fuzz.arena(tmp_path)
-    taken = 0
+    taken = files = 0
     for kind, file, _ in test_fuzz.mutants(tmp_path):
         if kind == "argument":
             continue
+        files += 1
         text = file.read_bytes().decode("utf-8", errors="replace").lstrip("\ufeff")
         if len(text) <= 200_000:
             taken += _same_as_ruamel(file.name, text)
-    assert taken > 100  # most mutants are still YAML libyaml reads
+    # a good share of the mutants are still YAML libyaml reads (the comparison is not vacuous);
+    # the share moves with the seeded mutants, which change as specs are added to what they break
+    assert taken > files // 4, (taken, files)
 
 
 def test_the_same_bytes_are_parsed_once_per_process(monkeypatch):

@@ -688,8 +688,10 @@ def test_slurm_script_passes_bash_n_and_srun_gets_the_intended_argv_and_env(work
                                    f"open({str(fake / 'calls')!r}, 'a').write(json.dumps([sys.argv[1:], dict(os.environ), "
                                    "os.getcwd()]))\n")
         (fake / "scontrol").write_text("#!/bin/sh\nexit 1\n")
-        # the output folders the script makes are on the cluster's storage: recorded, not made here
-        (fake / "mkdir").write_text(f"#!{sys.executable}\nimport json, sys\n"
+        # the output folders the script makes (`mkdir -p -- ...`) are on the cluster's storage:
+        # recorded, not made here; its run folder below SLURM_SUBMIT_DIR is made
+        (fake / "mkdir").write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                                    "if '--' not in sys.argv: os.execv('/bin/mkdir', ['mkdir', *sys.argv[1:]])\n"
                                     f"open({str(fake / 'made')!r}, 'a').write(json.dumps(sys.argv[1:]))\n")
         for stub in ("srun", "scontrol", "mkdir"):
             (fake / stub).chmod(0o755)
