@@ -769,7 +769,13 @@ def test_kubernetes_job_is_crd_valid_and_bash_gives_the_intended_argv(workdir, g
         proc = subprocess.run(["bash", "-c", "cd() { :; }\n" + line], capture_output=True, text=True, timeout=300,
                               env={"PATH": os.environ["PATH"]}, stdin=subprocess.DEVNULL)
         assert proc.returncode == 0, (line, proc.stderr)
-        argv = json.loads(proc.stdout)
+        printed, decoder, at = [], json.JSONDecoder(), 0  # the printer's argv, once per call
+        while at < len(proc.stdout):
+            value, at = decoder.raw_decode(proc.stdout, at)
+            printed.append(value)
+        *copies, argv = printed
+        # with the code in the ConfigMap, the job's python first copies it into the pod's writable folder
+        assert all(c[:3] == ["-I", "-S", "-c"] and c[-2:] == ["/trainspec/code", "/trainspec/work"] for c in copies)
         user = ["train.py", *expected_args(gen, "kubernetes", settings_=settings_, spec_dir=spec.parent)]
         if gen.framework != "lightning":
             tail = ["torchrun", "--nnodes", str(gen.nodes), "--nproc_per_node", str(gen.procs), "--no-python",
