@@ -486,6 +486,9 @@ def test_sigterm_to_the_runner_stops_every_process(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"version: 1\nname: sigterm\ncode: {code}\ncommand: python wait.py\n"
                     "resources: {nodes: 2, gpus_per_node: 2}\nenvironment: {image: pytorch}\n"
+                    # every rank a process of the runner's own, each line prefixed with its rank
+                    # (two processes a node are per-node by default: torchrun would start them)
+                    "distribution: {launcher: per-process}\n"
                     f"env: {{MARKER: '{marker}'}}\n")
     command = [*trainspec_cmd(), "run", str(spec), "--local", "--workdir", str(tmp_path / "work"), "--timeout", "600"]
     ready = set()
