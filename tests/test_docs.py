@@ -171,6 +171,25 @@ def test_every_target_has_its_page_and_its_row_in_the_readme():
         assert any(f"| `{name}` |" in row and f"(docs/targets/{name}.md)" in row for row in rows), name
 
 
+GLANCE = ("Where the command starts", "What is copied, and when", "What is installed", "Which launcher runs")
+
+
+def test_every_target_page_says_at_a_glance_where_the_command_starts_what_is_copied_installed_and_launched():
+    """Issue 41: per target, the four things that make the job that runs the job written, in one
+    table a reader finds in the same place on every page (read as rendered: a markdown table)."""
+    from markdown_it import MarkdownIt
+
+    for name in registered_targets():
+        text = (DOCS / "targets" / f"{name}.md").read_text()
+        section = re.search(r"^## At a glance\n(.*?)(?=^## )", text, re.S | re.M)
+        assert section, f"docs/targets/{name}.md has no '## At a glance' section"
+        tokens = MarkdownIt("commonmark").enable("table").parse(section.group(1))
+        cells = [t.content for t in tokens if t.type == "inline"]
+        rows = {cells[i]: cells[i + 1] for i in range(0, len(cells) - 1) if cells[i] in GLANCE}
+        assert set(rows) == set(GLANCE), (name, sorted(set(GLANCE) - set(rows)))
+        assert all(len(value) > 40 for value in rows.values()), (name, rows)
+
+
 def spec_examples():
     """Every whole spec (a ```yaml block starting `version: 1`) in the README and the docs."""
     for page in [REPO / "README.md", *PAGES]:
