@@ -198,7 +198,7 @@ def test_a_base_of_many_keys_overridden_key_by_key_composes_in_linear_time(tmp_p
     assert ("env", "k8999", 0) not in doc.origins
 
 
-@pytest.mark.parametrize("value", ["[" * 100_000, "{a: " * 20_000, "- " * 10_000 + "x"])
+@pytest.mark.parametrize("value", ["[" * 100_000, "{a: " * 20_000, "- " * 10_000 + "x"], ids=["flow-lists", "flow-maps", "block-lists"])
 def test_a_deeply_nested_override_is_a_located_error_before_it_costs_seconds(tmp_path, value):
     """Bug: `--set a=[[[...` ended in "internal error: RecursionError" (exit 70) after seconds of
     ruamel's scanning; now the override is named, at the bracket too deep or the recursion."""

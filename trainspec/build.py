@@ -152,16 +152,19 @@ def extends_of(file: str, known: Optional[Dict[str, Optional[str]]] = None) -> O
     known = {} if known is None else known
     try:
         raw = read_bounded(file)
-        if b"extends:" not in raw:
-            return None  # the common case, without parsing
-        digest = sha256(raw).hexdigest()
-        if digest not in known:
-            data = load_bytes(raw, file).data  # the bytes the digest is of
-            parent = data.get("extends") if isinstance(data, dict) else None
-            known[digest] = parent if isinstance(parent, str) and parent else None
-        return known[digest]
-    except (OSError, ReadProblem, SpecError):
+    except (OSError, ReadProblem):
         return None
+    if b"extends:" not in raw:
+        return None  # the common case, without parsing
+    digest = sha256(raw).hexdigest()
+    if digest not in known:
+        try:
+            data = load_bytes(raw, file).data  # the bytes the digest is of
+        except SpecError:  # bytes that do not parse name nothing, however often they are met
+            data = None
+        parent = data.get("extends") if isinstance(data, dict) else None
+        known[digest] = parent if isinstance(parent, str) and parent else None
+    return known[digest]
 
 
 def dependents(base: str, root: str, known: Optional[Dict[str, Optional[str]]] = None) -> List[str]:
