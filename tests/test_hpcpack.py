@@ -67,7 +67,9 @@ def test_seed_job_validates_against_the_scheduler_xsd(tmp_path, schema):
                for v in task.findall("j:EnvironmentVariables/j:Variable", NS)}
         assert env["TRAINSPEC_NODE_RANK"] == str(i)
         assert env["TRAINSPEC_RDZV_DIR"] == "/app/.trainspec" and env["TRAINSPEC_MASTER_PORT"] == "29400"
-        assert task.get("CommandLine") == ("/opt/conda/envs/torch/bin/python -I -S /app/hpcpack-ddp/trainspec_shim.py -- "
+        # the shim in the job's staged folder: the spec's here, the job's own once submit names it
+        assert env["TRAINSPEC_STAGED_DIR"] == "/app/hpcpack-ddp"
+        assert task.get("CommandLine") == ('/opt/conda/envs/torch/bin/python -I -S "$TRAINSPEC_STAGED_DIR"/trainspec_shim.py -- '
                                            "/opt/conda/envs/torch/bin/python -m torch.distributed.run --nnodes 2 "
                                            "--nproc_per_node 4 --no-python /opt/conda/envs/torch/bin/python train.py --steps 100")
 
