@@ -321,27 +321,28 @@ class HPCPackScheduler(Scheduler):
         from (named_job_xml). Our own compiled script (the spec's command runs on the nodes, not
         here), run with bash from the job folder, bounded."""
         stage = job_dir / STAGE_FILE
+        run = shlex.join(["bash", str(stage), name])  # what submit runs, as a user would type it
         if not stage.is_file():
             raise SubmitError(f"{stage} is missing", f"compile the job again: trainspec compile SPEC -t {NAME}")
         env = self.context.env
         shared = env.get("TRAINSPEC_SHARED_DIR") or getattr(self.context.settings, "shared_dir", None)
         if shared and not Path(shared).is_dir():
             raise SubmitError(f"the shared folder {shared} is not here: submit stages the code there first "
-                              f"(bash {stage})",
+                              f"({run})",
                               "submit from a machine that mounts it, or set TRAINSPEC_SHARED_DIR to where it is "
                               "mounted here")
         try:
             proc = subprocess.run(["bash", STAGE_FILE, name], cwd=job_dir, capture_output=True, text=True,
                                   env={k: v for k, v in env.items() if k != "HPCPACK_PASSWORD"}, timeout=STAGE_SECONDS)
         except subprocess.TimeoutExpired:
-            raise SubmitError(f"staging the code did not end within {STAGE_SECONDS:.0f} s: bash {stage}",
+            raise SubmitError(f"staging the code did not end within {STAGE_SECONDS:.0f} s: {run}",
                               "a smaller code folder, or stage it by hand and submit job.xml") from None
         except OSError as exc:
             raise SubmitError(f"cannot run bash {stage}: {exc.strerror}", "install bash") from None
         if proc.returncode != 0:
             said = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             raise SubmitError(f"staging the code on the shared folder failed: {one_line(said)}",
-                              f"run it yourself to see why: bash {shlex.quote(str(stage))}")
+                              f"run it yourself to see why: {run}")
 
     def status(self, job: Job) -> Status:
         body, _ = self._request("GET", f"Job/{job.id}",
