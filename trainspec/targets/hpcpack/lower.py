@@ -26,7 +26,7 @@ Layout on the shared storage (``stage.sh`` makes it)::
 
 ``<folder>`` is what a job runs, and it is the job's own: ``submit`` stages it under the job's
 name (``<spec name>-<digest>``, jobs/api.py job_name) and names it in the job it creates
-(submit.py staged_job_xml), so a later submit of a changed spec stages beside it, never over
+(submit.py named_job_xml), so a later submit of a changed spec stages beside it, never over
 it, and a queued job keeps its copy. The compiled job.xml cannot name that folder itself (the
 digest is computed over job.xml), so it names ``<shared_dir>/<spec name>/``, where ``bash
 stage.sh`` by hand stages, and its tasks reach the folder through two values submit sets through
@@ -56,7 +56,7 @@ STAGE_FILE = "stage.sh"
 NAMESPACE = "http://schemas.microsoft.com/HPCS2008R2/scheduler/"
 VERSION = "3.000"
 CODE_FOLDER = "code"  # below the job's staged folder: the code, and where every task starts
-ENV_STAGED_DIR = "TRAINSPEC_STAGED_DIR"  # the job's staged folder, as the nodes see it: the command line starts the shim there
+ENV_STAGED_DIR = "TRAINSPEC_STAGED_DIR"  # the job's staged folder on the nodes: the shim starts there
 SUBMIT = "job submit /jobfile:{dir}/" + JOB_FILE + "  (after: bash {dir}/" + STAGE_FILE + ", which stages the code)"
 
 # XML 1.0 has no way to carry C0 controls (but tab, newline, carriage return) or non-characters;
@@ -231,7 +231,7 @@ class _Layout:
     def __init__(self, shared_dir: str, name: str):
         root = shared_dir.rstrip("/") or "/"
         self.root = root
-        self.job = staged_dir(shared_dir, name)  # by hand; submit names the job's own (staged_job_xml)
+        self.job = staged_dir(shared_dir, name)  # by hand; submit names the job's own (submit.py named_job_xml)
         self.code = f"{self.job}/{CODE_FOLDER}"
         staged = f'"${ENV_STAGED_DIR}"'  # expanded by the task's bash, whatever the folder's name
         self.shim = f"{staged}/{shlex.quote(base.SHIM_FILE)}"
