@@ -67,7 +67,9 @@ def test_seed_job_validates_against_the_scheduler_xsd(tmp_path, schema):
                for v in task.findall("j:EnvironmentVariables/j:Variable", NS)}
         assert env["TRAINSPEC_NODE_RANK"] == str(i)
         assert env["TRAINSPEC_RDZV_DIR"] == "/app/.trainspec" and env["TRAINSPEC_MASTER_PORT"] == "29400"
-        assert task.get("CommandLine") == ("/opt/conda/envs/torch/bin/python -I -S /app/hpcpack-ddp/trainspec_shim.py -- "
+        # the shim in the job's staged folder: the spec's here, the job's own once submit names it
+        assert env["TRAINSPEC_STAGED_DIR"] == "/app/hpcpack-ddp"
+        assert task.get("CommandLine") == ('/opt/conda/envs/torch/bin/python -I -S "$TRAINSPEC_STAGED_DIR"/trainspec_shim.py -- '
                                            "/opt/conda/envs/torch/bin/python -m torch.distributed.run --nnodes 2 "
                                            "--nproc_per_node 4 --no-python /opt/conda/envs/torch/bin/python train.py --steps 100")
 
@@ -196,3 +198,43 @@ def test_the_characters_a_job_xml_cannot_carry_are_found_with_or_without_the_pat
             found = pattern.search(text)
             assert xml_unsafe(text) == (found.group() if found else None), hex(code)
     assert xml_unsafe("") is None and xml_unsafe("caf\u00e9 \U0001f600") is None
+
+
+def test_stage_sh_puts_a_whole_copy_under_the_folder_name_it_is_given(tmp_path):
+    """stage.sh FOLDER (submit gives the job's name) copies the code, the shim and its election
+    file to <shared>/FOLDER/, made aside and moved into place whole: staging that name again leaves
+    nothing of the older copy, and no half-made folder behind. Without FOLDER: the spec's name,
+    which the compiled job.xml names. A FOLDER that is not one name is refused."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('one')\n")
+    (code / "old.py").write_text("print('old')\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("version: 1\nname: staged\ncode: code\ncommand: python train.py\n"
+                    "resources: {gpus_per_node: 0}\ntargets: {hpcpack: {shared_dir: /app}}\n")
+    folder = compile_xml(spec, tmp_path / "out").parent
+    shared = tmp_path / "shared"
+    env = {**os.environ, "TRAINSPEC_SHARED_DIR": str(shared)}
+
+    def stage(*args):
+        return subprocess.run(["bash", str(folder / "stage.sh"), *args], env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    assert stage("staged-0123456789").returncode == 0
+    job = shared / "staged-0123456789"
+    assert sorted(str(p.relative_to(job)) for p in job.rglob("*")) == [
+        "code", "code/old.py", "code/train.py", "trainspec_hpcpack_election.py", "trainspec_shim.py"]
+    (code / "old.py").unlink()
+    (code / "train.py").write_text("print('two')\n")
+    assert stage("staged-0123456789").returncode == 0
+    assert sorted(p.name for p in (job / "code").iterdir()) == ["train.py"]
+    assert (job / "code" / "train.py").read_text() == "print('two')\n"
+    assert list((shared / ".trainspec").iterdir()) == []  # the copy was made there and moved
+    assert stage().returncode == 0 and (shared / "staged" / "code" / "train.py").is_file()
+    for bad in ("../outside", "a/b", ".hidden"):
+        proc = stage(bad)
+        assert proc.returncode == 2 and "is not a folder name" in proc.stderr, (bad, proc.stderr)
+    assert not (tmp_path / "outside").exists() and not (shared / "a").exists()
+    root = lxml.parse(str(folder / "job.xml")).getroot()
+    task = root.find("j:Tasks/j:Task", NS)
+    assert task.get("WorkDirectory") == "/app/staged/code"

@@ -491,7 +491,7 @@ def test_the_election_ships_with_hpcpack_jobs_only_and_the_shim_stays_small(monk
             if artifact.target == "hpcpack":
                 assert artifact.file(ELECTION_FILE).data == ELECTION_PATH.read_bytes()
                 stage = artifact.file("stage.sh").data.decode()
-                assert "cp %s \"$shared\"/%s/%s\n" % (ELECTION_FILE, artifact.name, ELECTION_FILE) in stage
+                assert "cp %s \"$staging\"/%s\n" % (ELECTION_FILE, ELECTION_FILE) in stage
     assert {"hpcpack", "azureml", "ray", "slurm"} <= targets
 
 

@@ -210,9 +210,9 @@ def test_each_cluster_job_ships_the_helper_and_runs_it_in_front_of_the_shim_only
     assert ('python3 -I -S "$job_dir"/trainspec_secret_refs.py -- python3 -I -S "$job_dir"/trainspec_shim.py -- '
             in sbatch)
     stage = (out / "hpcpack" / "stage.sh").read_text()
-    assert 'cp trainspec_secret_refs.py "$shared"/sft/trainspec_secret_refs.py' in stage
-    assert "-I -S /shared/jobs/sft/trainspec_secret_refs.py -- python3 -I -S /shared/jobs/sft/trainspec_shim.py" in \
-        (out / "hpcpack" / "job.xml").read_text()
+    assert 'cp trainspec_secret_refs.py "$staging"/trainspec_secret_refs.py' in stage  # into the job's own folder
+    assert ('-I -S &quot;$TRAINSPEC_STAGED_DIR&quot;/trainspec_secret_refs.py -- python3 -I -S '
+            '&quot;$TRAINSPEC_STAGED_DIR&quot;/trainspec_shim.py') in (out / "hpcpack" / "job.xml").read_text()
     cluster = yaml.safe_load((out / "ray" / "cluster.yaml").read_text())
     assert cluster["file_mounts"]["~/trainspec/trainspec_secret_refs.py"] == "./trainspec_secret_refs.py"
     request = json.loads((out / "ray" / "trainspec_ray_job.json").read_text())

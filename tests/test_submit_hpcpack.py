@@ -300,10 +300,10 @@ def test_submit_follows_to_finished_and_a_second_submit_finds_it(head, tmp_path)
     assert "submitted (103); watch: job view 103 /scheduler:127.0.0.1" in first.stdout
     assert "node-0 says step" in first.stdout and "node-1 says" not in first.stdout  # rank 0 by default
     assert "completed (Finished)" in first.stdout
-    # staged on the shared folder by the compiled stage.sh, the job created from job.xml named after the digest
-    assert (tmp_path / "shared" / "ddp-fake" / "code" / "train.py").is_file()
+    # the job created from job.xml named after the digest, staged on the shared folder under that name
     [name] = submitted_names(head)
     assert name.startswith("ddp-fake-") and len(name) == len("ddp-fake-") + 10
+    assert (tmp_path / "shared" / name / "code" / "train.py").is_file()
     assert ("POST", "Job/103/Submit") in head.calls
     assert PASSWORD not in first.stdout + first.stderr
 
@@ -444,16 +444,20 @@ def test_the_name_is_set_through_the_xml_and_every_value_survives():
 
     original = ('<?xml version="1.0" encoding="utf-8"?>\n<!-- header -->\n'
                 '<Job xmlns="http://schemas.microsoft.com/HPCS2008R2/scheduler/" Name="a&amp;b" Version="3.000">'
-                '<Dependencies /><Tasks><Task Name="node-0" CommandLine="echo &quot;x&#10;y&quot;">'
-                '<EnvironmentVariables><Variable><Name>K</Name><Value>a&#13;\nb &lt;c&gt;</Value></Variable>'
+                '<Dependencies /><Tasks><Task Name="node-0" WorkDirectory="/app/a/code" '
+                'CommandLine="echo &quot;x&#10;y&quot;"><EnvironmentVariables>'
+                '<Variable><Name>K</Name><Value>a&#13;\nb &lt;c&gt;</Value></Variable>'
+                '<Variable><Name>TRAINSPEC_STAGED_DIR</Name><Value>/app/a</Value></Variable>'
                 '</EnvironmentVariables></Task></Tasks></Job>\n').encode()
-    renamed = ET.fromstring(named_job_xml(original, 'x"<y>-0123456789'))
+    staged = '/app/x"<y>&-0123456789'  # the job's own folder, set through the XML: escaped, never spliced
+    renamed = ET.fromstring(named_job_xml(original, 'x"<y>-0123456789', staged=staged))
     before = ET.fromstring(original)
     assert renamed.get("Name") == 'x"<y>-0123456789'
     task, old = renamed.find(f"{SCHED}Tasks/{SCHED}Task"), before.find(f"{SCHED}Tasks/{SCHED}Task")
     assert task.get("CommandLine") == old.get("CommandLine") == 'echo "x\ny"'
-    value = task.find(f"{SCHED}EnvironmentVariables/{SCHED}Variable/{SCHED}Value").text
-    assert value == "a\r\nb <c>"
+    values = [v.text for v in task.iter(f"{SCHED}Value")]
+    assert values == ["a\r\nb <c>", staged]
+    assert task.get("WorkDirectory") == staged + "/code"
 
 
 def test_the_address_is_the_head_nodes_https_root():
@@ -486,7 +490,7 @@ def test_a_job_of_the_same_name_is_followed_only_with_this_jobs_digest(head, tmp
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert f"a job named {name} is already there (100; job view 100 /scheduler:127.0.0.1) but it is not this " \
            f"job: it carries no trainspec_digest, not {digest}; nothing submitted" in proc.stderr
-    assert ("POST", "Jobs/JobFile") not in head.calls and not (tmp_path / "shared" / "ddp-fake").exists()
+    assert ("POST", "Jobs/JobFile") not in head.calls and list((tmp_path / "shared").iterdir()) == []
     del head.jobs[100]  # that job removed: this one is submitted with its digest, and found by it
     done = trainspec(tmp_path, env, "submit", spec.name, "-t", "hpcpack")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -494,3 +498,48 @@ def test_a_job_of_the_same_name_is_followed_only_with_this_jobs_digest(head, tmp
     assert (key, value) == ("trainspec_digest", digest)
     again = trainspec(tmp_path, env, "submit", spec.name, "-t", "hpcpack")
     assert again.returncode == 0 and "already submitted (101)" in again.stdout, again.stdout + again.stderr
+
+
+def test_a_queued_job_keeps_its_own_staged_folder_when_the_spec_and_its_code_change(head, tmp_path):
+    """Submit stages the code, the shim and its election file under the job's own name,
+    <shared_dir>/<job name>/, and the job it creates runs from there. A changed spec (another
+    digest, another job) submitted while the first waits gets its own folder: the first job's is
+    byte for byte what it was, and its tasks still start in it and run its shim."""
+    head.plan = ["Queued"]  # both jobs wait in the queue
+    spec = write_spec(tmp_path)
+    env = environment(head, tmp_path)
+    shared = tmp_path / "shared"
+
+    def files(folder: Path):
+        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+    first = trainspec(tmp_path, env, "submit", spec.name, "-t", "hpcpack")
+    assert first.returncode == 0, first.stdout + first.stderr
+    [first_name] = submitted_names(head)
+    staged = files(shared / first_name)
+    assert {"code/train.py", "trainspec_shim.py", "trainspec_hpcpack_election.py"} <= set(staged)
+
+    (tmp_path / "code" / "train.py").write_text("print('edited after submit')\n")
+    (tmp_path / "code" / "new.py").write_text("print('new')\n")
+    spec.write_text(spec.read_text().replace("--steps 3", "--steps 4"))
+    second = trainspec(tmp_path, env, "submit", spec.name, "-t", "hpcpack")
+    assert second.returncode == 0, second.stdout + second.stderr
+    first_name_again, second_name = submitted_names(head)
+    assert first_name_again == first_name != second_name
+    assert files(shared / first_name) == staged  # the queued job's copy, untouched
+    assert (shared / second_name / "code" / "train.py").read_text() == "print('edited after submit')\n"
+    assert not (shared / "ddp-fake").exists()  # nothing is staged under the spec's name
+
+    for job in head.jobs.values():
+        name = ET.fromstring(job["xml"]).get("Name")
+        for task in ET.fromstring(job["xml"]).iter(f"{SCHED}Task"):
+            assert task.get("WorkDirectory") == f"/app/{name}/code"
+            variables = {v.findtext(f"{SCHED}Name"): v.findtext(f"{SCHED}Value")
+                         for v in task.iter(f"{SCHED}Variable")}
+            # the words the task's bash runs, expanded with the task's variables: the shim is the job's own
+            words = subprocess.run(["bash", "-c", 'eval "set -- $LINE" && printf "%s\\n" "$@"'],
+                                   env={**variables, "LINE": task.get("CommandLine"), "PATH": os.environ["PATH"]},
+                                   capture_output=True, text=True, timeout=30).stdout.splitlines()
+            assert words[:4] == ["/usr/bin/python3", "-I", "-S", f"/app/{name}/trainspec_shim.py"]
+            assert head.node_path(words[3]).read_bytes() == files(shared / name)["trainspec_shim.py"]
+            assert "--steps " + ("3" if name == first_name else "4") in task.get("CommandLine")

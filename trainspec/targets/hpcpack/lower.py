@@ -18,11 +18,20 @@ the shape of the job:
 
 Layout on the shared storage (``stage.sh`` makes it)::
 
-    <shared_dir>/<name>/code/              the spec's code directory (WorkDirectory)
-    <shared_dir>/<name>/trainspec_shim.py
-    <shared_dir>/<name>/trainspec_hpcpack_election.py   the shim's master election
+    <shared_dir>/<folder>/code/            the spec's code directory (WorkDirectory)
+    <shared_dir>/<folder>/trainspec_shim.py
+    <shared_dir>/<folder>/trainspec_hpcpack_election.py   the shim's master election
     <shared_dir>/logs/<name>/<job id>.node-<i>.out|.err
     <shared_dir>/.trainspec/               rendezvous files
+
+``<folder>`` is what a job runs, and it is the job's own: ``submit`` stages it under the job's
+name (``<spec name>-<digest>``, jobs/api.py job_name) and names it in the job it creates
+(submit.py named_job_xml), so a later submit of a changed spec stages beside it, never over
+it, and a queued job keeps its copy. The compiled job.xml cannot name that folder itself (the
+digest is computed over job.xml), so it names ``<shared_dir>/<spec name>/``, where ``bash
+stage.sh`` by hand stages, and its tasks reach the folder through two values submit sets through
+the XML: each task's ``WorkDirectory`` and its ``TRAINSPEC_STAGED_DIR`` (which the command line
+expands, in double quotes, to start the shim).
 """
 
 from __future__ import annotations
@@ -46,6 +55,8 @@ JOB_FILE = "job.xml"
 STAGE_FILE = "stage.sh"
 NAMESPACE = "http://schemas.microsoft.com/HPCS2008R2/scheduler/"
 VERSION = "3.000"
+CODE_FOLDER = "code"  # below the job's staged folder: the code, and where every task starts
+ENV_STAGED_DIR = "TRAINSPEC_STAGED_DIR"  # the job's staged folder on the nodes: the shim starts there
 SUBMIT = "job submit /jobfile:{dir}/" + JOB_FILE + "  (after: bash {dir}/" + STAGE_FILE + ", which stages the code)"
 
 # XML 1.0 has no way to carry C0 controls (but tab, newline, carriage return) or non-characters;
@@ -213,18 +224,27 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
 
 
 class _Layout:
-    """Where things live on the shared storage."""
+    """Where things live on the shared storage. What the tasks run (the code, the shim and its
+    helpers) is in the job's staged folder, which the command line reaches through
+    ``$TRAINSPEC_STAGED_DIR``; logs, outputs and rendezvous files are the spec's, kept by job id."""
 
     def __init__(self, shared_dir: str, name: str):
         root = shared_dir.rstrip("/") or "/"
         self.root = root
-        self.job = f"{root}/{name}"
-        self.code = f"{root}/{name}/code"
-        self.shim = f"{root}/{name}/{base.SHIM_FILE}"
-        self.secrets = f"{root}/{name}/{base.SECRETS_FILE}"
+        self.job = staged_dir(shared_dir, name)  # by hand; submit names the job's own (submit.py named_job_xml)
+        self.code = f"{self.job}/{CODE_FOLDER}"
+        staged = f'"${ENV_STAGED_DIR}"'  # expanded by the task's bash, whatever the folder's name
+        self.shim = f"{staged}/{shlex.quote(base.SHIM_FILE)}"
+        self.secrets = f"{staged}/{shlex.quote(base.SECRETS_FILE)}"
         self.logs = f"{root}/logs/{name}"
         self.rendezvous = f"{root}/.trainspec"
         self.outputs = f"{root}/outputs/{name}"
+
+
+def staged_dir(shared_dir: str, folder: str) -> str:
+    """The folder a job runs from on the shared storage: ``<shared_dir>/<folder>``, where
+    ``folder`` is the job's name (submit) or the spec's (the compiled job.xml, stage.sh by hand)."""
+    return f"{shared_dir.rstrip('/')}/{folder}"
 
 
 def _tag(name: str) -> str:
@@ -289,8 +309,8 @@ def _command(valid: ValidSpec, layout: _Layout) -> str:
     settings = _settings(valid)
     python = _python(valid)
     user = valid.render(("command",), spec.command, refs_for(valid)).strip()
-    shim = base.with_secrets(valid, shlex.join([*python, *base.SHIM_FLAGS, layout.shim]), shlex.join(python),
-                             shlex.quote(layout.secrets))
+    shim = base.with_secrets(valid, f"{shlex.join([*python, *base.SHIM_FLAGS])} {layout.shim}", shlex.join(python),
+                             layout.secrets)
     if valid.launcher == "per-process" or base.own_spawner(user):
         # one process: the task is it, nothing wraps it (ValidSpec.launcher); accelerate launch /
         # deepspeed per node: the shim hands it the world as flags
@@ -310,6 +330,7 @@ def _environment(valid: ValidSpec, layout: _Layout) -> Dict[str, str]:
     env = base.job_env(valid, refs_for(valid), valid.launcher, rendezvous_port(valid))
     env.update(base.secret_env(valid, NAME))  # where each secret is kept: the shim reads it on the node
     env.update(base.pip_env(valid))  # the shim installs them once per node, before the command
+    env[ENV_STAGED_DIR] = layout.job
     if settings.nodes:
         env[contract.ENV_MASTER_ADDR] = settings.nodes[0]
     else:
@@ -318,25 +339,35 @@ def _environment(valid: ValidSpec, layout: _Layout) -> Dict[str, str]:
 
 
 def _stage_script(valid: ValidSpec, layout: _Layout, out_dir: Path) -> str:
-    """Copies the code, the shim and its election file to the shared storage and makes the log
-    folder. Run it on any machine that mounts the shared storage, from the folder it sits in."""
+    """Copies the code, the shim and its election file to the job's folder on the shared storage
+    and makes the log folder. Run it on any machine that mounts the shared storage, from the
+    folder it sits in: ``bash stage.sh [FOLDER]``, FOLDER the job's name (submit gives it) or, by
+    hand, the spec's. The copy is made aside and moved into place whole, replacing what a
+    folder of that name held (a submit that failed before its job was queued): a task never
+    starts in a half-copied folder, and nothing of an older copy stays."""
     code = base.relative(valid.resolve(valid.spec.code), out_dir)
     q = shlex.quote
+    name = q(valid.name)
     lines = [
         "#!/usr/bin/env bash",
         *[f"# {line}" for line in emit.header_lines(valid.source.display, valid.source.digest, NAME)],
         "# Stage the job on the shared storage, then submit job.xml from a Windows client:",
         f"#   job submit /jobfile:{JOB_FILE}",
+        "# bash stage.sh [FOLDER]: the job's folder below the shared storage, the spec's name unless",
+        "# given (trainspec submit gives the job's name, and names that folder in the job it creates)",
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
         f"shared=${{TRAINSPEC_SHARED_DIR:-{q(layout.root)}}}",
-        f"mkdir -p \"$shared\"/{q(valid.name)}/code \"$shared\"/logs/{q(valid.name)} \"$shared\"/.trainspec "
-        f"\"$shared\"/outputs/{q(valid.name)}",
-        f"cp -R {q(code)}/. \"$shared\"/{q(valid.name)}/code/",
-        f"cp {q(base.SHIM_FILE)} \"$shared\"/{q(valid.name)}/{q(base.SHIM_FILE)}",
-        f"cp {q(contract.ELECTION_FILE)} \"$shared\"/{q(valid.name)}/{q(contract.ELECTION_FILE)}",
-        *[f"cp {q(f.path)} \"$shared\"/{q(valid.name)}/{q(f.path)}" for f in base.secrets_files(valid)],
-        'echo "staged in $shared"',
+        f"folder=${{1:-{name}}}",
+        'case $folder in ""|.*|*/*) echo "stage.sh: $folder is not a folder name" >&2; exit 2;; esac',
+        f'mkdir -p "$shared"/logs/{name} "$shared"/.trainspec "$shared"/outputs/{name}',
+        'staging="$shared/.trainspec/staging.$folder.$$"',
+        f'rm -rf "$staging" && mkdir "$staging" "$staging"/{q(CODE_FOLDER)}',
+        f'cp -R {q(code)}/. "$staging"/{q(CODE_FOLDER)}/',
+        *[f'cp {q(item)} "$staging"/{q(item)}'
+          for item in (base.SHIM_FILE, contract.ELECTION_FILE, *[f.path for f in base.secrets_files(valid)])],
+        'rm -rf "${shared:?}/$folder" && mv "$staging" "$shared/$folder"',
+        'echo "staged in $shared/$folder"',
     ]
     return "\n".join(lines) + "\n"
 
@@ -386,6 +417,9 @@ def plan_settings(valid: ValidSpec) -> Dict[str, str]:
     lines = {"nodes with at least": ", ".join(chosen)} if chosen else {}
     lines.update(base.plan_data(valid, refs_for(valid)))  # where the data is: a volume's, the spec's, shared_dir
     lines["shim"] = base.plan_shim(_settings(valid).python)
+    layout = _Layout(_settings(valid).shared_dir, valid.spec.name)
+    lines["code"] = (f"{staged_dir(layout.root, '<job name>')}/{CODE_FOLDER}, copied at submit: the job's own, "
+                     f"a queued job keeps it (bash {STAGE_FILE} by hand: {layout.code})")
     return lines
 
 

@@ -3,9 +3,9 @@ api-version 2012-11-01.4.0), over HTTPS with Basic authentication, from the stan
 
     find(name)     GET  /WindowsHPC/Jobs?Properties=Id,Name,State     (Get Job List; continuation by QueryId),
                    then GET /WindowsHPC/Job/<id>/CustomProperties: its trainspec_digest (Get Job Custom Properties)
-    submit         bash stage.sh (the code onto the shared folder), then
-                   POST /WindowsHPC/Jobs/JobFile  job.xml, its Name and its custom property
-                                                  trainspec_digest set  -> <int>id</int>  (Create Job From XML)
+    submit         bash stage.sh <job name> (the code into the job's own folder on the shared folder), then
+                   POST /WindowsHPC/Jobs/JobFile  job.xml, its Name, its custom property trainspec_digest
+                                                  and its tasks' folder set  -> <int>id</int>  (Create Job From XML)
                    POST /WindowsHPC/Job/<id>/Submit  <ArrayOfProperty/>                      (Submit Job)
     status         GET  /WindowsHPC/Job/<id>?Properties=Id,Name,State,ErrorMessage&Render=RestPropRender
     logs           GET  /WindowsHPC/Job/<id>/Tasks?Properties=...StdOutFilePath,Output    (Get Task List),
@@ -35,7 +35,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from trainspec.core.files import read_below
 from trainspec.jobs.api import DIGEST_KEY, Context, Job, LogLine, Scheduler, State, Status, SubmitError
-from trainspec.targets.hpcpack.lower import JOB_FILE, NAMESPACE, STAGE_FILE, _keep_carriage_returns
+from trainspec.targets.hpcpack.lower import (CODE_FOLDER, ENV_STAGED_DIR, JOB_FILE, NAMESPACE, STAGE_FILE,
+                                             _keep_carriage_returns, staged_dir)
 from trainspec.targets.hpcpack.settings import NAME
 
 API_VERSION = "2012-11-01.4.0"  # HPC Pack 2012, 2012 R2, 2016 and later (Azure-Samples/hpcpack-samples)
@@ -122,15 +123,17 @@ def _fault(body: bytes) -> str:
     return ""
 
 
-def named_job_xml(data: bytes, name: str, digest: str = "") -> bytes:
+def named_job_xml(data: bytes, name: str, digest: str = "", staged: str = "") -> bytes:
     """job.xml with the job's Name set to ``name`` and, given a ``digest``, the job's custom
     property trainspec_digest (``<CustomProperties><Term>``, the Job's first child in the XSD's
-    order), through the XML, never a string edit."""
+    order); given ``staged``, the job's own folder on the shared storage (lower.py staged_dir),
+    each task starts in its code (``WorkDirectory``) and its command line runs the shim there
+    (``TRAINSPEC_STAGED_DIR``). Through the XML, never a string edit."""
     ET.register_namespace("", NAMESPACE)
     root = ET.fromstring(data)
     root.set("Name", name)
+    tag = f"{{{NAMESPACE}}}"
     if digest:
-        tag = f"{{{NAMESPACE}}}"
         custom = root.find(tag + "CustomProperties")
         if custom is None:
             custom = ET.Element(tag + "CustomProperties")
@@ -140,6 +143,12 @@ def named_job_xml(data: bytes, name: str, digest: str = "") -> bytes:
         term = ET.SubElement(custom, tag + "Term")
         ET.SubElement(term, tag + "Name").text = DIGEST_KEY
         ET.SubElement(term, tag + "Value").text = digest
+    if staged:
+        for task in root.iter(tag + "Task"):
+            task.set("WorkDirectory", f"{staged}/{CODE_FOLDER}")
+            for variable in task.iter(tag + "Variable"):
+                if variable.findtext(tag + "Name") == ENV_STAGED_DIR:
+                    variable.find(tag + "Value").text = staged
     text = _keep_carriage_returns(ET.tostring(root, encoding="unicode"))
     return ('<?xml version="1.0" encoding="utf-8"?>\n' + text + "\n").encode("utf-8")
 
@@ -288,8 +297,10 @@ class HPCPackScheduler(Scheduler):
     def submit(self, job_dir: Path, name: str, digest: str) -> Job:
         self._base()  # refuse before staging anything
         self._authorization()
-        self._stage(job_dir)
-        xml = named_job_xml((job_dir / JOB_FILE).read_bytes(), name, digest)
+        self._stage(job_dir, name)
+        # the job runs its own folder, as the nodes see it (the spec's shared_dir: submit comes from a spec)
+        staged = staged_dir(self.context.settings.shared_dir, name)
+        xml = named_job_xml((job_dir / JOB_FILE).read_bytes(), name, digest, staged)
         body, _ = self._request("POST", "Jobs/JobFile", body=xml)
         root = _parse(body)
         id = (root.text or "").strip()
@@ -304,32 +315,34 @@ class HPCPackScheduler(Scheduler):
                               exc.hint + f"; it stays Configuring: remove it with `job cancel {id}`") from None
         return self._job(id, name, digest)
 
-    def _stage(self, job_dir: Path) -> None:
+    def _stage(self, job_dir: Path, name: str) -> None:
         """Run the compiled stage.sh: it copies the code, the shim and its election file to the
-        shared folder the tasks run from. Our own compiled script (the spec's command runs on the
-        nodes, not here), run with bash from the job folder, bounded."""
+        job's own folder on the shared storage, ``<shared_dir>/<name>/``, the folder its tasks run
+        from (named_job_xml). Our own compiled script (the spec's command runs on the nodes, not
+        here), run with bash from the job folder, bounded."""
         stage = job_dir / STAGE_FILE
+        run = shlex.join(["bash", str(stage), name])  # what submit runs, as a user would type it
         if not stage.is_file():
             raise SubmitError(f"{stage} is missing", f"compile the job again: trainspec compile SPEC -t {NAME}")
         env = self.context.env
         shared = env.get("TRAINSPEC_SHARED_DIR") or getattr(self.context.settings, "shared_dir", None)
         if shared and not Path(shared).is_dir():
             raise SubmitError(f"the shared folder {shared} is not here: submit stages the code there first "
-                              f"(bash {stage})",
+                              f"({run})",
                               "submit from a machine that mounts it, or set TRAINSPEC_SHARED_DIR to where it is "
                               "mounted here")
         try:
-            proc = subprocess.run(["bash", STAGE_FILE], cwd=job_dir, capture_output=True, text=True,
+            proc = subprocess.run(["bash", STAGE_FILE, name], cwd=job_dir, capture_output=True, text=True,
                                   env={k: v for k, v in env.items() if k != "HPCPACK_PASSWORD"}, timeout=STAGE_SECONDS)
         except subprocess.TimeoutExpired:
-            raise SubmitError(f"staging the code did not end within {STAGE_SECONDS:.0f} s: bash {stage}",
+            raise SubmitError(f"staging the code did not end within {STAGE_SECONDS:.0f} s: {run}",
                               "a smaller code folder, or stage it by hand and submit job.xml") from None
         except OSError as exc:
             raise SubmitError(f"cannot run bash {stage}: {exc.strerror}", "install bash") from None
         if proc.returncode != 0:
             said = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             raise SubmitError(f"staging the code on the shared folder failed: {one_line(said)}",
-                              f"run it yourself to see why: bash {shlex.quote(str(stage))}")
+                              f"run it yourself to see why: {run}")
 
     def status(self, job: Job) -> Status:
         body, _ = self._request("GET", f"Job/{job.id}",

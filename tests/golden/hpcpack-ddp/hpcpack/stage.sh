@@ -3,11 +3,18 @@
 # Edit the spec, not this file: `trainspec compile` rewrites it.
 # Stage the job on the shared storage, then submit job.xml from a Windows client:
 #   job submit /jobfile:job.xml
+# bash stage.sh [FOLDER]: the job's folder below the shared storage, the spec's name unless
+# given (trainspec submit gives the job's name, and names that folder in the job it creates)
 set -euo pipefail
 cd "$(dirname "$0")"
 shared=${TRAINSPEC_SHARED_DIR:-/app}
-mkdir -p "$shared"/hpcpack-ddp/code "$shared"/logs/hpcpack-ddp "$shared"/.trainspec "$shared"/outputs/hpcpack-ddp
-cp -R ../../../../examples/ddp/. "$shared"/hpcpack-ddp/code/
-cp trainspec_shim.py "$shared"/hpcpack-ddp/trainspec_shim.py
-cp trainspec_hpcpack_election.py "$shared"/hpcpack-ddp/trainspec_hpcpack_election.py
-echo "staged in $shared"
+folder=${1:-hpcpack-ddp}
+case $folder in ""|.*|*/*) echo "stage.sh: $folder is not a folder name" >&2; exit 2;; esac
+mkdir -p "$shared"/logs/hpcpack-ddp "$shared"/.trainspec "$shared"/outputs/hpcpack-ddp
+staging="$shared/.trainspec/staging.$folder.$$"
+rm -rf "$staging" && mkdir "$staging" "$staging"/code
+cp -R ../../../../examples/ddp/. "$staging"/code/
+cp trainspec_shim.py "$staging"/trainspec_shim.py
+cp trainspec_hpcpack_election.py "$staging"/trainspec_hpcpack_election.py
+rm -rf "${shared:?}/$folder" && mv "$staging" "$shared/$folder"
+echo "staged in $shared/$folder"

@@ -3,11 +3,18 @@
 # Edit the spec, not this file: `trainspec compile` rewrites it.
 # Stage the job on the shared storage, then submit job.xml from a Windows client:
 #   job submit /jobfile:job.xml
+# bash stage.sh [FOLDER]: the job's folder below the shared storage, the spec's name unless
+# given (trainspec submit gives the job's name, and names that folder in the job it creates)
 set -euo pipefail
 cd "$(dirname "$0")"
 shared=${TRAINSPEC_SHARED_DIR:-/shared/hpcpack}
-mkdir -p "$shared"/sft-deepspeed-h100/code "$shared"/logs/sft-deepspeed-h100 "$shared"/.trainspec "$shared"/outputs/sft-deepspeed-h100
-cp -R ../../../../examples/huggingface/. "$shared"/sft-deepspeed-h100/code/
-cp trainspec_shim.py "$shared"/sft-deepspeed-h100/trainspec_shim.py
-cp trainspec_hpcpack_election.py "$shared"/sft-deepspeed-h100/trainspec_hpcpack_election.py
-echo "staged in $shared"
+folder=${1:-sft-deepspeed-h100}
+case $folder in ""|.*|*/*) echo "stage.sh: $folder is not a folder name" >&2; exit 2;; esac
+mkdir -p "$shared"/logs/sft-deepspeed-h100 "$shared"/.trainspec "$shared"/outputs/sft-deepspeed-h100
+staging="$shared/.trainspec/staging.$folder.$$"
+rm -rf "$staging" && mkdir "$staging" "$staging"/code
+cp -R ../../../../examples/huggingface/. "$staging"/code/
+cp trainspec_shim.py "$staging"/trainspec_shim.py
+cp trainspec_hpcpack_election.py "$staging"/trainspec_hpcpack_election.py
+rm -rf "${shared:?}/$folder" && mv "$staging" "$shared/$folder"
+echo "staged in $shared/$folder"

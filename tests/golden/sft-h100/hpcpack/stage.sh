@@ -3,12 +3,19 @@
 # Edit the spec, not this file: `trainspec compile` rewrites it.
 # Stage the job on the shared storage, then submit job.xml from a Windows client:
 #   job submit /jobfile:job.xml
+# bash stage.sh [FOLDER]: the job's folder below the shared storage, the spec's name unless
+# given (trainspec submit gives the job's name, and names that folder in the job it creates)
 set -euo pipefail
 cd "$(dirname "$0")"
 shared=${TRAINSPEC_SHARED_DIR:-/shared/hpcpack}
-mkdir -p "$shared"/sft-h100/code "$shared"/logs/sft-h100 "$shared"/.trainspec "$shared"/outputs/sft-h100
-cp -R ../../../../examples/ddp/. "$shared"/sft-h100/code/
-cp trainspec_shim.py "$shared"/sft-h100/trainspec_shim.py
-cp trainspec_hpcpack_election.py "$shared"/sft-h100/trainspec_hpcpack_election.py
-cp trainspec_secret_refs.py "$shared"/sft-h100/trainspec_secret_refs.py
-echo "staged in $shared"
+folder=${1:-sft-h100}
+case $folder in ""|.*|*/*) echo "stage.sh: $folder is not a folder name" >&2; exit 2;; esac
+mkdir -p "$shared"/logs/sft-h100 "$shared"/.trainspec "$shared"/outputs/sft-h100
+staging="$shared/.trainspec/staging.$folder.$$"
+rm -rf "$staging" && mkdir "$staging" "$staging"/code
+cp -R ../../../../examples/ddp/. "$staging"/code/
+cp trainspec_shim.py "$staging"/trainspec_shim.py
+cp trainspec_hpcpack_election.py "$staging"/trainspec_hpcpack_election.py
+cp trainspec_secret_refs.py "$staging"/trainspec_secret_refs.py
+rm -rf "${shared:?}/$folder" && mv "$staging" "$shared/$folder"
+echo "staged in $shared/$folder"
