@@ -200,7 +200,8 @@ def test_a_slurm_job_installs_the_package_once_per_node_before_the_command_that_
     code = tmp_path / "code"
     code.mkdir()
     (code / "check.py").write_text("import os, tinypkg\n"
-                                   "print('rank', os.environ['RANK'], tinypkg.MARK, tinypkg.__file__, flush=True)\n")
+                                   "line = ' '.join(['rank', os.environ['RANK'], tinypkg.MARK, tinypkg.__file__]) + '\\n'\n"
+                                   "os.write(1, line.encode())  # one write: the two ranks' lines never interleave\n")
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"""version: 1
 name: pipjob
