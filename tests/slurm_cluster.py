@@ -66,8 +66,15 @@ def missing() -> Optional[str]:
 
 
 class SlurmCluster:
-    def __init__(self, workdir: Path, nodes: int = 2, slurmd_timeout: int = 10, min_job_age: int = 16) -> None:
+    def __init__(self, workdir: Path, nodes: int = 2, slurmd_timeout: int = 10, min_job_age: int = 16,
+                 bind_cpus: bool = False) -> None:
         self.dir = Path(workdir)
+        # task/affinity: slurmd binds each task to the CPUs its step gave it (sched_setaffinity; no
+        # cgroups needed), as a production cluster does. The fake nodes claim CPUS_PER_NODE CPUs
+        # whatever the machine has, and Slurm folds their masks onto the machine's CPUs (4 on a
+        # machine of 2: CPUs 0-1 on CPU 0, 2-3 on CPU 1). Off unless asked: unbound, the per-node
+        # and per-process jobs of the other tests keep every CPU of the machine.
+        self.task_plugin = "task/affinity" if bind_cpus else "task/none"
         self.nodes = nodes
         self.names = [f"n{i + 1}" for i in range(nodes)]
         self.slurmd_timeout = slurmd_timeout
@@ -131,7 +138,7 @@ SlurmdPidFile={self.dir / 'slurmd'}-%n.pid
 SlurmctldLogFile={self.dir / 'slurmctld.log'}
 SlurmdLogFile={self.dir / 'slurmd'}-%n.log
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin={self.task_plugin}
 JobAcctGatherType=jobacct_gather/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
