@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, copy_examples, example_specs
 
 USER, PASSWORD = "CONTOSO\\alice", "s3cret-pass"
 SCHED = "{http://schemas.microsoft.com/HPCS2008R2/scheduler/}"
@@ -494,3 +494,17 @@ def test_a_job_of_the_same_name_is_followed_only_with_this_jobs_digest(head, tmp
     assert (key, value) == ("trainspec_digest", digest)
     again = trainspec(tmp_path, env, "submit", spec.name, "-t", "hpcpack")
     assert again.returncode == 0 and "already submitted (101)" in again.stdout, again.stdout + again.stderr
+
+
+@pytest.mark.parametrize("spec_file", sorted(example_specs("hpcpack")))
+def test_every_example_spec_submits(head, tmp_path, spec_file):
+    """Issue 41: each spec of specs/ that names HPC Pack, as checked in, submitted from a copy of
+    the repository's layout: its code staged on the shared folder, the job created from its XML and
+    submitted; the head keeps it queued (it never runs here)."""
+    copy_examples(tmp_path)
+    head.plan = ["Queued"]
+    proc = trainspec(tmp_path, environment(head, tmp_path), "submit", f"specs/{spec_file}", "-t", "hpcpack")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [name] = submitted_names(head)
+    assert name.startswith(Path(spec_file).stem + "-") and ("POST", "Job/100/Submit") in head.calls
+    assert list((tmp_path / "shared").glob("*/code/train.py")), proc.stdout  # the examples' code, staged
