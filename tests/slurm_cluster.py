@@ -5,6 +5,9 @@ own host name and /etc/hosts) on a private bridge (trainspec/netns.py), fake GPU
     with SlurmCluster(workdir, nodes=2) as cluster:
         cluster.sbatch(script, cwd=...)        # sbatch, then the job until it ends, from the controller's namespace
 
+Options: nodes of another size (node=H100_NODE, the size the example specs name), partitions
+where jobs only queue (queue_only), tasks bound to their CPUs (bind_cpus: task/affinity).
+
 Every daemon is started here and stopped here, by PID, whatever happens; whatever is left in a
 node's namespace (a job's processes) is killed before the namespaces are deleted.
 """
@@ -88,7 +91,7 @@ class SlurmCluster:
         # nodes have (and names the partition's refusal), then the job waits in the queue and never runs
         self.queue_only = tuple(queue_only)
         # task/affinity: slurmd binds each task to the CPUs its step gave it (sched_setaffinity; no
-        # cgroups needed), as a production cluster does. The fake nodes claim CPUS_PER_NODE CPUs
+        # cgroups needed), as a production cluster does. The fake nodes claim their CPUs (Node)
         # whatever the machine has, and Slurm folds their masks onto the machine's CPUs (4 on a
         # machine of 2: CPUs 0-1 on CPU 0, 2-3 on CPU 1). Off unless asked: unbound, the per-node
         # and per-process jobs of the other tests keep every CPU of the machine.
