@@ -4,7 +4,8 @@ as the documented REST API does (docs/targets/azureml.md, "Submit, follow, statu
 
     ARM (management.azure.com)   GET/PUT .../workspaces/W/jobs/NAME, POST .../jobs/NAME/cancel (202 +
                                  Location), GET .../workspaces/W (its discovery URL), code and
-                                 environment versions, the default datastore and its SAS
+                                 environment versions, the default datastore and its SAS, the
+                                 versions of the data assets and environments registered (``assets``)
     discovery                    {"api": <the run history's host>}
     run history                  GET .../runs/NAME/details: status, error, logFiles (name -> SAS URL)
     storage (*.blob.core...)     blob uploads (PUT, 201) and the log files' SAS GETs
@@ -60,6 +61,8 @@ class Fake:
     def __init__(self, sub="sub", rg="rg", ws="ws", computes=("gpu-cluster",), quota_nodes=8) -> None:
         self.sub, self.rg, self.ws = sub, rg, ws
         self.computes = set(computes)
+        # registered assets by kind ("data", "environments"): each has one version, "1", its latest
+        self.assets: Dict[str, set] = {"data": set(), "environments": set()}
         self.quota_nodes = quota_nodes
         self.jobs: Dict[str, FakeJob] = {}
         self.script: Dict[str, dict] = {}  # job name -> how it will run: statuses, error, logs
@@ -133,6 +136,15 @@ class Fake:
                 "blobUri": blob, "storageAccountArmId": "/subscriptions/sub/storage",
                 "credential": {"credentialType": "SAS", "sasUri": blob + "?sv=2023&sig=fake"}},
                 "pendingUploadId": "up-1", "pendingUploadType": "TemporaryBlobReference"}, {}
+        registered = re.match(r"^/(data|environments)/([^/]+)(/versions(?:/1)?)?$", rest)
+        if registered and method == "GET" and registered.group(2) in self.assets[registered.group(1)]:
+            kind, name, versions = registered.groups()
+            workspace = path[:len(path) - len(rest)]
+            if not versions:  # the asset itself: azure-ai-ml reads @latest from it
+                return 200, {"id": f"{workspace}/{kind}/{name}", "name": name,
+                             "properties": {"latestVersion": "1", "nextVersion": "2"}}, {}
+            version = self._asset(workspace, kind, name)
+            return 200, version if versions.endswith("/1") else {"value": [version]}, {}
         asset = re.match(r"^/(codes|environments)/([^/]+)/versions/([^/]+)$", rest)
         if asset and method == "PUT":
             sent = json.loads(body)
@@ -145,6 +157,13 @@ class Fake:
         if re.match(r"^/datastores/[^/]+/listSecrets$", rest):
             return 200, {"secretsType": "Sas", "sasToken": "sv=2023&sig=fake"}, {}
         raise _Answer(404, {"error": {"code": "NotFound", "message": f"fake: {method} {rest}"}}, {})
+
+    def _asset(self, workspace: str, kind: str, name: str) -> dict:
+        """Version 1 of a registered data asset (a folder on the default datastore) or environment."""
+        properties = ({"dataType": "uri_folder", "dataUri": f"azureml://datastores/workspaceblobstore/paths/{name}/"}
+                      if kind == "data" else {"image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04"})
+        return {"id": f"{workspace}/{kind}/{name}/versions/1", "name": "1",
+                "type": f"Microsoft.MachineLearningServices/workspaces/{kind}/versions", "properties": properties}
 
     def _datastore(self, base: str) -> dict:
         one = {"id": f"{base}/datastores/workspaceblobstore", "name": "workspaceblobstore",

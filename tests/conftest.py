@@ -6,8 +6,10 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Dict
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "specs"
@@ -181,6 +183,26 @@ def spec_repo(tmp_path: Path) -> Path:
     git("add", "-A", cwd=root)
     git("commit", "-q", "-m", "specs and outputs", cwd=root)
     return root
+
+
+def example_specs(target: str) -> Dict[str, dict]:
+    """The example specs (specs/*.yaml) that name ``target``, each with its settings for it (its
+    base's, under what the spec itself says)."""
+    found = {}
+    for path in sorted(SPECS.glob("*.yaml")):
+        spec = yaml.safe_load(path.read_text())
+        targets = dict(yaml.safe_load((path.parent / spec["extends"]).read_text()).get("targets") or {}) \
+            if spec.get("extends") else {}
+        targets.update(spec.get("targets") or {})
+        if target in targets:
+            found[path.name] = targets[target] or {}
+    return found
+
+
+def copy_examples(root: Path) -> None:
+    """specs/ as checked in, with the folders their relative paths reach (code, bases), under ``root``."""
+    for folder in ("specs", "examples", "bases"):
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def job_of(spec: Path, target: str):

@@ -5,6 +5,9 @@ own host name and /etc/hosts) on a private bridge (trainspec/netns.py), fake GPU
     with SlurmCluster(workdir, nodes=2) as cluster:
         cluster.sbatch(script, cwd=...)        # sbatch, then the job until it ends, from the controller's namespace
 
+Options: nodes of another size (node=H100_NODE, the size the example specs name), partitions
+where jobs only queue (queue_only), tasks bound to their CPUs (bind_cpus: task/affinity).
+
 Every daemon is started here and stopped here, by PID, whatever happens; whatever is left in a
 node's namespace (a job's processes) is killed before the namespaces are deleted.
 """
@@ -19,7 +22,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from trainspec.local.netns import Namespaces
 
@@ -33,6 +36,20 @@ CPUS_PER_NODE = 4
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
                           "BOOT_FAIL", "DEADLINE"})
 POLL = 0.25  # s between reads of a submitted job's record (SlurmCluster.sbatch)
+
+
+@dataclass(frozen=True)
+class Node:
+    """What each node claims to have (SlurmdParameters=config_overrides: whatever the machine has)."""
+
+    cpus: int = CPUS_PER_NODE
+    gpus: int = GPUS_PER_NODE
+    memory_mb: int = 1  # Slurm's default RealMemory
+
+
+# the nodes of the Azure size the example specs name (Standard_ND96isr_H100_v5, skus.json): 96 vCPUs,
+# 8 H100, 1900 GiB; the jobs of those specs fit them, and are only queued (queue_only)
+H100_NODE = Node(cpus=96, gpus=8, memory_mb=1900 * 1024)
 
 
 @dataclass(frozen=True)
@@ -66,8 +83,19 @@ def missing() -> Optional[str]:
 
 
 class SlurmCluster:
-    def __init__(self, workdir: Path, nodes: int = 2, slurmd_timeout: int = 10, min_job_age: int = 16) -> None:
+    def __init__(self, workdir: Path, nodes: int = 2, slurmd_timeout: int = 10, min_job_age: int = 16,
+                 bind_cpus: bool = False, node: Optional[Node] = None, queue_only: Sequence[str] = ()) -> None:
         self.dir = Path(workdir)
+        self.node = node or Node()
+        # partitions over every node that are down from the start: sbatch still holds a job to what the
+        # nodes have (and names the partition's refusal), then the job waits in the queue and never runs
+        self.queue_only = tuple(queue_only)
+        # task/affinity: slurmd binds each task to the CPUs its step gave it (sched_setaffinity; no
+        # cgroups needed), as a production cluster does. The fake nodes claim their CPUs (Node)
+        # whatever the machine has, and Slurm folds their masks onto the machine's CPUs (4 on a
+        # machine of 2: CPUs 0-1 on CPU 0, 2-3 on CPU 1). Off unless asked: unbound, the per-node
+        # and per-process jobs of the other tests keep every CPU of the machine.
+        self.task_plugin = "task/affinity" if bind_cpus else "task/none"
         self.nodes = nodes
         self.names = [f"n{i + 1}" for i in range(nodes)]
         self.slurmd_timeout = slurmd_timeout
@@ -101,7 +129,7 @@ class SlurmCluster:
             (self.dir / sub).mkdir(exist_ok=True)
         subprocess.run(["mungekey", "-c", "-f", "-k", str(self.dir / "munge.key")], check=True, capture_output=True)
         os.chmod(self.dir / "munge.key", 0o600)
-        for gpu in range(GPUS_PER_NODE):  # devices with /dev/null's numbers: count-only GRES registers 0
+        for gpu in range(self.node.gpus):  # devices with /dev/null's numbers: count-only GRES registers 0
             device = self.dir / "dev" / f"gpu{gpu}"
             if not device.exists():
                 subprocess.run(["mknod", str(device), "c", "1", "3"], check=True)
@@ -110,9 +138,10 @@ class SlurmCluster:
         (self.dir / "hosts").write_text("\n".join(hosts) + "\n")
         (self.dir / "gres.conf").write_text(
             f"NodeName={','.join(self.names)} Name=gpu Type={GPU_TYPE} "
-            f"File={self.dir / 'dev'}/gpu[0-{GPUS_PER_NODE - 1}]\n")
+            f"File={self.dir / 'dev'}/gpu[0-{self.node.gpus - 1}]\n")
         nodes = "\n".join(f"NodeName={name} NodeAddr={self.net.address(i)} NodeHostname={name} "
-                          f"CPUs={CPUS_PER_NODE} Gres=gpu:{GPU_TYPE}:{GPUS_PER_NODE} State=UNKNOWN"
+                          f"CPUs={self.node.cpus} RealMemory={self.node.memory_mb} "
+                          f"Gres=gpu:{GPU_TYPE}:{self.node.gpus} State=UNKNOWN"
                           for i, name in enumerate(self.names, 1))
         self.conf.write_text(f"""\
 ClusterName=trainspec
@@ -131,7 +160,7 @@ SlurmdPidFile={self.dir / 'slurmd'}-%n.pid
 SlurmctldLogFile={self.dir / 'slurmctld.log'}
 SlurmdLogFile={self.dir / 'slurmd'}-%n.log
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin={self.task_plugin}
 JobAcctGatherType=jobacct_gather/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
@@ -147,7 +176,7 @@ MinJobAge={self.min_job_age}
 EnforcePartLimits=ALL
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-""")
+""" + "".join(f"PartitionName={name} Nodes=ALL MaxTime=INFINITE State=DOWN\n" for name in self.queue_only))
 
     def _in_node(self, index: int, name: str, argv: List[str]) -> List[str]:
         """argv in the node's network namespace, with its own host name and /etc/hosts (nsenter, not

@@ -295,10 +295,17 @@ def test_the_targets_that_carry_infiniband_do_not_warn(tmp_path, target, setting
 # --- Slurm itself reads them: a real cluster (tests/slurm_cluster.py) ------------------------------
 
 @pytest.mark.realproc
-def test_a_real_slurm_gives_each_task_its_cpus_and_refuses_more_memory_than_a_node_has(tmp_path):
+def test_a_real_slurm_binds_each_task_to_its_cpus_and_refuses_more_memory_than_a_node_has(tmp_path):
     """The fake nodes have CPUS_PER_NODE CPUs and Slurm's default RealMemory of 1 MB: 4 CPUs per
     node among 2 tasks is --cpus-per-task=2 in every task; 1Mi is --mem=1M, which fits; 2Mi is
-    --mem=2M, which sbatch refuses, so Slurm read our units as MiB."""
+    --mem=2M, which sbatch refuses, so Slurm read our units as MiB.
+
+    The cluster binds tasks to CPUs (task/affinity, as production clusters do), and each task
+    prints its affinity: the two tasks of a node hold halves of the node's CPUs of their own, no
+    CPU in common (issue 41). Without srun's own --cpus-per-task (Slurm 22.05 no longer reads the
+    batch allocation's), the step's tasks have one CPU each on paper, and slurmd binds every task
+    of the node to all the CPUs the job holds there: the halves are lost. Both nodes run on this
+    one machine, so only the tasks of one node are compared."""
     import os
     import sys
 
@@ -310,7 +317,8 @@ def test_a_real_slurm_gives_each_task_its_cpus_and_refuses_more_memory_than_a_no
     code = tmp_path / "code"
     code.mkdir()
     (code / "probe.py").write_text("import os\nprint('TASK', os.environ['RANK'], os.environ['SLURM_CPUS_PER_TASK'], "
-                                   "os.environ['SLURM_MEM_PER_NODE'], flush=True)\n")
+                                   "os.environ['SLURM_MEM_PER_NODE'], os.environ['SLURMD_NODENAME'], "
+                                   "','.join(map(str, sorted(os.sched_getaffinity(0)))), flush=True)\n")
 
     def folder(name, memory):
         path = tmp_path / f"{name}.yaml"
@@ -332,12 +340,15 @@ targets:
     assert f"#SBATCH --cpus-per-task={CPUS_PER_NODE // 2}\n#SBATCH --mem=1M\n" in script
     assert f"srun --kill-on-bad-exit=1 --ntasks-per-node=2 --cpus-per-task={CPUS_PER_NODE // 2} " in script
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
-    with SlurmCluster(tmp_path / "cluster") as cluster:
+    with SlurmCluster(tmp_path / "cluster", bind_cpus=True) as cluster:
         done = cluster.sbatch(fits / "job.sbatch", tmp_path, timeout=300, path=path)
         assert done.returncode == 0 and done.job_id, done
         out = (tmp_path / f"fits-{done.job_id}.out").read_text()
-        assert sorted(re.findall(r"^(?:\d+: )?TASK (\d) (\S+) (\S+)$", out, re.M)) == [
-            (str(rank), str(CPUS_PER_NODE // 2), "1") for rank in range(4)], out
+        tasks = sorted(re.findall(r"^(?:\d+: )?TASK (\d) (\S+) (\S+) (\S+) (\S+)$", out, re.M))
+        assert [task[:3] for task in tasks] == [(str(rank), str(CPUS_PER_NODE // 2), "1") for rank in range(4)], out
+        for node in ("n1", "n2"):
+            first, second = [set(cpus.split(",")) for _, _, _, name, cpus in tasks if name == node]
+            assert len(first) == len(second) and not first & second, out  # each its own half of the node's CPUs
         refused = cluster.run(["sbatch", str(too_big / "job.sbatch")], cwd=tmp_path, timeout=60)
         assert refused.returncode != 0 and "Submitted batch job" not in refused.stdout
         assert re.search(r"[Mm]emory specification can not be satisfied|node configuration is not available",

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("azure.ai.ml", reason="the trainspec[azureml] extra is not installed")
 
 from azureml_api import Fake, patch_requests  # noqa: E402
-from conftest import HOSTILE_OUTPUT, HOSTILE_SHOWN, assert_inert  # noqa: E402
+from conftest import HOSTILE_OUTPUT, HOSTILE_SHOWN, assert_inert, copy_examples, example_specs  # noqa: E402
 from trainspec.jobs import api  # noqa: E402
 
 SPEC = """\
@@ -394,3 +394,23 @@ def test_a_job_of_the_same_name_is_followed_only_with_this_jobs_digest(azure, ca
         assert f"a job named {name} is already there ({name}; https://ml.azure.com/runs/{name}" in err
         assert f"it carries {said}, not {digest}; nothing submitted" in err
     assert azure.job_puts == 1
+
+
+AZUREML_SPECS = example_specs("azureml")
+
+
+@pytest.mark.parametrize("spec_file", sorted(AZUREML_SPECS))
+def test_every_example_spec_submits(azure, capsys, tmp_path, spec_file):
+    """Issue 41: each spec of specs/ that names Azure ML, as checked in, submitted from a copy of
+    the repository's layout: the code and the shim uploaded, the job PUT on the spec's compute
+    (or serverless, with none)."""
+    copy_examples(tmp_path)
+    compute = AZUREML_SPECS[spec_file].get("compute")  # none: serverless
+    azure.computes = {compute}
+    azure.assets = {"data": {"mnist", "sft-corpus"}, "environments": {"lightning-gpu-env"}}  # what the specs name
+    code, out, err = trainspec(capsys, "submit", f"specs/{spec_file}", "-t", "azureml", *WORKSPACE)
+    assert code == api.EXIT_COMPLETED, out + err
+    [job] = azure.jobs.values()
+    assert (job.body["properties"].get("computeId") or "/computes/None").endswith(f"/computes/{compute}")
+    assert azure.unknown == []
+    assert any(path.endswith("/trainspec_shim.py") for path in azure.uploads)

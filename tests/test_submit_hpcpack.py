@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, copy_examples, example_specs
 
 USER, PASSWORD = "CONTOSO\\alice", "s3cret-pass"
 SCHED = "{http://schemas.microsoft.com/HPCS2008R2/scheduler/}"
@@ -543,3 +543,17 @@ def test_a_queued_job_keeps_its_own_staged_folder_when_the_spec_and_its_code_cha
             assert words[:4] == ["/usr/bin/python3", "-I", "-S", f"/app/{name}/trainspec_shim.py"]
             assert head.node_path(words[3]).read_bytes() == files(shared / name)["trainspec_shim.py"]
             assert "--steps " + ("3" if name == first_name else "4") in task.get("CommandLine")
+
+
+@pytest.mark.parametrize("spec_file", sorted(example_specs("hpcpack")))
+def test_every_example_spec_submits(head, tmp_path, spec_file):
+    """Issue 41: each spec of specs/ that names HPC Pack, as checked in, submitted from a copy of
+    the repository's layout: its code staged on the shared folder, the job created from its XML and
+    submitted; the head keeps it queued (it never runs here)."""
+    copy_examples(tmp_path)
+    head.plan = ["Queued"]
+    proc = trainspec(tmp_path, environment(head, tmp_path), "submit", f"specs/{spec_file}", "-t", "hpcpack")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [name] = submitted_names(head)
+    assert name.startswith(Path(spec_file).stem + "-") and ("POST", "Job/100/Submit") in head.calls
+    assert list((tmp_path / "shared").glob("*/code/train.py")), proc.stdout  # the examples' code, staged

@@ -15,10 +15,11 @@ import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, copy_examples, example_specs
 from test_ray_driver import BIN, CAN_NETNS, Namespace
 
 from trainspec.jobs.api import Context, LogLine, State, Status, SubmitError
@@ -244,6 +245,23 @@ def test_without_an_address_ray_up_starts_the_cluster_and_after_tears_it_down(he
     teardown = [] if keep else [["down", "-y", "cluster.yaml"]]
     assert calls == [["up", "-y", "cluster.yaml"], ["get-head-ip", "cluster.yaml"], *teardown]
     assert ("the cluster is kept" in done.stdout) == keep
+
+
+@pytest.mark.parametrize("spec_file", sorted(example_specs("ray")))
+def test_every_example_spec_submits_and_is_canceled(head, tmp_path, spec_file):
+    """Issue 41: each spec of specs/ that names Ray, as checked in, submitted from a copy of the
+    repository's layout to the real job server, where it waits: its nodes and GPUs are more than
+    this one CPU head has, so it never trains here. It is canceled at once."""
+    copy_examples(tmp_path)
+    started = submit(head, tmp_path, f"specs/{spec_file}")
+    assert started.returncode == 0, started.stdout + started.stderr
+    name = started.stdout.split(" on ray:")[0]
+    assert name.startswith(Path(spec_file).stem + "-"), started.stdout
+    waiting = head.ts("status", "--id", name, "-t", "ray", "--address", DASHBOARD, cwd=tmp_path)
+    assert waiting.returncode == 7, waiting.stdout + waiting.stderr  # queued or running: it goes on
+    canceled = head.ts("cancel", "--id", name, "-t", "ray", "--address", DASHBOARD, "--wait", "--max-wait", "2m",
+                       cwd=tmp_path)
+    assert canceled.returncode == 0, canceled.stdout + canceled.stderr
 
 
 # --- without a cluster ---------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, sigint_default, trainspec_cmd
-from slurm_cluster import GPUS_PER_NODE, SlurmCluster, missing
+from conftest import REPO, copy_examples, example_specs, sigint_default, trainspec_cmd
+from slurm_cluster import GPUS_PER_NODE, H100_NODE, SlurmCluster, missing
 
 from trainspec.jobs.api import State
 from trainspec.targets.slurm.submit import expand, fields, label, refusal, status_of
@@ -138,9 +138,14 @@ def cluster(tmp_path_factory):
     if reason:
         pytest.skip(f"no Slurm cluster here: {reason}")
     # MinJobAge=300: a finished job stays in slurmctld's memory (this cluster keeps no accounting,
-    # so that is where submit finds it again) however slowly a busy machine runs the commands
-    with SlurmCluster(tmp_path_factory.mktemp("slurm-submit") / "cluster", min_job_age=300) as running:
+    # so that is where submit finds it again) however slowly a busy machine runs the commands.
+    # Nodes of the size the example specs name, and their partitions, where their jobs only queue.
+    with SlurmCluster(tmp_path_factory.mktemp("slurm-submit") / "cluster", min_job_age=300, node=H100_NODE,
+                      queue_only=sorted(set(SLURM_SPECS.values()))) as running:
         yield running
+
+
+SLURM_SPECS = {name: settings["partition"] for name, settings in example_specs("slurm").items()}  # and its partition
 
 
 def spec(folder: Path, name: str, script: str = HELLO, extra: str = "") -> Path:
@@ -383,3 +388,19 @@ def test_a_queued_job_runs_the_code_as_submitted_and_writes_nothing_into_the_rep
     clean = subprocess.run([*git, "status", "--porcelain", "--ignored=no"], capture_output=True, text=True,
                            timeout=BOUND)
     assert clean.stdout == "", clean.stdout
+
+
+@pytest.mark.parametrize("spec_file", sorted(SLURM_SPECS))
+def test_every_example_spec_submits_and_waits_in_its_partition(cluster, tmp_path, spec_file):
+    """Issue 41: each spec of specs/ that names Slurm, as checked in, submitted from a copy of the
+    repository's layout. sbatch holds its job to the nodes (the spec's size: 96 CPUs, 8 GPUs, 1900
+    GiB) and its partition, which is down here: the job is accepted and waits, then is cancelled."""
+    copy_examples(tmp_path)
+    done = trainspec(cluster, tmp_path, "submit", f"specs/{spec_file}", "-t", "slurm")
+    assert done.returncode == 0, done.stdout + done.stderr
+    job_id = submitted_id(done.stdout)
+    try:
+        queued = cluster.run(["squeue", "-j", job_id, "--noheader", "--format=%T %r %P"])
+        assert queued.stdout.split() == ["PENDING", "PartitionDown", SLURM_SPECS[spec_file]], queued.stdout
+    finally:
+        cluster.run(["scancel", job_id])
