@@ -234,7 +234,8 @@ def test_what_a_submit_leaves_is_never_committed(tmp_path):
     assert ignore.endswith("\n.trainspec/\n*-[0-9]*.out\n*-[0-9]*.err\n")
     leave_what_a_submit_leaves(team, "sft")
     git("add", "-A", cwd=team)
-    assert ".trainspec" not in git("status", "--porcelain", cwd=team) and "sft-4242" not in git("status", "--porcelain", cwd=team)
+    status = git("status", "--porcelain", cwd=team)
+    assert ".trainspec" not in status and "sft-4242" not in status and "sft-17" not in status, status
     # again, with --force: every line is there, so the file is left as it is, never doubled
     forced = init("--force", "--name", "sft", cwd=team)
     assert forced.returncode == 0 and ".gitignore" not in forced.stdout

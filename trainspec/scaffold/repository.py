@@ -2,7 +2,7 @@
 ``trainspec/scaffold/files/`` (package data): a spec, the base it extends, a team catalog, the
 training script the spec's ``code`` names, the JSON Schemas its editor header names, the CI
 workflow (the same bytes as ``examples/ci/github-actions.yml``), the pre-commit hooks and a
-``.gitignore`` for what submitting leaves in the repository (``IGNORED``).
+``.gitignore`` for what submitting leaves in the repository (``ignored_patterns``).
 
 ``render`` is pure (name and targets in, relative path -> bytes out); ``amend`` reads the one file
 init adds to rather than replaces (a ``.gitignore`` that is there); ``write`` is the only code
@@ -38,12 +38,24 @@ LAYOUT = {
 SCHEMAS = ("schema/trainspec.schema.json", "schema/trainspec.base.schema.json")
 GITIGNORE = ".gitignore"
 # What a submit leaves where it runs, never to be committed (init's next step is `git add -A`):
-# trainspec's own folder (the jobs submit stages in .trainspec/jobs/, the folders Slurm jobs start
-# in, .trainspec/runs/<job id>/), and the output and error files a Slurm job writes where sbatch
-# ran, or under targets.slurm.logs (targets/slurm/lower.py: --output=%x-%j.out, %x-%j.err: the
-# job's name, a dash, its id). Unanchored: submit may run in a folder below the top.
-IGNORED = (".trainspec/", "*-[0-9]*.out", "*-[0-9]*.err")
-IGNORED_HEADER = "# trainspec: what submit stages and Slurm jobs write (<job name>-<job id>.out/.err)"
+# trainspec's own folder (the jobs submit stages in .trainspec/jobs/, the folders a job that
+# reads the submit folder starts in, .trainspec/runs/<job id>/), then what each target says its
+# jobs write there (its LEFT_BEHIND: a batch job's <job name>-<job id>.out). Unanchored: submit
+# may run in a folder below the top.
+STAGING = ".trainspec/"
+IGNORED_HEADER = "# trainspec: what submit stages, and the files its jobs write where they were submitted"
+
+
+def ignored_patterns() -> List[str]:
+    """The lines of ``.gitignore`` init writes: STAGING, then every target's LEFT_BEHIND (all of
+    them, whatever -t says: a target added to the spec later must not need init again)."""
+    from trainspec.targets import TARGETS
+    from trainspec.targets.vocabulary import settings
+
+    found = [STAGING]
+    for name in TARGETS:
+        found += [p for p in getattr(settings(name), "LEFT_BEHIND", ()) if p not in found]
+    return found
 
 
 def default_name(folder: Path) -> str:
@@ -83,10 +95,10 @@ def render(name: str, targets: Sequence[str]) -> Dict[str, bytes]:
 
 
 def ignored(existing: bytes) -> bytes:
-    """``existing`` (a ``.gitignore``'s bytes) with each line of ``IGNORED`` it lacks added at its
+    """``existing`` (a ``.gitignore``'s bytes) with each line of ``ignored_patterns`` it lacks added at its
     end, under ``IGNORED_HEADER``; nothing of it changed. Lacking all: ``existing`` itself."""
     have = {line.strip() for line in existing.decode("utf-8", "replace").splitlines()}
-    missing = [line for line in IGNORED if line not in have]
+    missing = [line for line in ignored_patterns() if line not in have]
     if not missing:
         return existing
     gap = b"" if not existing else b"\n" if existing.endswith(b"\n") else b"\n\n"
@@ -95,7 +107,7 @@ def ignored(existing: bytes) -> bytes:
 
 def amend(root: Path, files: Dict[str, bytes]) -> Tuple[Dict[str, bytes], List[str]]:
     """``files`` with a ``.gitignore`` that is there (a file, not a link) added to rather than
-    replaced: its lines kept as they are and the missing ones of ``IGNORED`` appended, or left out
+    replaced: its lines kept as they are and the missing ones of ``ignored_patterns`` appended, or left out
     of ``files`` when it has them all. Returns the files and the paths that replace what is there
     by design (``write``'s ``amended``): a user's ignore rules are theirs, with or without --force.
     A link there is like any file in the way (never read through)."""
