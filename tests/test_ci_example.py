@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,8 @@ def test_comment_step_on_a_pull_request_branch(repo):
     proc = run_step("review", "Review of the jobs this pull request changes", repo, BASE="main")
     assert proc.returncode == 0, proc.stderr
     comment = (temp(repo) / "comment.md").read_text()
-    assert comment.startswith("# trainspec plan: 1 job changed since main\n\n**Cost: GPUs of all jobs: 26 → 42 "
+    assert comment.startswith("# trainspec plan: 1 job changed since main\n\n**Merging this launches 1 job** (1 on "
+                              "azureml)\n\n**Cost: GPUs of all jobs: 26 → 42 "
                               "(\\+16); 1 job with cost changes**\n\n| job | target | GPUs |")  # the cost table
     assert ("| `mnist-lightning` | azureml | 16 → 32 (\\+16) | \\$196.64/h → \\$393.28/h (\\+\\$196.64/h)"
             in comment)
@@ -220,8 +222,9 @@ class Recorder(api.Scheduler):
         with open(os.environ["PLATFORM_LOG"], "a") as log:
             log.write(json.dumps({"target": self.target, "name": name, "dir": str(job_dir), "digest": digest}) + "\n")
         return api.Job(self.target, name, name, "https://ml.azure.com/runs/" + name, digest=digest)
-    def status(self, job):
-        return api.Status(api.State.COMPLETED, "Completed")
+    def status(self, job):  # RECORDED_STATE: what every job says (running: a training longer than the wait)
+        state = os.environ.get("RECORDED_STATE", "Completed")
+        return api.Status(api.State[state.upper()], state)
 
 def scheduler_for(target, context):
     found = Recorder(context)
@@ -232,19 +235,29 @@ command.scheduler_for = scheduler_for
 """
 
 
+SUBMIT_STEP = "Submit them to Azure ML and wait for their end"
+
+
+def submit_step(repo, tmp_path, log, **env):
+    """The submit step, run as the runner runs it, on the recording platform (the step's own
+    MAX_WAIT unless ``env`` says another)."""
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(RECORDER)
+    env.setdefault("MAX_WAIT", step("submit", SUBMIT_STEP)["env"]["MAX_WAIT"])
+    return run_step("submit", SUBMIT_STEP, repo, PLATFORM_LOG=str(log),
+                    PYTHONPATH=os.pathsep.join([str(site), str(REPO)]), GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"),
+                    AZUREML_RESOURCE_GROUP="rg", AZUREML_WORKSPACE="ws", AZUREML_SUBSCRIPTION_ID="sub", **env)
+
+
 def submitted(repo, before, tmp_path, log=None):
     """The job folders the submit job submits for a push from ``before`` (``log``: the platform's
     record of the jobs it holds, kept between runs to re-run a workflow)."""
     plan, _ = planned(repo, before, tmp_path)
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(RECORDER)
     log = log or tmp_path / "platform.log"
     done = log.read_text().splitlines() if log.exists() else []
     summary = tmp_path / "summary.md"
-    proc = run_step("submit", "Submit them to Azure ML and wait for their end", repo, PLATFORM_LOG=str(log),
-                    PYTHONPATH=os.pathsep.join([str(site), str(REPO)]), GITHUB_STEP_SUMMARY=str(summary),
-                    AZUREML_RESOURCE_GROUP="rg", AZUREML_WORKSPACE="ws", AZUREML_SUBSCRIPTION_ID="sub")
+    proc = submit_step(repo, tmp_path, log)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     jobs = [json.loads(l) for l in log.read_text().splitlines()[len(done):]] if log.exists() else []
     assert all(job["target"] == "azureml" for job in jobs)
@@ -286,6 +299,38 @@ def test_submit_only_the_jobs_a_merge_changed(repo, tmp_path):
     edit(repo / "specs" / "mnist-lightning.yaml", "# The Lightning trap", "# The trap")
     git("commit", "-q", "-am", "comment", cwd=repo)
     assert submitted(repo, head, tmp_path) == plan_lists(repo, head)
+
+
+def test_the_submit_step_stops_waiting_under_the_runners_limit(repo, tmp_path):
+    """A job that runs longer than the runner may (GitHub stops a job at timeout-minutes, at most
+    6 hours; a training's limit is often 24): the step waits at most MAX_WAIT, under the job's
+    timeout-minutes with room for the steps before it, then passes with a notice; the job goes on,
+    nothing is canceled, and the run's summary says so with the command that follows it."""
+    from trainspec.core.fields import parse_duration
+
+    job = workflow()["jobs"]["submit"]
+    max_wait = parse_duration(step("submit", SUBMIT_STEP)["env"]["MAX_WAIT"])
+    assert 5 * 3600 <= max_wait <= job["timeout-minutes"] * 60 - 15 * 60
+    assert '--max-wait "$MAX_WAIT"' in step("submit", SUBMIT_STEP)["run"]
+    first = git("rev-parse", "HEAD", cwd=repo).strip()
+    edit(repo / "specs" / "mnist-lightning.yaml", "  nodes: 2\n", "  nodes: 4\n")
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    git("commit", "-q", "-am", "4 nodes", cwd=repo)
+    planned(repo, first, tmp_path)
+    started = time.monotonic()
+    proc = submit_step(repo, tmp_path, tmp_path / "platform.log", MAX_WAIT="1s", RECORDED_STATE="Running",
+                       TRAINSPEC_POLL_SECONDS="0.2")
+    assert time.monotonic() - started < 60  # bounded by MAX_WAIT, not by the job
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "::notice::still running after 1s: the jobs go on" in proc.stdout
+    assert "still running after --max-wait 1s; not waiting longer (it goes on)" in proc.stdout
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| running (Running) |" in summary
+    assert "1 job(s) still running when trainspec stopped waiting (--max-wait); they go on, nothing was canceled." \
+        in summary and "`trainspec status -t azureml --id mnist-lightning-" in summary
+    # any other end still fails the step with its own code: a failed job, exit 4
+    failed = submit_step(repo, tmp_path, tmp_path / "platform.log", MAX_WAIT="1s", RECORDED_STATE="Failed")
+    assert failed.returncode == 4 and "::notice::" not in failed.stdout, failed.stdout + failed.stderr
 
 
 def test_the_submit_job_submits_only_outputs_that_check_passed(repo, tmp_path):
@@ -335,10 +380,14 @@ def test_a_conda_file_change_submits_the_jobs_the_plan_lists(repo, tmp_path):
 
 
 def test_a_base_change_submits_every_job_on_it(repo, tmp_path):
+    """... and the pull request's comment said so where the merge is decided, in its first lines."""
     before = team_repo(repo)
     edit(repo / "bases" / "gpu.yaml", "nodes: 2", "nodes: 3")
     ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
     git("commit", "-q", "-am", "bigger base", cwd=repo)
+    assert run_step("review", "Review of the jobs this pull request changes", repo, BASE=before).returncode == 0
+    opening = (temp(repo) / "comment.md").read_text().split("\n\n")[1]
+    assert opening == "**Merging this launches 3 jobs** (3 on azureml)"
     assert submitted(repo, before, tmp_path) == [f"build/job-{x}/azureml" for x in "abc"] \
         == plan_lists(repo, before)
 

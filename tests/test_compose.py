@@ -110,6 +110,24 @@ def test_set_overrides_are_validated_and_named(tmp_path):
     assert malformed.returncode == 1 and "--set resources.nodes: error: expected KEY=VALUE" in malformed.stderr
 
 
+@pytest.mark.parametrize("override, problem", [
+    ("resources.nodes.x=1", "resources.nodes: expected a valid integer, got a mapping"),  # the middle's line before
+    ("env.NCCL_DEBUG.level=INFO", "env.NCCL_DEBUG: expected a valid string, got a mapping"),  # the leaf's
+    ("targets.azureml.compute.name=x", "targets.azureml.compute: expected a valid string, got a mapping"),  # root's
+    ("inputs.data.bogus=1", "inputs.data: an input needs a path (data) or a value (a literal)"),  # 1:1 before
+])
+def test_a_set_that_makes_a_mapping_is_where_its_errors_are(tmp_path, override, problem):
+    """A --set below a value the files wrote (a scalar made a mapping) or below nothing (a new
+    input): every error there is the override's, located at it, never at a line of a file."""
+    leaf = three_deep(tmp_path)
+    for command in (["validate"], ["plan"], ["compile", "-o", "out"]):
+        proc = ts(*command, leaf.name, "--set", override, cwd=tmp_path)
+        assert proc.returncode == 1 and not (tmp_path / "out").exists()
+        errors = [line for line in proc.stderr.splitlines() if ": error: " in line]
+        assert f"--set {override}: error: {problem}" in proc.stderr, proc.stderr
+        assert errors and all(line.startswith(f"--set {override}: error: ") for line in errors), proc.stderr
+
+
 def test_vars_from_the_command_line(tmp_path):
     leaf = three_deep(tmp_path)
     proc = ts("compile", leaf.name, "-o", "out", "--var", "steps=99", cwd=tmp_path)

@@ -19,7 +19,7 @@ from test_review import pre_commit_tool, readme_block
 from trainspec.targets import DEFAULT_TARGET, TARGETS
 
 SCAFFOLD = REPO / "trainspec" / "scaffold" / "files"
-WRITTEN = [".github/workflows/training-specs.yml", ".pre-commit-config.yaml", "bases/gpu.yaml", "code/{}/train.py",
+WRITTEN = [".github/workflows/training-specs.yml", ".gitignore", ".pre-commit-config.yaml", "bases/gpu.yaml", "code/{}/train.py",
            "schema/trainspec.base.schema.json", "schema/trainspec.schema.json", "specs/README.md", "specs/{}.yaml",
            "trainspec-skus.yaml"]
 
@@ -194,6 +194,57 @@ def test_force_writes_all_or_nothing(tmp_path, monkeypatch, capsys):
     assert "No space left on device; nothing written" in capsys.readouterr().err
     assert tree(repo) == before
     assert len(renames) > 9  # it got that far, then put everything back
+
+
+def leave_what_a_submit_leaves(repo: Path, name: str):
+    """What a Slurm submit leaves where it ran, as jobs/command.py and the compiled job.sbatch
+    write it (.trainspec/jobs/<name>/<target>/, .trainspec/runs/<job id>/, <name>-<job id>.out
+    and .err where sbatch ran), without the ``*`` that submit writes into .trainspec/.gitignore:
+    the repository's own .gitignore ignores them by itself."""
+    for path in (f".trainspec/jobs/{name}/slurm/job.sbatch", f".trainspec/jobs/{name}/slurm/code/train.py",
+                 ".trainspec/runs/4242/train.py", f"{name}-4242.out", f"{name}-4242.err", f"logs/{name}-17.out"):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text("x\n")
+
+
+def test_what_a_submit_leaves_is_never_committed(tmp_path):
+    """init's next steps end with `git add -A`: the staged jobs, the folders Slurm jobs run in and
+    their output files stay out of it, in a new repository and in one with a .gitignore of its
+    own (whose lines are kept, the missing ones added once)."""
+    repo = tmp_path / "new"
+    repo.mkdir()
+    assert init("--name", "sft", "-t", "slurm", cwd=repo).returncode == 0
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    commit(repo, "a first job")
+    assert "--output=%x-%j.out" in (repo / "build" / "sft" / "slurm" / "job.sbatch").read_text()
+    leave_what_a_submit_leaves(repo, "sft")
+    (repo / "notes.out").write_text("mine\n")  # an .out file of the user's own is still theirs
+    git("add", "-A", cwd=repo)
+    assert git("status", "--porcelain", cwd=repo) == "A  notes.out\n"
+
+    team = tmp_path / "team"
+    team.mkdir()
+    git("init", "-q", "-b", "main", cwd=team)
+    (team / ".gitignore").write_text("__pycache__/\n*.log")  # no newline at its end
+    proc = init("--name", "sft", cwd=team)
+    assert proc.returncode == 0, proc.stderr
+    assert "  .gitignore   (the lines it lacked, added at its end)\n" in proc.stdout
+    ignore = (team / ".gitignore").read_text()
+    assert ignore.startswith("__pycache__/\n*.log\n\n# trainspec: ")
+    assert ignore.endswith("\n.trainspec/\n*-[0-9]*.out\n*-[0-9]*.err\n")
+    leave_what_a_submit_leaves(team, "sft")
+    git("add", "-A", cwd=team)
+    status = git("status", "--porcelain", cwd=team)
+    assert ".trainspec" not in status and "sft-4242" not in status and "sft-17" not in status, status
+    # again, with --force: every line is there, so the file is left as it is, never doubled
+    forced = init("--force", "--name", "sft", cwd=team)
+    assert forced.returncode == 0 and ".gitignore" not in forced.stdout
+    assert (team / ".gitignore").read_text() == ignore
+    # a link there is a file in the way like any other: never read nor written through
+    (team / ".gitignore").unlink()
+    (team / ".gitignore").symlink_to("../elsewhere")
+    again = init("--name", "other", cwd=tmp_path / "team")
+    assert again.returncode == 1 and "  .gitignore\n" in again.stderr and not (tmp_path / "elsewhere").exists()
 
 
 def test_init_in_an_existing_repository(tmp_path):

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import ts
+from conftest import REPO, ts
 
 NEW = "Standard_ND128isr_NDR_GB200_v6"
 
@@ -57,6 +57,8 @@ def test_without_a_gpu_count_a_new_size_is_an_error_that_says_how_to_use_it(repo
     ("Standard_ND96isr_H100v5", "Standard_ND96isr_H100_v5"),    # a separator missing
     ("Standard-ND96isr-H100-v5", "Standard_ND96isr_H100_v5"),   # the wrong separator
     ("ND96isr_H100_v6", None),                                  # not spelt the Azure way (no Standard_)
+    ("NC24ads_A100_v4", "Standard_NC24ads_A100_v4"),           # a known size without Standard_ (docs/skus.md)
+    ("nd96isr_h100_v5", "Standard_ND96isr_H100_v5"),
 ])
 def test_a_near_miss_is_an_error_with_did_you_mean_even_with_a_gpu_count(repo, typo, meant):
     proc = spec(repo, typo, gpus=8)
@@ -110,6 +112,23 @@ def test_one_specs_problems_never_reach_another_spec_of_the_repository(repo):
     proc = ts("validate", "specs/", cwd=repo)
     links = [line.split(":")[0] for line in proc.stderr.splitlines() if "leak.txt is a symbolic link" in line]
     assert links == ["specs/a.yaml", "specs/b.yaml", "specs/c.yaml"], proc.stderr
+
+
+def test_a_size_without_standard_is_the_error_the_page_shows(repo):
+    """docs/skus.md shows what validate prints for `sku: NC24ads_A100_v4`: that line, at the
+    sku's place, and nothing is compiled; in the team file, the same size is refused at its line
+    too, never quietly spelt anew."""
+    page = (REPO / "docs" / "skus.md").read_text()
+    shown = "specs/job.yaml:5:28: error: resources.sku: unknown Azure VM size 'NC24ads_A100_v4' (hint: did you mean " \
+            "Standard_NC24ads_A100_v4?)"
+    assert f"`{shown}`" in page.replace("\n", " ")
+    proc = spec(repo, "NC24ads_A100_v4")
+    assert proc.returncode == 1 and proc.stderr.splitlines()[0] == shown, proc.stderr
+    (repo / "trainspec-skus.yaml").write_text("computes:\n  gpu-a100: NC24ads_A100_v4\n")
+    proc = spec(repo, "Standard_NC24ads_A100_v4")
+    assert proc.returncode == 1
+    assert "trainspec-skus.yaml:2:13: error: computes.gpu-a100: 'NC24ads_A100_v4' is not a VM size trainspec knows " \
+           "(hint: did you mean Standard_NC24ads_A100_v4" in proc.stderr, proc.stderr
 
 
 def test_a_team_files_mistakes_are_located_in_it(repo):

@@ -1,8 +1,9 @@
 """`trainspec init`: Start a repository of training specs in DIR (default: here). Writes a spec,
 the base it extends, a team catalog, its training script, the JSON Schemas, the CI workflow and
-the pre-commit hooks, which validate and compile as written; never replaces a file (if one
-exists, it is named and nothing is written; --force replaces them, a link by a file, never
-writing through one, and all or nothing).
+the pre-commit hooks, which validate and compile as written, and a .gitignore for what a submit
+leaves behind (one that is there gets the lines it lacks, nothing of it changed); never replaces
+a file (if one exists, it is named and nothing is written; --force replaces them, a link by a
+file, never writing through one, and all or nothing).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ def command(args: argparse.Namespace) -> int:
     if problem:
         raise UsageError(f"--name: {problem}")
     targets = list(dict.fromkeys(args.targets)) or [DEFAULT_TARGET]
-    files = repository.render(name, targets)
+    files, amended = repository.amend(root, repository.render(name, targets))
     # --force: a file or a link there is replaced, never followed; a folder on the way that is a link stops it
-    blocked = (repository.unwritable if args.force else repository.in_the_way)(root, list(files))
+    blocked = (repository.unwritable if args.force else repository.in_the_way)(
+        root, [path for path in files if path not in amended])
     if blocked:
         _err(f"trainspec init: {len(blocked)} path(s) in {args.dir} cannot be replaced without writing through a "
              "link or over a folder; nothing written (move them away):" if args.force else
@@ -42,13 +44,13 @@ def command(args: argparse.Namespace) -> int:
             _err(f"  {problem}")
         return 1
     try:
-        written = repository.write(root, files, force=args.force)
+        written = repository.write(root, files, force=args.force, amended=amended)
     except OSError as exc:
         _err(f"trainspec init: {exc.filename or args.dir}: {exc.strerror or exc}; nothing written")
         return 1
     print(f"wrote {len(written)} files in {args.dir} (job {name}, target(s) {', '.join(targets)}):")
     for path in written:
-        print(f"  {path}")
+        print(f"  {path}" + ("   (the lines it lacked, added at its end)" if path in amended else ""))
     repository_made = _git_init(root)
     above = _repository_above(root)
     if above is not None:

@@ -28,7 +28,7 @@ Examples:
 # Each command: its module (trainspec/cli/<module>.py, imported only when the command runs) and
 # what --help says of it (the first sentence in the list of commands).
 COMMANDS = {
-    "init": ("init", "Start a repository of training specs in DIR (default: here). Writes a spec, the base it extends, a team catalog, its training script, the JSON Schemas, the CI workflow and the pre-commit hooks, which validate and compile as written; never replaces a file (if one exists, it is named and nothing is written; --force replaces them)."),
+    "init": ("init", "Start a repository of training specs in DIR (default: here). Writes a spec, the base it extends, a team catalog, its training script, the JSON Schemas, the CI workflow and the pre-commit hooks, which validate and compile as written, and a .gitignore for what a submit leaves behind (one that is there gets the lines it lacks); never replaces a file (if one exists, it is named and nothing is written; --force replaces them)."),
     "validate": ("validate", 'Check specs and print every problem as file:line:col: severity: message (hint).'),
     "compile": ("compile", "Validate specs and write each target's files. Nothing is written unless every spec is valid. With --prune, also remove the output folders trainspec wrote for specs that are gone."),
     "check": ("check", 'CI gate: recompile in memory and fail (exit 1) for every output under OUT that is stale (its spec changed), hand-edited, missing, orphaned (its spec is gone) or foreign (not written by trainspec), each with the command that fixes it.'),

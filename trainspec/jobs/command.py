@@ -429,7 +429,7 @@ def wait_for(tracked: Sequence[Tracked], options: Options, printer: Printer) -> 
             if item.job is not None and not (item.status and item.status.state.final):
                 item.status = item.status or Status(State.QUEUED)
                 printer.say(f"{item.label()}: stopped waiting; the job goes on. Cancel it with: "
-                            f"{cancel_command(item)}")
+                            f"{job_command(item, 'cancel')}")
         raise Interrupted() from None
 
 
@@ -437,12 +437,14 @@ class Interrupted(Exception):
     """Ctrl-C while waiting: the command ends with EXIT_INTERRUPTED."""
 
 
-def cancel_command(item: Tracked) -> str:
+def job_command(item: Tracked, verb: str, *more: str) -> str:
+    """The command line that acts on this job by its platform's id (`cancel` stops it, `status
+    --wait` waits for a job trainspec stopped waiting for)."""
     import shlex
 
     if item.job is None:
         return ""
-    return shlex.join(["trainspec", "cancel", "-t", item.target, "--id", item.job.id])
+    return shlex.join(["trainspec", verb, "-t", item.target, "--id", item.job.id, *more])
 
 
 LOST_AFTER = 5  # consecutive failed polls before a wait gives up on a job (a blip is not an outcome)
@@ -525,7 +527,7 @@ def finish(tracked: Sequence[Tracked], options: Options, printer: Printer, waite
             if item.status is not None:
                 printer.say(f"{item.label()}: {_state_text(item.status)}, exit {item.exit}")
     if options.summary:
-        _write_summary(Path(options.summary), tracked, printer)
+        _write_summary(Path(options.summary), tracked, printer, waited)
     return overall
 
 
@@ -538,10 +540,12 @@ def _json(item: Tracked, code: int) -> Dict[str, Any]:
             "error": str(item.error) if item.error else None, "exit": code}
 
 
-def _write_summary(path: Path, tracked: Sequence[Tracked], printer: Printer) -> None:
+def _write_summary(path: Path, tracked: Sequence[Tracked], printer: Printer, waited: bool = False) -> None:
     """A markdown table of the jobs, appended (GitHub's job summary, $GITHUB_STEP_SUMMARY): every
-    value through core/markdown, so a spec's words render as text."""
-    from trainspec.core.markdown import cell_code, text
+    value through core/markdown, so a spec's words render as text. After a wait that --max-wait
+    ended (CI's runner has a limit, a training job may run longer), a line under it says which
+    jobs go on and the command that follows each."""
+    from trainspec.core.markdown import cell_code, code, text
 
     rows = ["### trainspec submit", "", "| job | target | | state | where |", "|---|---|---|---|---|"]
     for item in tracked:
@@ -551,6 +555,11 @@ def _write_summary(path: Path, tracked: Sequence[Tracked], printer: Printer) -> 
         link = where if where.startswith("https://") and " " not in where else ""
         rows.append("| " + " | ".join([cell_code(item.name), cell_code(item.target), text(item.how or ""),
                                        text(state), f"[{text(where)}]({link})" if link else cell_code(where)]) + " |")
+    going = [t for t in tracked if t.job is not None and t.error is None and t.status and not t.status.state.final]
+    if waited and going:
+        follow = ", ".join(code(job_command(t, "status", "--wait")) for t in going)
+        rows += ["", text(f"{len(going)} job(s) still running when trainspec stopped waiting (--max-wait); they go "
+                          "on, nothing was canceled. Follow them with: ") + follow]
     try:
         with path.open("a", encoding="utf-8") as handle:
             handle.write("\n".join(rows) + "\n\n")

@@ -1,9 +1,11 @@
 """`trainspec init`: a starting repository of training specs, written from the files of
 ``trainspec/scaffold/files/`` (package data): a spec, the base it extends, a team catalog, the
 training script the spec's ``code`` names, the JSON Schemas its editor header names, the CI
-workflow (the same bytes as ``examples/ci/github-actions.yml``) and the pre-commit hooks.
+workflow (the same bytes as ``examples/ci/github-actions.yml``), the pre-commit hooks and a
+``.gitignore`` for what submitting leaves in the repository (``ignored_patterns``).
 
-``render`` is pure (name and targets in, relative path -> bytes out); ``write`` is the only code
+``render`` is pure (name and targets in, relative path -> bytes out); ``amend`` reads the one file
+init adds to rather than replaces (a ``.gitignore`` that is there); ``write`` is the only code
 that touches the folder: it never replaces a file unless told to, and writes all or nothing.
 """
 
@@ -34,6 +36,26 @@ LAYOUT = {
     "pre-commit-config.yaml": ".pre-commit-config.yaml",
 }
 SCHEMAS = ("schema/trainspec.schema.json", "schema/trainspec.base.schema.json")
+GITIGNORE = ".gitignore"
+# What a submit leaves where it runs, never to be committed (init's next step is `git add -A`):
+# trainspec's own folder (the jobs submit stages in .trainspec/jobs/, the folders a job that
+# reads the submit folder starts in, .trainspec/runs/<job id>/), then what each target says its
+# jobs write there (its LEFT_BEHIND: a batch job's <job name>-<job id>.out). Unanchored: submit
+# may run in a folder below the top.
+STAGING = ".trainspec/"
+IGNORED_HEADER = "# trainspec: what submit stages, and the files its jobs write where they were submitted"
+
+
+def ignored_patterns() -> List[str]:
+    """The lines of ``.gitignore`` init writes: STAGING, then every target's LEFT_BEHIND (all of
+    them, whatever -t says: a target added to the spec later must not need init again)."""
+    from trainspec.targets import TARGETS
+    from trainspec.targets.vocabulary import settings
+
+    found = [STAGING]
+    for name in TARGETS:
+        found += [p for p in getattr(settings(name), "LEFT_BEHIND", ()) if p not in found]
+    return found
 
 
 def default_name(folder: Path) -> str:
@@ -68,7 +90,37 @@ def render(name: str, targets: Sequence[str]) -> Dict[str, bytes]:
         out[destination.replace(NAME, name)] = text.encode()
     for path, schema in zip(SCHEMAS, (Spec.model_json_schema(), base_json_schema())):
         out[path] = (json.dumps(schema, indent=2, sort_keys=True) + "\n").encode()
+    out[GITIGNORE] = ignored(b"")
     return dict(sorted(out.items()))
+
+
+def ignored(existing: bytes) -> bytes:
+    """``existing`` (a ``.gitignore``'s bytes) with each line of ``ignored_patterns`` it lacks added at its
+    end, under ``IGNORED_HEADER``; nothing of it changed. Lacking all: ``existing`` itself."""
+    have = {line.strip() for line in existing.decode("utf-8", "replace").splitlines()}
+    missing = [line for line in ignored_patterns() if line not in have]
+    if not missing:
+        return existing
+    gap = b"" if not existing else b"\n" if existing.endswith(b"\n") else b"\n\n"
+    return existing + gap + "".join(f"{line}\n" for line in (IGNORED_HEADER, *missing)).encode()
+
+
+def amend(root: Path, files: Dict[str, bytes]) -> Tuple[Dict[str, bytes], List[str]]:
+    """``files`` with a ``.gitignore`` that is there (a file, not a link) added to rather than
+    replaced: its lines kept as they are and the missing ones of ``ignored_patterns`` appended, or left out
+    of ``files`` when it has them all. Returns the files and the paths that replace what is there
+    by design (``write``'s ``amended``): a user's ignore rules are theirs, with or without --force.
+    A link there is like any file in the way (never read through)."""
+    path = root / GITIGNORE
+    if GITIGNORE not in files or path.is_symlink() or not path.is_file():
+        return files, []
+    existing = path.read_bytes()
+    files = dict(files)
+    files[GITIGNORE] = ignored(existing)
+    if files[GITIGNORE] == existing:
+        del files[GITIGNORE]
+        return files, []
+    return files, [GITIGNORE]
 
 
 def in_the_way(root: Path, paths: Sequence[str]) -> List[str]:
@@ -96,10 +148,11 @@ def _blocked(root: Path, path: str) -> str:
     return f"{path} is a folder" if final.is_dir() and not final.is_symlink() else ""
 
 
-def write(root: Path, files: Dict[str, bytes], force: bool = False) -> List[str]:
+def write(root: Path, files: Dict[str, bytes], force: bool = False, amended: Sequence[str] = ()) -> List[str]:
     """Write ``files`` under ``root``, all or nothing. Each is written whole to a temporary file
     in its own folder first; only when every one is there do they take their places, a rename
-    each: none replaces a file that exists (unless ``force``; a replaced file or link is kept
+    each: none replaces a file that exists (unless ``force``, or it is one of ``amended``: a file
+    whose bytes were read and added to, see ``amend``; a replaced file or link is kept
     aside until the last rename, and put back on a failure), and none is written under a folder
     that is a link (``unwritable``: refused before anything is written). On a failure everything
     is as it was (the folders made for them removed again), and the error raised. Returns the
@@ -110,6 +163,7 @@ def write(root: Path, files: Dict[str, bytes], force: bool = False) -> List[str]
                       str(root / blocked[0].split(" ")[0]))
     made: List[Path] = []  # folders made for the files, parents first
     staged: List[Tuple[str, Path, bytes]] = []  # (temporary, final, bytes)
+    path_of = {root / path: path for path in files}
     placed: List[List[Any]] = []  # [final, what it replaced (kept aside) or None, in place yet]
     try:
         for path, data in files.items():
@@ -126,7 +180,7 @@ def write(root: Path, files: Dict[str, bytes], force: bool = False) -> List[str]
         for temporary, final, data in staged:
             step = [final, None, False]
             placed.append(step)
-            if force:
+            if force or path_of[final] in amended:
                 if os.path.lexists(final):
                     step[1] = final.with_name(f".{final.name}.{os.urandom(6).hex()}.old")
                     os.rename(final, step[1])  # the file or link itself, never what a link leads to

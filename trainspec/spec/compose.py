@@ -45,8 +45,8 @@ def compose(file: str, sets: Sequence[str] = (), variables: Sequence[str] = ()) 
         path, value = _parse_override(text, "--set")
         if not isinstance(composed.data, dict):
             break
-        _assign(composed.data, path, value)
-        composed.overrides[path] = f"--set {text}"
+        for written in (*_assign(composed.data, path, value), path):
+            composed.overrides[written] = f"--set {text}"
     for text in variables:
         (name,), value = _parse_override(text, "--var", dotted=False)
         if isinstance(composed.data, dict):
@@ -261,11 +261,18 @@ def _scalar(raw: str) -> Any:
     return raw if value is None and raw.strip() not in ("null", "~") else value
 
 
-def _assign(data: Dict[str, Any], path: SpecPath, value: Any) -> None:
-    node = data
-    for key in path[:-1]:
+def _assign(data: Dict[str, Any], path: SpecPath, value: Any) -> List[SpecPath]:
+    """``value`` at ``path`` in ``data``; returns the paths above it that the override made a
+    mapping of (they were missing, or not a mapping: ``--set resources.nodes.x=1`` makes
+    resources.nodes one): what is wrong there is the override's to answer for, so a diagnostic
+    at such a path is located at the ``--set``, never at a line of the spec."""
+    node, made = data, []
+    for depth, key in enumerate(path[:-1]):
         child = node.get(key)
+        if not isinstance(child, dict):
+            made.append(path[:depth + 1])
         child = dict(child) if isinstance(child, dict) else {}
         node[key] = child
         node = child
     node[path[-1]] = value
+    return made

@@ -53,8 +53,6 @@ def _catalog() -> Tuple[str, Tuple[Sku, ...], Dict[str, Sku]]:
     for sku in skus:
         key = sku.name.lower()
         index[key] = sku
-        if key.startswith(_PREFIX):
-            index.setdefault(key[len(_PREFIX):], sku)
     return data["source"], skus, index
 
 
@@ -63,9 +61,11 @@ def _normalize(name: str) -> str:
 
 
 def lookup(name: str) -> Optional[Sku]:
-    """The catalog entry for ``name`` (case-insensitive, "Standard_" optional), or None.
+    """The catalog entry for ``name`` (case-insensitive), or None.
 
-    The returned Sku carries the canonical spelling in ``.name``.
+    The returned Sku carries the canonical spelling in ``.name``. A name without ``Standard_``
+    (``NC24ads_A100_v4``) is none: Azure spells every size with it, a spec or a team file that
+    leaves it out is told so at its line (near_miss: did you mean), never quietly spelt anew.
     """
     if not isinstance(name, str):
         return None
@@ -113,11 +113,13 @@ def looks_like_azure(name: str) -> bool:
 
 
 def near_miss(name: str, known: Sequence[str]) -> List[str]:
-    """Known names that ``name`` is a misspelling of: the same but for separators or case, or for
-    the order of its feature letters (ND96irs for ND96isr). A different vCPU count, version or
-    family letter is a different size, perhaps a new one: not a near miss."""
+    """Known names that ``name`` is a misspelling of: the same but for separators or case, for
+    ``Standard_`` left out, or for the order of its feature letters (ND96irs for ND96isr). A
+    different vCPU count, version or family letter is a different size, perhaps a new one: not a
+    near miss."""
     def key(text: str, sort_features: bool) -> str:
         text = re.sub(r"[\s_\-]", "", text.lower())
+        text = text if text.startswith("standard") else "standard" + text
         if sort_features:
             m = re.match(r"^(standard[a-z]{1,5}\d+)([a-z]*)(.*)$", text)
             if m:
@@ -262,7 +264,7 @@ class Catalog(Record):
         if isinstance(name, str):
             key = _normalize(name)
             for sku in self.team:
-                if sku.name.lower() in (key, _PREFIX + key):
+                if sku.name.lower() == key:
                     return sku
         return lookup(name)
 

@@ -17,7 +17,9 @@ def settings(name: str) -> ModuleType:
     settings_errors(spec), PLATFORM_VARIABLES, SECRET_REFERENCE (where it reads a secret from:
     core/secret_refs.py), and optionally HINTS, PATTERN_WORDS, COST_SETTINGS (the settings a
     review's cost summary watches: priority, time limit...) and ACCESS_SETTINGS (those that change
-    what a job runs or can reach: an identity, `docker run` arguments, a namespace...)."""
+    what a job runs or can reach: an identity, `docker run` arguments, a namespace...) and
+    LEFT_BEHIND (.gitignore patterns of the files a submitted job writes where it was submitted:
+    `trainspec init` ignores them)."""
     return importlib.import_module(f"trainspec.targets.{name}.settings")
 
 

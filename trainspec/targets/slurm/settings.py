@@ -33,6 +33,10 @@ SETTINGS_EXAMPLE = {"partition": "gpu", "time": "12h"}
 # The settings that change what a job costs (its priority or tier, its time limit, a machine it
 # adds): a change to one opens the cost summary of the pull-request review (review/cost.py).
 COST_SETTINGS = ("qos", "time")
+# What a submitted job leaves where sbatch ran (or under logs:), for the .gitignore `trainspec
+# init` writes: its output and error files, lower.py's --output=%x-%j.out and --error=%x-%j.err
+# (the job's name, a dash, its id)
+LEFT_BEHIND = ("*-[0-9]*.out", "*-[0-9]*.err")
 
 # The settings that change what a job runs or can reach (the account, the container and its image,
 # the shell line run before srun, the paths mounted): a change to one is said in the review's
