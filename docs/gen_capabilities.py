@@ -19,7 +19,7 @@ PAGE = Path(__file__).resolve().parent / "capabilities.md"
 
 def target_tables():
     """Every registered target's CANNOT_RUN, in the registry's order."""
-    return {name: target(name).cannot_run for name in TARGETS}
+    return {name: target(name).CANNOT_RUN for name in TARGETS}
 
 
 def main(argv) -> int:

@@ -20,7 +20,7 @@ GENERATOR = REPO / "docs" / "gen_capabilities.py"
 
 
 def target_tables():
-    return {name: target(name).cannot_run for name in TARGETS}
+    return {name: target(name).CANNOT_RUN for name in TARGETS}
 # names a target's cannot_express passes to capabilities.check() for its messages (besides spec.x and
 # the occurrence's own fields): azureml's compute cluster (test_azureml_names_the_cluster_of_a_spot_job)
 PASSED = {"azureml": {"compute"}}
@@ -102,7 +102,7 @@ def test_an_entry_without_words_needs_a_feature_with_standard_ones(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_every_table_names_only_catalogued_features_and_fields_its_messages_get(name):
-    table = target(name).cannot_run
+    table = target(name).CANNOT_RUN
     assert table, f"{name} has an empty CANNOT_RUN"
     for feature, entry in table.items():
         assert isinstance(feature, Feature) and isinstance(entry, Entry), (name, feature)
@@ -115,7 +115,7 @@ def test_every_table_names_only_catalogued_features_and_fields_its_messages_get(
 
 
 def test_the_catalogue_has_no_unused_feature():
-    used = {feature for name in TARGETS for feature in target(name).cannot_run}
+    used = {feature for name in TARGETS for feature in target(name).CANNOT_RUN}
     assert [f.name for f in Feature if f not in used] == []
 
 
@@ -142,7 +142,7 @@ def test_an_input_url_is_remote_data_on_the_clusters_storage_but_not_on_ray(tmp_
     valid, _ = valid_spec(tmp_path, "inputs:\n  a: {path: 'https://example.org/a'}\n")
     assert [d.message for d in target("slurm").cannot_express(valid) if d.path == ("inputs", "a", "path")] == [
         "slurm cannot express the remote data 'https://example.org/a'"]
-    assert [d for d in capabilities.check("ray", target("ray").cannot_run, valid) if d.path[0] == "inputs"] == []
+    assert [d for d in capabilities.check("ray", target("ray").CANNOT_RUN, valid) if d.path[0] == "inputs"] == []
 
 
 # --- the matrix page ---------------------------------------------------------------------------

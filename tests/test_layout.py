@@ -7,7 +7,10 @@ folder, a registry line, a detector and its tests -- and this test fails the day
 knowledge leaks into the shared code again.
 """
 
+import difflib
+import importlib
 import re
+import types
 
 import pytest
 
@@ -56,28 +59,76 @@ def test_the_rule_sees_a_leak():
 
 SETTINGS = ("NAME", "SETTINGS_DESCRIPTION", "SETTINGS_EXAMPLE", "settings_model", "settings_errors",
             "PLATFORM_VARIABLES", "COST_SETTINGS", "SECRET_REFERENCE")
-OVERRIDDEN = ("cannot_run", "cannot_express", "lower", "refs_for")  # no default in compile/base.py's Target
+MEMBERS = (*Target.REQUIRED, *Target.OPTIONAL)  # what a lower.py declares (compile/base.py's table)
+OWN = ("launcher",)  # the Target's, never a module's: the spec decides who starts the processes
+
+
+def look_alikes(module) -> list:
+    """The module-level names of a lower.py that look like a member of the interface but are not
+    one (a misspelling, the wrong case, or the Target's own ``launcher``), each with the member it
+    resembles: the wrapper would silently keep the default in its place. Functions and classes
+    imported from elsewhere are not the module's own declarations."""
+    found = []
+    for name, value in vars(module).items():
+        if name.startswith("_") or name in MEMBERS:
+            continue
+        if getattr(value, "__module__", module.__name__) != module.__name__ and not isinstance(value, str):
+            continue
+        folded = {member.lower(): member for member in (*MEMBERS, *OWN)}
+        close = difflib.get_close_matches(name.lower(), folded, n=1, cutoff=0.8)
+        if close:
+            found.append((name, folded[close[0]]))
+    return found
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
-def test_every_target_implements_the_interface_in_the_registry(name):
+def test_every_target_declares_the_interface_once_in_its_modules(name):
     vocabulary = settings(name)
     missing = [attr for attr in SETTINGS if not hasattr(vocabulary, attr)]
     assert missing == [], f"{name} lacks {missing} in targets/{name}/settings.py (targets/vocabulary.py lists them)"
     assert vocabulary.NAME == name
+    module = importlib.import_module(f"trainspec.targets.{name}.lower")
+    missing = [member for member in Target.REQUIRED if not hasattr(module, member)]
+    assert missing == [], f"targets/{name}/lower.py does not define {missing} (compile/base.py, Target)"
+    assert look_alikes(module) == [], f"targets/{name}/lower.py: names that look like the interface's but are not"
+    # no class re-lists the module: the module is the declaration, the pipeline wraps it
+    assert not [value for value in vars(module).values()
+                if isinstance(value, type) and issubclass(value, Target) or isinstance(value, Target)]
     compiled = target(name)
-    # no launcher of its own: the spec decides it, the same on every target (ValidSpec.launcher)
-    assert isinstance(compiled, Target) and compiled.name == name and not hasattr(compiled, "launchers")
-    assert type(compiled).launcher is Target.launcher
-    lacking = [attr for attr in OVERRIDDEN if getattr(type(compiled), attr) is getattr(Target, attr)]
-    assert lacking == [], f"{name}'s Target does not implement {lacking}"
+    assert isinstance(compiled, Target) and compiled.module is module and compiled.NAME == name
+    assert all(getattr(compiled, member) is getattr(module, member) for member in MEMBERS if hasattr(module, member))
     plays = (PACKAGE / "targets" / name / "local.py").exists()
-    refuses = type(compiled).local_refusal is not Target.local_refusal
-    assert not (plays and refuses), \
-        "run --local either plays the job (targets/<name>/local.py) or refuses in one line (local_refusal)"
-    documented = (PACKAGE / "compile" / "base.py").read_text()
-    for attr in (*OVERRIDDEN, "plan_port", "plan_settings", "plan_image", "local_settings", "local_refusal", "name"):
-        assert f"``{attr}" in documented, f"{attr} is not documented in compile/base.py's Target"
+    assert not (plays and hasattr(module, "LOCAL_REFUSAL")), \
+        "run --local either plays the job (targets/<name>/local.py) or refuses in one line (LOCAL_REFUSAL)"
+
+
+def test_the_interface_is_documented_once_with_a_default_for_every_optional_member():
+    documented = Target.__doc__
+    for member in (*MEMBERS, *OWN):
+        assert f"``{member}" in documented, f"{member} is not documented in compile/base.py's Target"
+    defaults = [member for member in Target.OPTIONAL if member != "LOCAL_REFUSAL" and not hasattr(Target, member)]
+    assert defaults == [] and not [member for member in Target.REQUIRED if hasattr(Target, member)]
+
+
+def test_a_module_that_lacks_or_misspells_a_member_is_caught():
+    """The checks themselves can fail: a module without refs_for cannot be wrapped, and one that
+    misspells an optional member (which would silently keep the default) is seen."""
+    module = types.ModuleType("trainspec.targets.fake.lower")
+    module.NAME, module.CANNOT_RUN = "slurm", {}
+    for member in ("cannot_express", "lower", "plan_facts", "cost_basis"):
+        setattr(module, member, lambda valid: None)
+    with pytest.raises(TypeError, match=r"trainspec\.targets\.fake\.lower does not define refs_for"):
+        Target(module)
+    module.refs_for = lambda valid: None
+    assert Target(module).plan_settings(None) == {} and "Slurm" in Target(module).LOCAL_REFUSAL
+
+    def plan_setting(valid):
+        return {"shown": "never"}
+
+    plan_setting.__module__ = module.__name__
+    module.plan_setting, module.stages_code, module.launcher = plan_setting, "code", plan_setting
+    assert look_alikes(module) == [("plan_setting", "plan_settings"), ("stages_code", "STAGES_CODE"),
+                                   ("launcher", "launcher")]
 
 
 def test_targets_never_import_each_other():

@@ -186,11 +186,18 @@ def dependents(base: str, root: str, known: Optional[Dict[str, Optional[str]]] =
     return found
 
 
-def target(name: str) -> Target:
-    """The registered target ``name``: its lower.py's ``TARGET``, imported on first use."""
-    import importlib
+_LOADED: Dict[str, Target] = {}
 
-    return importlib.import_module(f"trainspec.targets.{name}.lower").TARGET
+
+def target(name: str) -> Target:
+    """The registered target ``name``: its lower.py, imported on first use and wrapped in a
+    ``Target`` (compile/base.py), which supplies the defaults for what the module does not define."""
+    found = _LOADED.get(name)
+    if found is None:
+        import importlib
+
+        found = _LOADED[name] = Target(importlib.import_module(f"trainspec.targets.{name}.lower"))
+    return found
 
 
 def launcher(valid: ValidSpec, name: str) -> str:

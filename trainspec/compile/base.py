@@ -1,4 +1,4 @@
-"""What every target shares: the ``Target`` it implements, the Artifact it returns, how it
+"""What every target shares: the ``Target`` its lower.py declares, the Artifact it returns, how it
 reports what it cannot express, who starts the processes, the shim it ships and the variables
 the shim checks.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, warning
@@ -147,30 +148,43 @@ def plan_spot_ignored(target: str, why: str) -> str:
 
 
 class Target:
-    """A target's compiler side: ``targets/<name>/lower.py`` defines a subclass and one instance,
-    ``TARGET``, which build.py loads by name on first use (compiling for one target never pays for
-    the others). Its vocabulary -- the model of ``targets.<name>``, its hints, the rules for its
-    settings, the variables only its platform sets -- is ``targets/<name>/settings.py``, which
-    validation loads without this. A target never imports another.
+    """A target's compiler side, as the pipeline sees it. A target declares what it is once, in
+    its module ``targets/<name>/lower.py``: the module-level names of the table below, defined
+    there or imported (``NAME`` from its settings.py). build.py imports that module by name on
+    first use (compiling for one target never pays for the others) and wraps it in a Target, which
+    supplies the default of every name the module does not define; no class re-lists the module's
+    functions. Each name is spelled the same in lower.py and on the Target: build.py's
+    ``target(name).CANNOT_RUN`` is that lower.py's ``CANNOT_RUN``. Its vocabulary -- the
+    model of ``targets.<name>``, its hints, the rules for its settings, the variables only its
+    platform sets -- is ``targets/<name>/settings.py``, which validation loads without this. A
+    target never imports another.
 
     =========================================  ====================================================
-    ``name``                                   its name in ``-t`` and under ``targets:``
-    ``cannot_run``                             what the platform cannot run, as data: catalogued
+    ``NAME``                                   its name in ``-t`` and under ``targets:``
+                                               (required)
+    ``CANNOT_RUN``                             what the platform cannot run, as data: catalogued
                                                features (compile/capabilities.py) ->
                                                ``unsupported()`` or ``problem()``;
-                                               docs/capabilities.md shows every table
+                                               docs/capabilities.md shows every table (required)
     ``cannot_express(valid)``                  what the platform cannot run as the spec says, as
-                                               diagnostics: ``capabilities.check(cannot_run)``,
+                                               diagnostics: ``capabilities.check(CANNOT_RUN)``,
                                                then what depends on settings and the command
+                                               (required)
     ``lower(valid, out_dir) -> Artifact``      the files, pure: no I/O, no clock, no randomness
+                                               (required)
     ``refs_for(valid)``                        how ``{{ inputs.x }}`` / ``{{ outputs.x }}`` render
-                                               in its job (``spec_env``: the env ``plan`` shows)
-    ``plan_port(valid)``                       the rendezvous port as ``plan`` shows it (default:
-                                               distribution.master_port)
+                                               in its job (``spec_env``: the env ``plan`` shows;
+                                               required)
     ``plan_facts(valid) -> PlanFacts``         what ``plan`` says of every target alike, in one
                                                order: where it runs, the time limit it
                                                enforces, its priority or spot, the image, the
-                                               GPUs in all (no default: a target says each)
+                                               GPUs in all (required: a target says each)
+    ``cost_basis(valid) -> CostBasis``         the VMs the job holds, the time limit it
+                                               enforces, the team's own nodes or the region it
+                                               names itself: what review/cost.py prices, naming
+                                               no target (required)
+    ``plan_port(valid)``                       the rendezvous port as ``plan`` shows it (default:
+                                               distribution.master_port)
     ``plan_settings(valid)``                   its own settings a reviewer should see in ``plan``
                                                beyond the facts (default: none)
     ``plan_image(valid)``                      what its job runs in, as ``plan`` and ``diff``
@@ -186,67 +200,79 @@ class Target:
                                                something else (they say the sku is not
                                                enforced there; default: nothing links it)
     ``job_name_limit(valid)``                  how long the job's name on the platform may be
-                                               (`submit`: jobs/api.py job_name; default 63)
-    ``stages_code``                            the folder ``submit`` copies the code into, beside
+                                               (``submit``: jobs/api.py job_name; default 63, a
+                                               Kubernetes object's limit)
+    ``STAGES_CODE``                            the folder ``submit`` copies the code into, beside
                                                the job's files (.trainspec/jobs/<job name>/
                                                <target>/<folder>/, code_copy), for a platform
                                                whose job reads its code from where it was
-                                               submitted; None (default): its job carries the
-                                               code itself (a snapshot, a ConfigMap)
-    ``local_refusal``                          ``run --local`` for a target without
+                                               submitted (default None: its job carries the
+                                               code itself, a snapshot, a ConfigMap)
+    ``LOCAL_REFUSAL``                          ``run --local`` for a target without
                                                ``targets/<name>/local.py`` (whose
                                                ``play_local(job_dir, run)`` plays the job): one line
-                                               that says why it cannot be played here
+                                               that says why it cannot be played here (default:
+                                               nothing on this machine stands in for the platform)
     =========================================  ====================================================
 
-    A lower.py keeps its functions at module level (its tests and its local play call them) and
-    names them here, so what a target overrides is read in one place.
+    Who starts the processes is not a target's to say: the spec decides it, the same on every
+    target (``launcher``, below); a target that cannot run it says so in ``cannot_express``.
+
+    A lower.py that lacks a required name cannot be wrapped (a TypeError that names what it
+    lacks); tests/test_layout.py also fails on a module-level name that looks like one of these
+    but is not (``plan_setting``, ``cannot_run``), which would otherwise leave the default in place.
     """
 
-    name: str = ""
-    cannot_run: Mapping[Any, Any] = {}  # capabilities.Feature -> capabilities.Entry
+    REQUIRED = ("NAME", "CANNOT_RUN", "cannot_express", "lower", "refs_for", "plan_facts", "cost_basis")
+    OPTIONAL = ("plan_port", "plan_settings", "plan_image", "local_settings", "hardware", "job_name_limit",
+                "STAGES_CODE", "LOCAL_REFUSAL")
 
-    def cannot_express(self, valid: ValidSpec) -> List[Diagnostic]:
-        return []
+    NAME: str
+    CANNOT_RUN: Mapping[Any, Any]  # capabilities.Feature -> capabilities.Entry
 
-    def lower(self, valid: ValidSpec, out_dir: Path) -> "Artifact":
-        raise NotImplementedError(f"{self.name}: lower")
+    def __init__(self, module: ModuleType) -> None:
+        missing = [member for member in self.REQUIRED if not hasattr(module, member)]
+        if missing:
+            raise TypeError(f"{module.__name__} does not define {', '.join(missing)}: every target's lower.py "
+                            "must (compile/base.py, Target)")
+        self.module = module
+        for member in (*self.REQUIRED, *self.OPTIONAL):
+            if hasattr(module, member):
+                setattr(self, member, getattr(module, member))
+        if not hasattr(module, "LOCAL_REFUSAL"):
+            from trainspec.targets import TARGETS
 
-    def refs_for(self, valid: ValidSpec):
-        raise NotImplementedError(f"{self.name}: refs_for")
+            self.LOCAL_REFUSAL = (f"run --local cannot play {TARGETS[self.NAME]} jobs here: nothing on this machine "
+                                  "stands in for the platform")
 
-    def plan_port(self, valid: ValidSpec) -> str:
+    # The defaults, for what a lower.py does not define (each called as the module's function is).
+
+    @staticmethod
+    def plan_port(valid: ValidSpec) -> str:
         return str(valid.spec.distribution.master_port)
 
-    def plan_facts(self, valid: ValidSpec) -> "PlanFacts":
-        raise NotImplementedError(f"{self.name}: plan_facts")
-
-    def plan_settings(self, valid: ValidSpec) -> Dict[str, str]:
+    @staticmethod
+    def plan_settings(valid: ValidSpec) -> Dict[str, str]:
         return {}
 
-    def plan_image(self, valid: ValidSpec) -> str:
+    @staticmethod
+    def plan_image(valid: ValidSpec) -> str:
         return valid.spec.environment.image or "no image: the nodes' own software"
 
-    def local_settings(self, settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
+    @staticmethod
+    def local_settings(settings: Dict[str, Any], workdir: Path) -> Dict[str, Any]:
         return settings
 
-    stages_code: Optional[str] = None
-
-    def job_name_limit(self, valid: ValidSpec) -> int:
-        """How long the job's name on the platform may be (`submit` names it after the spec and
-        what was compiled, jobs/api.py job_name): 63, a Kubernetes object's limit, unless a
-        target's derived names need room."""
-        return 63
-
-    def hardware(self, valid: ValidSpec) -> Hardware:
+    @staticmethod
+    def hardware(valid: ValidSpec) -> Hardware:
         return Hardware(False, "nothing in its job selects a VM size")
 
-    @property
-    def local_refusal(self) -> str:
-        from trainspec.targets import TARGETS
+    @staticmethod
+    def job_name_limit(valid: ValidSpec) -> int:
+        return 63
 
-        return (f"run --local cannot play {TARGETS[self.name]} jobs here: nothing on this machine stands in for "
-                "the platform")
+    STAGES_CODE: Optional[str] = None
+    LOCAL_REFUSAL: str
 
     def launcher(self, valid: ValidSpec) -> str:
         """Who starts the processes of ``valid``: the spec decides (ValidSpec.launcher), the same on
@@ -527,7 +553,7 @@ STAGING_FOLDER = ".trainspec"  # trainspec's own folder where submit runs (jobs/
 def code_copy(valid: ValidSpec, under: str) -> Tuple[OutFile, ...]:
     """The code folder's regular files as files of a job below ``under`` (each with its bytes and
     its executable bit, as read now): what ``submit`` stages beside a job that would otherwise read
-    the live working tree when it starts (Target.stages_code). Every file of the folder but .git's
+    the live working tree when it starts (Target.STAGES_CODE). Every file of the folder but .git's
     and .trainspec's (a code folder that is the repository's top holds the jobs staged before); a
     link is never followed
     (validation refuses one in the code folder, core/files.py reads none), nor is anything else

@@ -278,7 +278,7 @@ def job_folder(outcome: Outcome, artifact: Artifact, options: Options, name: str
     there (a folder of that name a pull request brought, a hand edit) is replaced; a folder that
     holds exactly these files already is kept as it is (a Slurm or HPC Pack job of this name
     reads its files while it runs, and they are the same). A target whose job would read its code
-    from the working tree when it starts (Target.stages_code: Slurm) gets a copy of the code folder
+    from the working tree when it starts (Target.STAGES_CODE: Slurm) gets a copy of the code folder
     beside its files, under the job's own name: what runs is what was submitted, whatever the
     repository becomes while the job waits. With --out the committed job runs, and its code is
     the repository's as the job finds it."""
@@ -288,7 +288,7 @@ def job_folder(outcome: Outcome, artifact: Artifact, options: Options, name: str
     if options.out:
         return target_dir(Path(options.out), artifact)
     staged = records.replace(artifact, name=name)
-    copy_into = target_of(artifact.target).stages_code
+    copy_into = target_of(artifact.target).STAGES_CODE
     if copy_into:  # the job runs this copy, named by its digest: an edit or a checkout after submit changes nothing
         staged = records.replace(staged, files=(*staged.files, *code_copy(outcome.valid, copy_into)))
     try:

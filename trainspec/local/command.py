@@ -162,11 +162,11 @@ def _sigterm_unwinds():
 
 
 def refusal_of(name: str) -> Optional[str]:
-    """Why target ``name``'s jobs cannot be played here (its Target's ``local_refusal``), or None
+    """Why target ``name``'s jobs cannot be played here (its Target's ``LOCAL_REFUSAL``), or None
     when it plays them: it has a targets/<name>/local.py."""
     import importlib.util
 
-    return None if importlib.util.find_spec(f"trainspec.targets.{name}.local") is not None else target(name).local_refusal
+    return None if importlib.util.find_spec(f"trainspec.targets.{name}.local") is not None else target(name).LOCAL_REFUSAL
 
 
 def _play(options: LocalOptions, job_dir: Path, workdir: Path, valid, out, hosts, removed: bool = False) -> int:

@@ -594,14 +594,11 @@ def target_cost(outcome: Outcome, target: str, catalog: Optional[Any] = None) ->
     """What ``outcome`` costs on ``target``, priced with ``catalog`` (the team's; default: the one
     nearest the spec): every VM it holds at its rate in the region that prices it (spot or
     low priority at the spot rate; a Ray head regular), and its time limit there."""
-    import importlib
-
     from trainspec.spec import prices, skus
 
     valid = outcome.valid
     if catalog is None:
         catalog = skus.catalog_for(valid.source.dir)[0]
-    lower = importlib.import_module(f"trainspec.targets.{target}.lower")
     gpus_ = valid.nodes * valid.gpus_per_node
     region = prices.region_for(catalog)
     team = catalog.team_file.name if catalog.team_file is not None else None
@@ -610,7 +607,7 @@ def target_cost(outcome: Outcome, target: str, catalog: Optional[Any] = None) ->
         kind = prices.SPOT if spot else prices.PAY_AS_YOU_GO
         return Part(count, name, spot, prices.rate(catalog, name, region.name, kind), role)
 
-    basis = lower.cost_basis(valid)
+    basis = pipeline.target(target).cost_basis(valid)
     if basis.location:
         region = prices.region_for(catalog, basis.location, basis.location_field)
     parts = tuple(part(count, name, spot, role) for count, name, spot, role in basis.vms)

@@ -2,8 +2,9 @@
 
 A target is a folder, ``trainspec/targets/<name>/`` (docs/architecture.md, "A target is a
 folder"): ``settings.py`` (the spec's words for it: ``targets.<name>``), ``lower.py`` (the spec
-to its job files: a ``Target``, compile/base.py), and optionally ``local.py`` (``run --local``
-plays its jobs) and ``importer.py`` (``trainspec import`` reads its job files).
+to its job files: the module declares the names of compile/base.py's ``Target``), and optionally
+``local.py`` (``run --local`` plays its jobs) and ``importer.py`` (``trainspec import`` reads
+its job files).
 
 This module imports nothing: the spec layer loads a target's settings through
 targets/vocabulary.py, the pipeline its lowering through build.py, ``run --local`` its play

@@ -453,22 +453,6 @@ def hardware(valid: ValidSpec) -> base.Hardware:
                          f"map {compute} to its VM size under computes: in {skus.TEAM_FILE}")
 
 
-class AzureML(base.Target):
-    name = NAME
-    cannot_run = CANNOT_RUN
-    cannot_express = staticmethod(cannot_express)
-    lower = staticmethod(lower)
-    refs_for = staticmethod(refs_for)
-    plan_facts = staticmethod(plan_facts)
-    plan_settings = staticmethod(plan_settings)
-    plan_image = staticmethod(plan_image)
-    hardware = staticmethod(hardware)
-    local_settings = staticmethod(local_settings)
-
-
-TARGET = AzureML()
-
-
 def cost_basis(valid: ValidSpec) -> base.CostBasis:
     """The job's nodes for its time limit, billed per job; at the spot rate on the spot tier."""
     spot = _queue_settings(valid, _compute_name(valid)).get("job_tier") == "spot"

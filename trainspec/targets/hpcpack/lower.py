@@ -453,23 +453,6 @@ def hardware(valid: ValidSpec) -> base.Hardware:
                          f"{skus.TEAM_FILE}")
 
 
-class HPCPack(base.Target):
-    name = NAME
-    cannot_run = CANNOT_RUN
-    cannot_express = staticmethod(cannot_express)
-    lower = staticmethod(lower)
-    refs_for = staticmethod(refs_for)
-    plan_port = staticmethod(plan_port)
-    plan_facts = staticmethod(plan_facts)
-    plan_settings = staticmethod(plan_settings)
-    plan_image = staticmethod(plan_image)
-    hardware = staticmethod(hardware)
-    local_settings = staticmethod(local_settings)
-
-
-TARGET = HPCPack()
-
-
 def cost_basis(valid: ValidSpec) -> base.CostBasis:
     """The node group's nodes the job holds: the team's own, never a bill per job."""
     return base.nodes_cost(valid, time_limit(valid), team_nodes="the node group's nodes")

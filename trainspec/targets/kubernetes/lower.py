@@ -143,8 +143,9 @@ def longest_name(valid: ValidSpec) -> Tuple[str, str]:
     return "Service", f"{valid.name}-{role}-{max(valid.nodes - 2, 0)}"
 
 
-def name_room(valid: ValidSpec) -> int:
-    """How long the job's name may be, so that every name derived from it fits 63 characters."""
+def job_name_limit(valid: ValidSpec) -> int:
+    """How long the job's name may be, so that every name derived from it (the pods', the
+    Services') fits 63 characters."""
     return 63 - (len(longest_name(valid)[1]) - len(valid.name))
 
 
@@ -166,7 +167,7 @@ def cannot_express(valid: ValidSpec) -> List[Diagnostic]:
                                    "output)")
     out += _rdma_unused(valid)
     name = valid.name
-    room = name_room(valid)
+    room = job_name_limit(valid)
     if not DNS_1035.match(name) or len(name) > 63:
         out.append(error(("name",), f"'{name}' cannot name a Kubernetes job: it must be a DNS-1035 label (lower-case "
                          "letters, digits and -, starting with a letter, at most 63 characters)",
@@ -687,24 +688,6 @@ def hardware(valid: ValidSpec) -> base.Hardware:
     return base.Hardware(False, f"the node selector {INSTANCE_TYPE}={selected} decides the hardware"
                          if selected else "nothing selects the nodes' VM size",
                          f"leave {INSTANCE_TYPE} out of targets.kubernetes.node_selector: resources.sku selects it")
-
-
-class Kubernetes(base.Target):
-    name = NAME
-    cannot_run = CANNOT_RUN
-    cannot_express = staticmethod(cannot_express)
-    lower = staticmethod(lower)
-    refs_for = staticmethod(refs_for)
-    plan_port = staticmethod(plan_port)
-    plan_facts = staticmethod(plan_facts)
-    plan_settings = staticmethod(plan_settings)
-    plan_image = staticmethod(plan_image)
-    hardware = staticmethod(hardware)
-    local_settings = staticmethod(local_settings)
-    job_name_limit = staticmethod(name_room)  # the pods' and Services' names derive from the job's
-
-
-TARGET = Kubernetes()
 
 
 def cost_basis(valid: ValidSpec) -> base.CostBasis:

@@ -597,23 +597,6 @@ def hardware(valid: ValidSpec) -> base.Hardware:
     return base.Hardware(True, f"the cluster's VMs: vm_size {valid.sku.name if valid.sku else '-'}")
 
 
-class Ray(base.Target):
-    name = NAME
-    cannot_run = CANNOT_RUN
-    cannot_express = staticmethod(cannot_express)
-    lower = staticmethod(lower)
-    refs_for = staticmethod(refs_for)
-    plan_port = staticmethod(plan_port)
-    plan_facts = staticmethod(plan_facts)
-    plan_settings = staticmethod(plan_settings)
-    plan_image = staticmethod(plan_image)
-    hardware = staticmethod(hardware)
-    local_refusal = LOCAL_REFUSAL
-
-
-TARGET = Ray()
-
-
 def cost_basis(valid: ValidSpec) -> base.CostBasis:
     """The cluster started for the job, in its own location: the head never spot (cluster.yaml),
     the workers spot when the spec says spot; the time limit is the job request's (the driver

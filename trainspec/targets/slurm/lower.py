@@ -48,7 +48,7 @@ from trainspec.targets.slurm.settings import NAME
 from trainspec.compile.capabilities import Feature, only, problem, unsupported
 
 JOB_FILE = "job.sbatch"
-CODE_COPY = "code"  # beside job.sbatch: the copy of the code submit stages with the job (jobs/command.py)
+STAGES_CODE = "code"  # beside job.sbatch: the copy of the code submit stages with the job (jobs/command.py)
 SUBMIT = "sbatch {dir}/" + JOB_FILE
 OUTPUT, ERROR = "%x-%j.out", "%x-%j.err"  # the job's output and error files (under targets.slurm.logs)
 # sbatch parses --time into seconds in a C int (src/common/parse_time.c, time_str2secs) and
@@ -354,7 +354,7 @@ def _script(valid: ValidSpec, code: str) -> str:
              'export job_dir=${job_dir:-$SLURM_SUBMIT_DIR}  # exported: a command run through bash reads it',
              "# submit copies the code beside this script (code/, at submit: an edit or a checkout after it changes",
              "# nothing for this job); run by hand (sbatch build/...), the code folder as it is when the job starts",
-             f'if [ -d "$job_dir"/{CODE_COPY} ]; then code_dir="$job_dir"/{CODE_COPY}; '
+             f'if [ -d "$job_dir"/{STAGES_CODE} ]; then code_dir="$job_dir"/{STAGES_CODE}; '
              f'else code_dir=$(cd "$job_dir"/{shlex.quote(code)} && pwd); fi',
              "# the command starts in a writable copy of the code of its own, on the shared storage where sbatch ran",
              "# (.trainspec/runs/<job id>/, which git ignores): what it writes there never lands in the code folder",
@@ -452,23 +452,6 @@ def hardware(valid: ValidSpec) -> base.Hardware:
     return base.Hardware(False, f"{by} decides the hardware",
                          f"set targets.slurm.gpu_type or constraint, or map the partition to its VM size under "
                          f"partitions: in {skus.TEAM_FILE}")
-
-
-class Slurm(base.Target):
-    name = NAME
-    cannot_run = CANNOT_RUN
-    cannot_express = staticmethod(cannot_express)
-    lower = staticmethod(lower)
-    refs_for = staticmethod(refs_for)
-    plan_facts = staticmethod(plan_facts)
-    plan_settings = staticmethod(plan_settings)
-    plan_image = staticmethod(plan_image)
-    hardware = staticmethod(hardware)
-    local_settings = staticmethod(local_settings)
-    stages_code = CODE_COPY  # job.sbatch runs the copy beside it when it is there
-
-
-TARGET = Slurm()
 
 
 def cost_basis(valid: ValidSpec) -> base.CostBasis:
