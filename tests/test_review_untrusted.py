@@ -82,8 +82,9 @@ def test_a_200_spec_change_opens_with_every_cost_change_and_fits_one_comment(rep
     assert "Cut to fit one comment" in text  # the volume is cut: the cost changes are not
     summary = opening(text)
     before = 26 + 2 * 200  # the three jobs of the repository, and the 200 at 2 GPUs each
-    assert summary.startswith("# trainspec plan: 200 jobs changed since HEAD\n\n"
-                              f"**Cost: GPUs of all jobs: {before} → ")
+    assert summary.startswith("# trainspec plan: 200 jobs changed since HEAD\n\n**Merging this launches 200 jobs.** "
+                              "What changes: env.VAR\\_000, ")  # 199 changed, one new
+    assert f"\n\n**Cost: GPUs of all jobs: {before} → " in summary
     wanted = ["- `job-050`: nodes `1` → `32`; GPUs `2` → `64`",
               "- `job-100`: sku `Standard_NC48ads_A100_v4` → `Standard_NC96ads_A100_v4`",
               "- `job-150`: spot `no` → `yes`",
@@ -93,8 +94,9 @@ def test_a_200_spec_change_opens_with_every_cost_change_and_fits_one_comment(rep
     for row in wanted:
         assert row in summary, row
     doubled = [n for i, n in enumerate(names[:-1]) if i % 7 == 0 and n != "job-050"]
-    for name in doubled:  # every job whose nodes changed has its row
-        assert f"- `{name}`: nodes `1` → `2`; GPUs `2` → `4`" in summary, name
+    # every job whose nodes doubled is named in the one row that says it (said once, issue 42)
+    assert f"- **{len(doubled)} jobs** ({', '.join(f'`{n}`' for n in doubled)}): nodes `1` → `2`; GPUs `2` → `4`\n" \
+        in summary
     assert "more job(s)" not in summary
     # job-199 removed, brand-new added; job-050 on 32 nodes; job-100's bigger size still uses 2 GPUs per node
     after = 26 + 2 * 199 + 2 * len(doubled) + 62 + 2
@@ -121,7 +123,9 @@ def test_a_job_with_3000_env_entries_cannot_push_its_own_cost_change_out(repo):
     assert ("- `mnist-lightning`: nodes `2` → `4`; spot `no` → `yes`; "
             "targets.azureml.job_tier `standard` → `spot`; "
             "GPUs `16` → `32`") in summary
-    assert summary.startswith("# trainspec plan: 1 job changed since HEAD\n\n**Cost: GPUs of all jobs: 26 → 42")
+    assert summary.startswith("# trainspec plan: 1 job changed since HEAD\n\n**Merging this launches 1 job.** "
+                              "What changes: ")
+    assert " in 1 job.\n\n**Cost: GPUs of all jobs: 26 → 42" in summary
     # and the diff's one-line summary of the job names them before the 3,000 env entries
     assert "\n**resources.nodes 2 → 4; resources.spot no → yes; targets.azureml.job\\_tier standard → spot; " \
            "world 16 → 32; env.E0000 (none) → " in text
@@ -333,7 +337,9 @@ def test_a_600_job_base_change_keeps_the_dangerous_job_and_a_hunk_in_one_comment
     text = ts("review", "--git", "HEAD", cwd=repo, check=True).stdout
     assert len(text) < GITHUB_LIMIT and len(text) <= 60_000, len(text)
     summary = opening(text)
-    assert summary.startswith("# trainspec plan: 600 jobs changed since HEAD\n\n**Cost: GPUs of all jobs: "
+    assert summary.startswith("# trainspec plan: 600 jobs changed since HEAD\n\n**Merging this launches 600 jobs.** "
+                              "What changes: env.NCCL\\_DEBUG in 600 jobs; command, targets.azureml.docker\\_args in 1 job."
+                              "\n\n**Cost: GPUs of all jobs: "
                               "1,200 → 1,200; no cost changes; 1 job whose command, image or access changes**")
     row = next(line for line in summary.splitlines() if line.startswith("- `job-431`"))
     spans = [t.content for t in tokens(row) if t.type == "code_inline"]

@@ -120,25 +120,38 @@ def test_jobs_whose_changes_differ_are_not_grouped(tmp_path):
     assert "+command: python -I -S ${{inputs.trainspec_runtime}} -- python train.py --seed 200" in markdown
     git("checkout", "-q", "--", "specs", cwd=repo)
 
-    # the base bumped, and one job also changes its own command: its job.yml mixes both, so it is
-    # shown whole (both changes, both lines), and the change is said once for the other 17
+    # the base bumped, and one job also changes its own command in the same file: the change is
+    # said once for all 18, and team-03's section says only its own command, with a hunk of its own
+    # line only: the file with change A applied against what it is now (issue 42)
     edit(repo / "bases" / "gpu.yaml", OLD_IMAGE, NEW_IMAGE)
     edit(repo / "specs" / "team-03.yaml", "--seed 3\n", "--seed 300\n")
     commit(repo, "bump the base image; team-03's own seed")
     data = json.loads(ts("diff", "--git", "HEAD~1", "--format", "json", cwd=repo, check=True).stdout)
-    others = [n for n in TEAM if n != "team-03"]
     [shared] = data["shared"]
-    assert shared["jobs"] == others
+    assert shared["jobs"] == TEAM
     jobs = {j["name"]: j for j in data["jobs"]}
-    assert jobs["team-03"]["shared"] is None
+    assert jobs["team-03"]["shared"] == "A"  # json still has its whole diff
     assert sorted(c["field"] for c in jobs["team-03"]["changes"]) == ["command", "environment.image"]
+    assert f"+  image: {NEW_IMAGE}" in jobs["team-03"]["files"][0]["diff"]
     markdown = ts("diff", "--git", "HEAD~1", "--format", "markdown", cwd=repo, check=True).stdout
     own = sections(markdown)["## team-03 (specs/team-03.yaml)"]
-    assert own.startswith(f"**environment.image {OLD_IMAGE} → {NEW_IMAGE} (in bases/gpu.yaml); "
-                          "command python train.py --seed 3 → python train.py --seed 300**")
-    assert f"+  image: {NEW_IMAGE}" in own and "--seed 300" in own
-    assert markdown.count(f"+  image: {NEW_IMAGE}") == 2  # change A's, and team-03's own hunk
-    assert "Jobs (17): " in markdown
+    assert own.startswith("**change A (above), and: command python train.py --seed 3 → python train.py --seed 300**")
+    changed = [line for line in own.splitlines() if line[:1] in ("+", "-") and line[:3] not in ("---", "+++")]
+    assert changed == ["-command: python -I -S ${{inputs.trainspec_runtime}} -- python train.py --seed 3",
+                       "+command: python -I -S ${{inputs.trainspec_runtime}} -- python train.py --seed 300"]
+    assert markdown.count(f"+  image: {NEW_IMAGE}") == 1  # change A's hunk only
+    assert "Jobs (18): " in markdown
+
+    # a job that changes a line the shared change also changes (its own image) makes no part of it
+    # exactly: its own section, whole
+    git("checkout", "-q", "HEAD~1", "--", "specs", "bases", "build", cwd=repo)
+    edit(repo / "bases" / "gpu.yaml", OLD_IMAGE, NEW_IMAGE)
+    edit(repo / "specs" / "team-03.yaml", "--seed 3\n", f"--seed 3\nenvironment: {{image: {OLD_IMAGE}-own}}\n")
+    commit(repo, "bump the base image; team-03 keeps its own image")
+    data = json.loads(ts("diff", "--git", "HEAD~2", "--format", "json", cwd=repo, check=True).stdout)
+    [shared] = data["shared"]
+    jobs = {j["name"]: j for j in data["jobs"]}
+    assert shared["jobs"] == [n for n in TEAM if n != "team-03"] and jobs["team-03"]["shared"] is None
 
 
 def test_a_shared_change_is_grouped_only_when_every_changed_line_is_the_same():

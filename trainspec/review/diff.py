@@ -15,7 +15,8 @@ from trainspec.core import markdown as md_
 from trainspec.core.secrets import redact_bytes, redact_value
 from trainspec.compile import base
 from trainspec import build as pipeline
-from trainspec.review.comment import DIFF_BUDGET, LINE_LIMIT, VALUE_LIMIT, Part, Section, budget_for, fit, whole_part
+from trainspec.review.comment import (DIFF_BUDGET, LINE_LIMIT, SHARED_NAMES, VALUE_LIMIT, Part, Section, budget_for, fit,
+                                      whole_part)
 from trainspec.review.outputs import repo_root, unified, without_provenance
 
 
@@ -146,6 +147,9 @@ class OutputDiff:
     # removed and added, the job's own spec path and hash aside; a runtime file's summary and
     # digests. None: not comparable (a hand edit), never grouped.
     key: Optional[Tuple[str, ...]] = None
+    # both sides' lines as the key reads them (provenance blanked, secrets redacted): what a
+    # shared change is taken out of when the job changes more lines of the file (said_once)
+    lines: Optional[Tuple[List[str], List[str]]] = field(default=None, repr=False)
 
 
 @dataclass
@@ -354,8 +358,9 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
                 text = unified(redact_bytes(shown_before or b""), redact_bytes(shown_after or b""),
                                "/dev/null" if before is None else f"a/{path}",
                                "/dev/null" if after is None else f"b/{path}")
-                result.files.append(OutputDiff(path, output, text,
-                                               key=_lines_key(output, shown_before, shown_after, old, new)))
+                sides = (_key_lines(shown_before, old), _key_lines(shown_after, new))
+                result.files.append(OutputDiff(path, output, text, key=_lines_key(output, *sides, before is None,
+                                                                                   after is None), lines=sides))
         # else the same job: only the spec's path or bytes (a comment, formatting) differ
         for item, same in inner:
             (result.runtime if same else result.files).append(item)
@@ -364,23 +369,62 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
     return result
 
 
-def _lines_key(output: str, before: Optional[bytes], after: Optional[bytes], old: Optional[Outcome],
-               new: Optional[Outcome]) -> Tuple[str, ...]:
+def _key_lines(data: Optional[bytes], outcome: Optional[Outcome]) -> List[str]:
+    """An output's lines as OutputDiff.key compares them: the job's own spec path and hash blanked
+    (outputs.without_provenance), secrets redacted."""
+    if data is None:
+        return []
+    return redact_bytes(without_provenance(data, outcome)).decode("utf-8", "replace").splitlines()
+
+
+def _lines_key(output: str, before: List[str], after: List[str], new: bool = False,
+               removed: bool = False) -> Tuple[str, ...]:
     """What changes in an output, as OutputDiff.key: its name, then each hunk's removed and added
-    lines without context or line numbers, the job's own spec path and hash blanked on each side
-    (outputs.without_provenance). Two jobs with equal keys remove and add the same lines."""
+    lines without context or line numbers (_key_lines: the job's own spec path and hash blanked
+    on each side). Two jobs with equal keys remove and add the same lines."""
     import difflib
 
-    def lines(data: Optional[bytes], outcome: Optional[Outcome]) -> List[str]:
-        if data is None:
-            return []
-        return redact_bytes(without_provenance(data, outcome)).decode("utf-8", "replace").splitlines()
-
-    found = [output, "new" if before is None else "removed" if after is None else "changed"]
-    hunks = difflib.unified_diff(lines(before, old), lines(after, new), n=0, lineterm="")
+    found = [output, "new" if new else "removed" if removed else "changed"]
+    hunks = difflib.unified_diff(before, after, n=0, lineterm="")
     for line in list(hunks)[2:]:  # after the ---/+++ header
         found.append("@@" if line.startswith("@@") else line)
     return tuple(found)
+
+
+def _beyond(item: OutputDiff, shared: OutputDiff) -> Optional[OutputDiff]:
+    """What ``item`` (an output of one job) changes beyond the change ``shared`` makes to the same
+    output of another job: the job's old lines with the shared hunks applied (each found where its
+    removed lines are, in order), against its new lines; None when the shared change is not
+    there exactly (a hunk that only adds lines has no place to be found, nothing is guessed)."""
+    if item.lines is None or shared.key is None or item.key is None or item.key[:2] != shared.key[:2] \
+            or shared.key[1] != "changed":
+        return None
+    hunks: List[Tuple[List[str], List[str]]] = []
+    for line in shared.key[2:]:
+        if line == "@@":
+            hunks.append(([], []))
+        else:
+            hunks[-1][0 if line.startswith("-") else 1].append(line[1:])
+    before, after = item.lines
+    middle, at = list(before), 0
+    for removed, added in hunks:
+        if not removed:
+            return None
+        found = next((i for i in range(at, len(middle) - len(removed) + 1) if middle[i:i + len(removed)] == removed),
+                     None)
+        if found is None:
+            return None
+        middle[found:found + len(removed)] = added
+        at = found + len(added)
+    if _lines_key(item.output, before, middle) != shared.key or middle == after:
+        return None
+    text = unified("\n".join(middle).encode("utf-8"), "\n".join(after).encode("utf-8"),
+                   f"a/{item.path} (with the shared change; its spec path and hash as <spec>, <hash>)",
+                   f"b/{item.path}", context=BEYOND_CONTEXT)
+    return OutputDiff(item.path, item.output, text, key=_lines_key(item.output, middle, after), lines=(middle, after))
+
+
+BEYOND_CONTEXT = 2  # lines of context around what a job changes beyond a shared change: its own lines, not the shared ones
 
 
 def _runtime_key(output: str, runtime: "RuntimeFile") -> Tuple[str, ...]:
@@ -532,14 +576,23 @@ def _signature(d: JobDiff) -> Optional[Tuple[Any, ...]]:
 def _without(d: JobDiff, shared: JobDiff) -> Optional[JobDiff]:
     """``d`` without the change ``shared`` makes, when ``d`` makes all of it exactly; else None."""
     changes = {_change_key(c) for c in shared.changes}
-    keys = {f.key for f in shared.files}
     if not changes <= {_change_key(c) for c in d.changes} or not set(shared.reads) <= set(d.reads) \
-            or not set(shared.code) <= set(d.code) or not keys <= {f.key for f in d.files}:
+            or not set(shared.code) <= set(d.code):
         return None
+    files = list(d.files)
+    for made in shared.files:  # each of the shared change's outputs: made the same, or made and more
+        same = next((f for f in files if f.key == made.key), None)
+        if same is not None:
+            files.remove(same)
+            continue
+        mine = next((f for f in files if f.output == made.output), None)
+        rest = _beyond(mine, made) if mine is not None else None
+        if rest is None:
+            return None
+        files[files.index(mine)] = rest
     return replace(d, changes=[c for c in d.changes if _change_key(c) not in changes],
                    reads=[r for r in d.reads if r not in shared.reads],
-                   code=[c for c in d.code if c not in shared.code],
-                   files=[f for f in d.files if f.key not in keys])
+                   code=[c for c in d.code if c not in shared.code], files=files)
 
 
 def _own(rest: JobDiff) -> str:
@@ -586,7 +639,6 @@ def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = N
 
 
 HEADLINE_LIMIT = 2_000  # characters of a job's one-line summary in the comment
-SHARED_NAMES = 50  # jobs a change said once names in a comment that may be cut; the others counted
 
 
 def _shared_section(g: Shared, md: bool, cut: bool) -> Section:
