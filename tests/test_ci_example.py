@@ -143,8 +143,10 @@ def test_comment_step_on_a_pull_request_branch(repo):
     proc = run_step("review", "Review of the jobs this pull request changes", repo, BASE="main")
     assert proc.returncode == 0, proc.stderr
     comment = (temp(repo) / "comment.md").read_text()
-    assert comment.startswith("# trainspec plan: 1 job changed since main\n\n**Cost: GPUs of all jobs: 26 → 42 "
-                              "(\\+16); 1 job with cost changes**\n\n| job | target | GPUs |")  # the cost table
+    # what merging launches and what changes in how many jobs, then the cost table
+    assert comment.startswith("# trainspec plan: 1 job changed since main\n\n**Merging this launches 1 job.** What "
+                              "changes: resources.nodes, world in 1 job.\n\n**Cost: GPUs of all jobs: 26 → 42 "
+                              "(\\+16); 1 job with cost changes**\n\n| job | target | GPUs |")
     assert ("| `mnist-lightning` | azureml | 16 → 32 (\\+16) | \\$196.64/h → \\$393.28/h (\\+\\$196.64/h)"
             in comment)
     assert ("\n\n- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`\n\n## mnist-lightning" in comment)

@@ -72,7 +72,12 @@ def test_the_plan_uses_the_room_the_diff_leaves(change):
     diff = ts("diff", "--git", "HEAD~1", "specs/", "--format", "markdown", cwd=change, check=True).stdout
     text = ts("review", "--git", "HEAD~1", "specs/", cwd=change, check=True).stdout
     assert cut not in text and "Cut to fit" not in text
-    assert text == whole_plan + "\n" + diff  # nothing cut, so the two whole documents
+    # nothing cut, so the two whole documents, but that under the summary, which says the new image
+    # of the 18 jobs, the diff's change A names the field only
+    full = f"**environment.image {OLD_IMAGE} → {NEW_IMAGE} (in bases/gpu.yaml)**"
+    said = "**environment.image → its new value, said above (in bases/gpu.yaml)**"
+    assert diff.count(full) == 1 and full not in text
+    assert text == whole_plan + "\n" + diff.replace(full, said)
     assert len(text) < 60_000 < GITHUB_LIMIT
 
 

@@ -298,6 +298,16 @@ class Summary:
         all), then each job's changes, which keep to what is left of SUMMARY_LIMIT (a limit only
         a change of several hundred jobs reaches: then the last rows are counted)."""
         md = fmt == "markdown"
+        lines = self._head(md, command)
+        rows, _ = self._rows(md, command, len("\n".join(lines)))
+        if md and rows:
+            lines.append("")  # the list after the paragraph
+        lines += rows
+        return "\n".join(lines)
+
+    def _head(self, md: bool, command: str) -> List[str]:
+        """The summary's lines before its rows: what merging launches and what changes, the cost
+        in one line, the catalog changes, the table."""
         costly = sum(1 for r in self.rows if r.changes)
         edited = sum(1 for r in self.rows if r.edited)
         before, after = self.total
@@ -323,23 +333,37 @@ class Summary:
         table = self._table(md, command)
         if table:
             lines += ["", table] if md else [table]
-        opening = "\n".join(lines)
+        return lines
+
+    def _rows(self, md: bool, command: str, opening: int) -> Tuple[List[str], bool]:
+        """The rows after an opening of ``opening`` characters, within what is left of
+        SUMMARY_LIMIT in markdown (the last ones counted), and whether every row is shown."""
         rows = said_once_rows(self.rows, md)
-        limit = SUMMARY_LIMIT - len(opening)
-        if md and sum(len(r) + 1 for r in rows) > limit:
-            kept, used = [], 1
-            for count, row in enumerate(rows):
-                more = f"- *… and {len(rows) - count} more job(s): {md_.code(command)}*"
-                if used + len(row) + len(more) + 2 > limit:
-                    kept.append(more)
-                    break
-                kept.append(row)
-                used += len(row) + 1
-            rows = kept
-        if md and rows:
-            lines.append("")  # the list after the paragraph
-        lines += rows
-        return "\n".join(lines)
+        limit = SUMMARY_LIMIT - opening
+        if not md or sum(len(r) + 1 for r in rows) <= limit:
+            return rows, True
+        kept, used = [], 1
+        for count, row in enumerate(rows):
+            more = f"- *… and {len(rows) - count} more job(s): {md_.code(command)}*"
+            if used + len(row) + len(more) + 2 > limit:
+                kept.append(more)
+                break
+            kept.append(row)
+            used += len(row) + 1
+        return kept, False
+
+    def said_above(self, fmt: str, command: str = "") -> Dict[str, Dict[str, str]]:
+        """By job name, each new value of what it runs or can reach that this summary says (its
+        rows, never cut), with the field it is the value of: what the comment below it does not
+        name again (the plan's lines, a shared change's headline say "said above" instead). None
+        when the summary counts its last rows instead of showing them (a change of hundreds of
+        jobs): then the comment names every value where it stands."""
+        md = fmt == "markdown"
+        if not md or not self._rows(md, command, len("\n".join(self._head(md, command))))[1]:
+            return {}
+        return {r.name: {str(after): path for path, before, after in r.access[:ACCESS_FIELDS]
+                         if after is not None and max(len(str(before)), len(str(after))) <= ACCESS_VALUE_LIMIT}
+                for r in self.rows if r.status == "changed" and r.access}  # a longer value: shown in part (_window)
 
     def _opening(self, md: bool) -> List[str]:
         """What merging launches, and what changes in how many jobs: the comment's first lines."""

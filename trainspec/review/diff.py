@@ -8,7 +8,7 @@ import json
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
 from trainspec.build import Outcome
 from trainspec.core import markdown as md_
@@ -102,10 +102,13 @@ class Change:
     where: str = ""  # who wrote the new value, when not the spec itself: "in bases/gpu.yaml", "by --set"
     note: str = ""  # what the change does not do: "sku not enforced on slurm: the partition gpu decides the hardware"
 
-    def render(self) -> str:
+    def render(self, said: bool = False) -> str:
+        """The change in one line; ``said``: its values were said above it (the comment's
+        summary), so it names the field only."""
         if self.before == self.after:  # a fact a changed field leaves as it was (a target's own image)
             return f"{self.field} unchanged: {show(self.after)}"
-        text = f"{self.field} {show(self.before)} → {show(self.after)}"
+        text = f"{self.field} {show(self.before)} → {show(self.after)}" if not said else \
+            f"{self.field} → its new value, said above"
         about = "; ".join(part for part in (self.where, self.note) if part)
         return text + (f" ({about})" if about else "")
 
@@ -187,11 +190,16 @@ class JobDiff:
 
     @property
     def headline(self) -> str:
+        return self.line()
+
+    def line(self, said: Collection[str] = ()) -> str:
+        """What the job changes in one line; ``said``: the fields whose new values were said
+        above (Change.render)."""
         if self.status in ("new", "removed"):
             return "; ".join([f"{self.status} job: {self.about}", *self.reasons])
         if self.changes:  # what changes the cost first: a long list of other changes cannot hide it
             ordered = sorted(self.changes, key=lambda c: not costly(c.field))
-            return "; ".join([*(c.render() for c in ordered), *self.reasons])
+            return "; ".join([*(c.render(c.field in said) for c in ordered), *self.reasons])
         if self.base_errors:
             return "; ".join(self.reasons)
         if self.reasons:
@@ -595,10 +603,11 @@ def _without(d: JobDiff, shared: JobDiff) -> Optional[JobDiff]:
                    code=[c for c in d.code if c not in shared.code], files=files)
 
 
-def _own(rest: JobDiff) -> str:
-    """What a job changes besides its shared change, in one line ('' for nothing)."""
+def _own(rest: JobDiff, above: Collection[str] = ()) -> str:
+    """What a job changes besides its shared change, in one line ('' for nothing; ``above``: the
+    fields whose new values were said above, Change.render)."""
     ordered = sorted(rest.changes, key=lambda c: not costly(c.field))
-    said = [*(c.render() for c in ordered), *rest.reasons]
+    said = [*(c.render(c.field in above) for c in ordered), *rest.reasons]
     if not said and rest.files:
         said.append("outputs changed: " + ", ".join(f.output for f in rest.files))
     return "; ".join(said)
@@ -608,14 +617,16 @@ def _own(rest: JobDiff) -> str:
 
 def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = None,
                  max_chars: Optional[int] = None,
-                 rerun: Sequence[str] = ("trainspec", "diff", "--format", "text")) -> str:
+                 rerun: Sequence[str] = ("trainspec", "diff", "--format", "text"),
+                 said: Optional[Dict[str, Dict[str, str]]] = None) -> str:
     """The job diffs as a document. A change several jobs make identically is said once
     (said_once), first, with the jobs it touches; each of their sections points to it and shows
     only what the job changes besides. Runtime files are summarised (RuntimeFile), an unchanged
     one not listed; markdown stays within ``max_chars`` (default DIFF_BUDGET; 0: no limit) by
     cutting long diffs (a shared change's last), then by naming the jobs that do not fit, with a
     note saying where the full diff is: ``rerun`` (the command line that made this document) in
-    text."""
+    text. ``said`` (markdown, in review's comment): by job, the new values its summary says,
+    with their fields (cost.Summary.said_above): a change of one names its field only."""
     groups, pointers = said_once(diffs)
     if fmt == "json":
         return json.dumps({"base": base_rev, "shared": [g.as_json() for g in groups],
@@ -629,9 +640,14 @@ def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = N
         title = f"# trainspec diff{md_.text(scope)}: {len(diffs)} job{'' if len(diffs) == 1 else 's'} changed"
     command = shlex.join(rerun)
     cut = budget is not None
-    sections = [_shared_section(g, md, cut) for g in groups]
-    sections += [_pointer_section(d, pointers[d.name], md, cut) if d.name in pointers else _diff_section(d, md, cut)
-                 for d in diffs]
+    said = said if md and said else {}
+
+    def above(d: JobDiff, jobs: Sequence[str]) -> List[str]:  # the fields said above for every one of ``jobs``
+        return [c.field for c in d.changes if all(said.get(j, {}).get(str(c.after)) == c.field for j in jobs)]
+
+    sections = [_shared_section(g, md, cut, above(g.example, g.jobs)) for g in groups]
+    sections += [_pointer_section(d, pointers[d.name], md, cut, above(pointers[d.name].rest, [d.name]))
+                 if d.name in pointers else _diff_section(d, md, cut, above(d, [d.name])) for d in diffs]
     if not diffs:
         since = f" since {base_rev}" if base_rev else ""
         sections.append(Section([], f"no job changes{md_.text(since) if md else md_.visible(since)}"))
@@ -641,10 +657,11 @@ def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = N
 HEADLINE_LIMIT = 2_000  # characters of a job's one-line summary in the comment
 
 
-def _shared_section(g: Shared, md: bool, cut: bool) -> Section:
+def _shared_section(g: Shared, md: bool, cut: bool, said: Collection[str] = ()) -> Section:
     """A shared change: what it changes, its jobs, and its outputs' diffs as in its first job
     (kept whole before any job's own diff is cut: it carries most jobs)."""
-    headline = md_.clip(g.headline, HEADLINE_LIMIT) if md or cut else g.headline
+    headline = g.example.line(said)
+    headline = md_.clip(headline, HEADLINE_LIMIT) if md or cut else headline
     count = f"{len(g.jobs)} jobs"
     shown = (f"Each job's outputs change in the same lines (its own spec path and hash aside), shown for "
              f"{md_.code(g.example.name) if md else md_.visible(g.example.name)}:")
@@ -664,10 +681,10 @@ def _shared_section(g: Shared, md: bool, cut: bool) -> Section:
     return Section([f"change {g.id}"], head, "\n\n", parts, rank=0)
 
 
-def _pointer_section(d: JobDiff, pointer: Pointer, md: bool, cut: bool) -> Section:
+def _pointer_section(d: JobDiff, pointer: Pointer, md: bool, cut: bool, said: Collection[str] = ()) -> Section:
     """A job that makes a shared change: a pointer to it, then only what the job changes besides."""
     g = pointer.shared
-    own = _own(pointer.rest)
+    own = _own(pointer.rest, said)
     said = f"change {g.id} (above)"
     headline = f"{said}, and: {own}" if own else f"{said} and nothing else"
     headline = md_.clip(headline, HEADLINE_LIMIT) if md or cut else headline
@@ -676,8 +693,9 @@ def _pointer_section(d: JobDiff, pointer: Pointer, md: bool, cut: bool) -> Secti
     return Section([d.name], head, "\n\n", _file_parts(pointer.rest, md), rank=1 if own else 2)
 
 
-def _diff_section(d: JobDiff, md: bool, cut: bool) -> Section:
-    headline = md_.clip(d.headline, HEADLINE_LIMIT) if md or cut else d.headline
+def _diff_section(d: JobDiff, md: bool, cut: bool, said: Collection[str] = ()) -> Section:
+    headline = d.line(said)
+    headline = md_.clip(headline, HEADLINE_LIMIT) if md or cut else headline
     head = (f"## {md_.text(d.name)} ({md_.text(d.spec)})\n**{md_.text(headline)}**" if md else
             f"== {md_.visible(d.name)} ({md_.visible(d.spec)})\n{md_.visible(headline)}")
     return Section([d.name], head, "\n\n", _file_parts(d, md))

@@ -174,7 +174,9 @@ def plan_document(plans: Sequence[Dict[str, Any]], removed: Sequence[Dict[str, s
         title += "\n\n" + opening
         if budget is not None:  # the summary is never cut: the rest makes room
             budget = shares(len(opening))[0] if max_chars is None else max(budget, len(title) + REST_MIN)
-    sections = _plan_sections(plans, fmt)
+    # what the summary says is not named again below it (cost.Summary.said_above)
+    said = summary.said_above(fmt, command) if summary is not None else {}
+    sections = _plan_sections(plans, fmt, said)
     if removed:
         lines = [f"- {md_.text(r['name'])} ({md_.text(r['spec'])}): no longer compiled; its outputs go with --prune"
                  if md else f"- {md_.visible(r['name'])} ({md_.visible(r['spec'])}): no longer compiled; "
@@ -187,12 +189,13 @@ def plan_document(plans: Sequence[Dict[str, Any]], removed: Sequence[Dict[str, s
     return fit(title, sections, budget, md, "the full plan", command)
 
 
-def _plan_sections(plans: Sequence[Dict[str, Any]], fmt: str) -> List[Section]:
+def _plan_sections(plans: Sequence[Dict[str, Any]], fmt: str, said: Dict[str, Dict[str, str]]) -> List[Section]:
     """Each job's plan section; in markdown (the comment), what several jobs' plans say alike
-    said once first (said_once_plans), each of those jobs' sections only what differs from it."""
+    said once first (said_once_plans), each of those jobs' sections only what differs from it,
+    and a new value the summary says (``said``, by job) not named again."""
     if fmt != "markdown":
         return [_plan_section(p, fmt) for p in plans]
-    groups, own = said_once_plans(plans, fmt)
+    groups, own = said_once_plans(plans, fmt, said)
     sections = []
     for names, shared in groups:
         jobs = ", ".join(md_.code(n) for n in names[:SHARED_NAMES])
@@ -208,14 +211,14 @@ def _plan_sections(plans: Sequence[Dict[str, Any]], fmt: str) -> List[Section]:
             parts = [whole_part(rest, "the rest of what differs is in the full plan", True)] if rest else []
             sections.append(Section([p["name"]], head, "\n\n", parts))
         else:
-            sections.append(_plan_section(p, fmt))
+            sections.append(_plan_section(p, fmt, said.get(p["name"])))
     return sections
 
 
-def _plan_section(data: Dict[str, Any], fmt: str) -> "Section":
+def _plan_section(data: Dict[str, Any], fmt: str, said: Optional[Dict[str, str]] = None) -> "Section":
     """A job's plan: its heading, then the rest (left out as a whole when it does not fit)."""
     md = fmt == "markdown"
-    head, rest = render_plan(data, fmt).split("\n", 1)
+    head, rest = _assemble(_pieces(data, fmt, said), md).split("\n", 1)
     if md:
         rest = rest[1:]  # the blank line after the heading
     return Section([data["name"]], head, "\n\n" if md else "\n",
@@ -249,14 +252,21 @@ def render_plan(data: Dict[str, Any], fmt: str) -> str:
 Piece = Tuple[Tuple[str, ...], str]
 
 
-def _pieces(data: Dict[str, Any], fmt: str) -> Dict[str, Any]:
+def _pieces(data: Dict[str, Any], fmt: str, said: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """A job's plan as its heading, its hand-edit warning, its table (facts, inputs, outputs), each
-    target's heading and bullets, and its warnings, every line keyed (Piece)."""
+    target's heading and bullets, and its warnings, every line keyed (Piece). ``said``: the new
+    values the comment's summary says of this job, by value, with their field (markdown): a line
+    of one of them names the field instead of the value again."""
     md = fmt == "markdown"
     vis, text, code, cell = md_.visible, md_.text, md_.code, md_.cell_code
+    said = said or {}
 
     def value(v: Any) -> str:  # one spec-derived value: whole in text, clipped in the comment
         return md_.clip(vis(str(v)), VALUE_LIMIT) if md else vis(str(v))
+
+    def shown(v: Any, in_cell: bool = False) -> str:  # a value in the comment, or which new value said above it is
+        span = md_.cell_code if in_cell else md_.code
+        return f"the new {span(said[str(v)])}, said above" if str(v) in said else span(value(v))
 
     title = (f"## {text(data['name'])} ({text(data['spec'])})" if md
              else f"{vis(data['name'])}  ({vis(data['spec'])}, sha256:{data['hash']})")
@@ -269,7 +279,7 @@ def _pieces(data: Dict[str, Any], fmt: str) -> Dict[str, Any]:
     facts = [("description", data.get("description") or "-"), ("framework", data["framework"]),
              ("sku", (data["sku"] or "-") + (f" (from {data['sku_source']})" if data.get("sku_source") else "")),
              ("backend", data["backend"]), ("environment", data["image"] or "-")]
-    table: List[Piece] = [(("fact", k), f"| {k} | {cell(value(v))} |" if md else f"  {k:<14} {value(v)}")
+    table: List[Piece] = [(("fact", k), f"| {k} | {shown(v, True)} |" if md else f"  {k:<14} {value(v)}")
                           for k, v in facts]
     for kind in ("inputs", "outputs"):
         for name, about in data[kind].items():
@@ -285,10 +295,11 @@ def _pieces(data: Dict[str, Any], fmt: str) -> Dict[str, Any]:
         lines.append((("job",), f"- job: {code(t['job']['name'])} {text(about)}" if md
                       else f"  job: {t['job']['name']} {about}"))
         # what runs: the spec's command, its templates rendered as this target's job has them
-        lines.append((("command",), f"- command: {code(value(t['command']))}" if md
+        lines.append((("command",), f"- command: {shown(t['command'])}" if md
                       else f"  command: {value(t['command'])}"))
         for key, fact in t["facts"].items():  # where, time limit, priority, image, GPUs: every target alike
-            lines.append((("fact", key), f"- {text(key)}: {code(value(fact))}" if md else f"  {vis(key)}: {value(fact)}"))
+            lines.append((("fact", key), f"- {text(key)}: {shown(fact)}"
+                          if md else f"  {vis(key)}: {value(fact)}"))
         if t.get("cost"):  # our own words and figures: prose, every $ escaped
             lines.append((("cost",), f"- cost: {text(value(t['cost']['text']))}" if md
                           else f"  cost: {value(t['cost']['text'])}"))
@@ -296,7 +307,7 @@ def _pieces(data: Dict[str, Any], fmt: str) -> Dict[str, Any]:
             about = _hardware_text(t, data["sku"])
             lines.append((("hardware",), f"- hardware: {text(value(about))}" if md else f"  hardware: {value(about)}"))
         for key, setting in t["settings"].items():
-            lines.append((("setting", key), f"- {text(key)}: {code(value(setting))}" if md
+            lines.append((("setting", key), f"- {text(key)}: {shown(setting)}" if md
                           else f"  {vis(key)}: {value(setting)}"))
         for i, line in enumerate(t.get("secrets", ())):  # where each secret is kept here, never its value
             lines.append((("secret", str(i)), f"- secret: {code(value(line))}" if md else f"  secret: {value(line)}"))
@@ -333,18 +344,19 @@ def _assemble(pieces: Dict[str, Any], md: bool, name: str = "", short_heads: Seq
     return "\n".join(lines).lstrip("\n")
 
 
-def said_once_plans(plans: Sequence[Dict[str, Any]], fmt: str) -> Tuple[List[Tuple[List[str], str]], Dict[str, str]]:
+def said_once_plans(plans: Sequence[Dict[str, Any]], fmt: str, said: Optional[Dict[str, Dict[str, str]]] = None
+                    ) -> Tuple[List[Tuple[List[str], str]], Dict[str, str]]:
     """What several jobs' plans say alike, said once: jobs with the same lines to say (the same
     targets, table rows and bullets: a line said once is never one a job lacks) are a group when
     they are two or more, and a line most of them say the same (more than half, at least two; a
     warning: all of them) is said once for the group; each of its jobs then says only the lines
     where it differs from that (its heading always, a target's heading with its world when that
     differs). Returns the groups ([job names], their shared lines) and, by job name, each grouped
-    job's own lines."""
+    job's own lines. ``said``: by job, the new values said above (_pieces)."""
     from collections import Counter
 
     md = fmt == "markdown"
-    pieces = {p["name"]: _pieces(p, fmt) for p in plans}
+    pieces = {p["name"]: _pieces(p, fmt, (said or {}).get(p["name"])) for p in plans}
     by_targets: Dict[Tuple[Any, ...], List[str]] = {}
     for p in plans:  # the same lines to say: a line said once is one every job of the group has
         mine = pieces[p["name"]]
