@@ -313,3 +313,29 @@ def test_a_base_image_bump_is_said_once_on_slurm_and_kubernetes_too(tmp_path):
     added = [line.split("  #")[0] for line in markdown.splitlines() if line.startswith("+") and "image" in line]
     assert added == [f"+  image: {NEW_IMAGE}", f"+    image: {NEW_IMAGE}", f"+  image: {NEW_IMAGE}",
                      f"+image='{NEW_IMAGE.replace('/', '#', 1)}'"]
+
+
+def test_the_summary_says_a_shared_change_once_and_says_above_only_what_it_names():
+    """The cost summary's rows (issue 42): the same change of what 60 jobs run is one row naming
+    the first 50 and counting the others; a value counts as said above (the plan and the diff then
+    name its field only) for a job the summary names, never for one it only counts, nor in text."""
+    from trainspec.review.cost import Row, Summary
+
+    rows = [Row(f"job-{i:02d}", "changed", access=[("environment.image", "old:1", "new:2")]) for i in range(60)]
+    rows += [Row("alone", "changed", changes=[("nodes", 1, 2)], gpus=(8, 16), access=[("command", "a", "b")]),
+             Row("twin-1", "changed", changes=[("nodes", 1, 2)], gpus=(8, 16)),
+             Row("twin-2", "changed", changes=[("nodes", 1, 2)], gpus=(8, 16))]
+    summary = Summary(rows, (0, 0), launches=63, changed=[("environment.image", 60), ("resources.nodes", 3)])
+    md = summary.render("markdown", "cmd")
+    assert md.startswith("**Merging this launches 63 jobs.** What changes: environment.image in 60 jobs; "
+                         "resources.nodes in 3 jobs.\n\n")
+    listed = [line for line in md.splitlines() if line.startswith("- ")]
+    assert listed == [
+        "- **60 jobs** (" + ", ".join(f"`job-{i:02d}`" for i in range(50)) + ", … and 10 more): "
+        "**what they run or can reach:** environment.image `old:1` → `new:2`",
+        "- **3 jobs** (`alone`, `twin-1`, `twin-2`): nodes `1` → `2`; GPUs `8` → `16`",
+        "- `alone`: **what it runs or can reach:** command `a` → `b`"]
+    said = summary.said_above("markdown", "cmd")
+    assert set(said) == {f"job-{i:02d}" for i in range(50)} | {"alone"}
+    assert said["job-00"] == {"new:2": "environment.image"} and said["alone"] == {"b": "command"}
+    assert summary.said_above("text") == {}

@@ -355,15 +355,23 @@ class Summary:
     def said_above(self, fmt: str, command: str = "") -> Dict[str, Dict[str, str]]:
         """By job name, each new value of what it runs or can reach that this summary says (its
         rows, never cut), with the field it is the value of: what the comment below it does not
-        name again (the plan's lines, a shared change's headline say "said above" instead). None
-        when the summary counts its last rows instead of showing them (a change of hundreds of
-        jobs): then the comment names every value where it stands."""
+        name again (the plan's lines, a shared change's headline say "said above" instead): only
+        for a job the summary names. None when the summary counts its last rows instead of
+        showing them (a change of hundreds of jobs): then the comment names every value where it
+        stands."""
         md = fmt == "markdown"
         if not md or not self._rows(md, command, len("\n".join(self._head(md, command))))[1]:
             return {}
+        from trainspec.review.comment import SHARED_NAMES
+
+        alike: Dict[str, List[Row]] = {}  # said_once_rows' shared rows name their first SHARED_NAMES jobs
+        for r in self.rows:
+            if r.status == "changed" and r.access:
+                alike.setdefault(repr(r.access), []).append(r)
+        named = [r for rows in alike.values() for r in (rows if len(rows) < 2 else rows[:SHARED_NAMES])]
         return {r.name: {str(after): path for path, before, after in r.access[:ACCESS_FIELDS]
                          if after is not None and max(len(str(before)), len(str(after))) <= ACCESS_VALUE_LIMIT}
-                for r in self.rows if r.status == "changed" and r.access}  # a longer value: shown in part (_window)
+                for r in named}  # a longer value: shown in part (_window)
 
     def _opening(self, md: bool) -> List[str]:
         """What merging launches, and what changes in how many jobs: the comment's first lines."""
