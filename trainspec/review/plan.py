@@ -244,7 +244,7 @@ def _job_text(job: Dict[str, Any]) -> str:
 def render_plan(data: Dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(data, indent=2, sort_keys=True)
-    return _assemble(_pieces(data, fmt), fmt == "markdown", data["name"])
+    return _assemble(_pieces(data, fmt), fmt == "markdown")
 
 
 # A job's plan in pieces, each keyed by what it says (a fact of the table, a target's bullet), so
@@ -325,7 +325,7 @@ def _pieces(data: Dict[str, Any], fmt: str, said: Optional[Dict[str, str]] = Non
     return {"title": title, "edited": edited, "table": table, "targets": targets, "warnings": warnings}
 
 
-def _assemble(pieces: Dict[str, Any], md: bool, name: str = "", short_heads: Sequence[str] = ()) -> str:
+def _assemble(pieces: Dict[str, Any], md: bool, short_heads: Sequence[str] = ()) -> str:
     """A plan's lines from its pieces (all of a job's, or only those that differ from a group's):
     the title, the table when it has rows, each target with bullets (its heading short, the
     target's name, when it is in ``short_heads``: the same as the group's), the warnings."""
@@ -405,5 +405,5 @@ def said_once_plans(plans: Sequence[Dict[str, Any]], fmt: str, said: Optional[Di
                         continue
                     short.append(t)
                 differ["targets"].append((t, head, rest))
-            own[n] = _assemble(differ, md, n, short)
+            own[n] = _assemble(differ, md, short)
     return groups, own
