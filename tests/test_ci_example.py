@@ -143,13 +143,13 @@ def test_comment_step_on_a_pull_request_branch(repo):
     proc = run_step("review", "Review of the jobs this pull request changes", repo, BASE="main")
     assert proc.returncode == 0, proc.stderr
     comment = (temp(repo) / "comment.md").read_text()
-    # what merging launches and what changes in how many jobs, then the cost table
-    assert comment.startswith("# trainspec plan: 1 job changed since main\n\n**Merging this launches 1 job.** What "
-                              "changes: resources.nodes, world in 1 job.\n\n**Cost: GPUs of all jobs: 26 → 42 "
-                              "(\\+16); 1 job with cost changes**\n\n| job | target | GPUs |")
+    assert comment.startswith("# trainspec plan: 1 job changed since main\n\n**Merging this launches 1 job** (1 on "
+                              "azureml)\n\n**Cost: GPUs of all jobs: 26 → 42 "
+                              "(\\+16); 1 job with cost changes**\n\n| job | target | GPUs |")  # the cost table
     assert ("| `mnist-lightning` | azureml | 16 → 32 (\\+16) | \\$196.64/h → \\$393.28/h (\\+\\$196.64/h)"
             in comment)
-    assert ("\n\n- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`\n\n## mnist-lightning" in comment)
+    assert ("\n\n**What changes:** resources.nodes, world in 1 job.\n\n"
+            "- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`\n\n## mnist-lightning" in comment)
     assert "\n# trainspec diff since main: 1 job changed\n\n## mnist-lightning (specs/mnist-lightning.yaml)\n" \
            "**resources.nodes 2 → 4; world 16 → 32**" in comment
     assert "single-node" not in comment and "hpcpack-ddp" not in comment

@@ -328,8 +328,8 @@ def test_a_change_of_the_team_prices_shows_though_no_job_file_changes(repo):
     edit(repo / "trainspec-skus.yaml", "pay_as_you_go: 90", "pay_as_you_go: 70")
     git("commit", "-q", "-am", "a better rate", cwd=repo)
     md = plan_md(repo)
-    assert md.startswith("# trainspec plan: 0 jobs changed since main\n\n**Merging this launches no job.** What "
-                         "changes: no field or fact of a job.\n\n**Cost: GPUs of all jobs: 26 → 26; "
+    assert md.startswith("# trainspec plan: 0 jobs changed since main\n\n**Merging this launches no job**\n\n"
+                         "**Cost: GPUs of all jobs: 26 → 26; "
                          "no cost changes**\n\n**Team catalog: `trainspec-skus.yaml` changes, for 3 jobs; the table "
                          "prices both sides with the base's catalog")
     assert table_rows(md) == []  # priced with one catalog, nothing changes

@@ -249,10 +249,14 @@ def test_plan_over_a_folder_and_over_what_a_branch_changes(repo):
     git("commit", "-q", "-am", "bigger, and one job fewer", cwd=repo)
     md = ts("plan", "--git", "main", "--format", "markdown", cwd=repo, check=True).stdout
     # the cost summary first (never cut), then each job's plan
-    assert md.startswith("# trainspec plan: 1 job changed since main\n\n**Merging this launches 1 job.** What changes: "
-                         "resources.nodes, world in 1 job; 1 job removed.\n\n**Cost: GPUs of all jobs: 26 → 40 (\\+14); "
+    # what merging launches first (every target of every job the plan lists; the removed one: none),
+    # then the cost summary (never cut), then each job's plan
+    assert md.startswith("# trainspec plan: 1 job changed since main\n\n**Merging this launches 1 job** (1 on azureml)\n\n"
+                         "**Cost: GPUs of all jobs: 26 → 40 (\\+14); "
                          "2 jobs with cost changes**\n\n| job | target | GPUs | price per hour |")
     # the cost table (tests/test_prices.py), then what changes job by job
+    # what changes in how many jobs (issue 42), then job by job
+    assert "\n\n**What changes:** resources.nodes, world in 1 job; 1 job removed.\n\n" in md.split("\n## ")[0]
     assert ("\n\n- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`\n"
             "- `single-node`: removed job, GPUs `2` → `0`: ") in md.split("\n## ")[0]
     assert "\n\n## mnist-lightning" in md
@@ -399,8 +403,8 @@ def test_the_specs_timeout_opens_the_cost_summary(repo):
     edit(spec, "timeout: 24h", "timeout: 2d")
     edit(spec, "  nodes: 2\n", "  nodes: 4\n")
     md = ts("plan", "--git", "HEAD", "--format", "markdown", cwd=repo, check=True).stdout
-    assert md.startswith("# trainspec plan: 1 job changed since HEAD\n\n**Merging this launches 1 job.** What changes: "
-                         "timeout, resources.nodes, world in 1 job.\n\n**Cost: GPUs of all jobs: 26 → 42 (\\+16); "
+    assert md.startswith("# trainspec plan: 1 job changed since HEAD\n\n**Merging this launches 1 job** (1 on azureml)\n\n"
+                         "**Cost: GPUs of all jobs: 26 → 42 (\\+16); "
                          "1 job with cost changes**\n\n| job | target |"), md[:400]
     assert ("\n\n- `mnist-lightning`: timeout `24h` → `2d`; nodes `2` → `4`; GPUs `16` → `32`\n"
             in md.split("\n## ")[0]), md[:2000]

@@ -349,10 +349,10 @@ def test_a_twelve_job_base_bump_with_one_node_change_is_read_in_a_minute(tmp_pat
 
     # one summary first: what merging launches, what changes in how many, the cost, the image once
     summary, plan = text.split("\n## ", 1)[0], text.split("\n# trainspec diff", 1)[0]
-    assert summary.startswith("# trainspec plan: 12 jobs changed since HEAD\\~1\n\n**Merging this launches 12 jobs.** "
-                              "What changes: environment.image in 12 jobs; resources.nodes, world in 1 job.\n\n"
-                              "**Cost: GPUs of all jobs: 192 → 208 (\\+16); 1 job with cost changes; 12 jobs whose "
-                              "command, image or access changes**\n")
+    assert summary.startswith("# trainspec plan: 12 jobs changed since HEAD\\~1\n\n**Merging this launches 12 jobs** "
+                              "(12 on azureml)\n\n**Cost: GPUs of all jobs: 192 → 208 (\\+16); 1 job with cost changes; "
+                              "12 jobs whose command, image or access changes**\n")
+    assert "\n\n**What changes:** environment.image in 12 jobs; resources.nodes, world in 1 job.\n\n- " in summary
     rows = [line for line in summary.splitlines() if line.startswith("- ")]
     assert rows == ["- **12 jobs** (" + ", ".join(f"`{n}`" for n in names) + "): **what they run or can reach:** "
                     f"environment.image `{OLD_IMAGE}` → `{NEW_IMAGE}`",

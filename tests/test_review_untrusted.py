@@ -82,9 +82,11 @@ def test_a_200_spec_change_opens_with_every_cost_change_and_fits_one_comment(rep
     assert "Cut to fit one comment" in text  # the volume is cut: the cost changes are not
     summary = opening(text)
     before = 26 + 2 * 200  # the three jobs of the repository, and the 200 at 2 GPUs each
-    assert summary.startswith("# trainspec plan: 200 jobs changed since HEAD\n\n**Merging this launches 200 jobs.** "
-                              "What changes: env.VAR\\_000, ")  # 199 changed, one new
-    assert f"\n\n**Cost: GPUs of all jobs: {before} → " in summary
+    assert summary.startswith("# trainspec plan: 200 jobs changed since HEAD\n\n"
+                              "**Merging this launches 200 jobs** (200 on azureml)\n\n"
+                              f"**Cost: GPUs of all jobs: {before} → ")
+    assert "\n\n**What changes:** env.VAR\\_000, " in summary and " and 28 more in 199 jobs; resources.nodes, world " \
+        "in 30 jobs; " in summary and "; 1 new job; 1 job removed.\n\n" in summary  # what changes in how many (issue 42)
     wanted = ["- `job-050`: nodes `1` → `32`; GPUs `2` → `64`",
               "- `job-100`: sku `Standard_NC48ads_A100_v4` → `Standard_NC96ads_A100_v4`",
               "- `job-150`: spot `no` → `yes`",
@@ -123,9 +125,8 @@ def test_a_job_with_3000_env_entries_cannot_push_its_own_cost_change_out(repo):
     assert ("- `mnist-lightning`: nodes `2` → `4`; spot `no` → `yes`; "
             "targets.azureml.job_tier `standard` → `spot`; "
             "GPUs `16` → `32`") in summary
-    assert summary.startswith("# trainspec plan: 1 job changed since HEAD\n\n**Merging this launches 1 job.** "
-                              "What changes: ")
-    assert " in 1 job.\n\n**Cost: GPUs of all jobs: 26 → 42" in summary
+    assert summary.startswith("# trainspec plan: 1 job changed since HEAD\n\n**Merging this launches 1 job** (1 on azureml)"
+                              "\n\n**Cost: GPUs of all jobs: 26 → 42")
     # and the diff's one-line summary of the job names them before the 3,000 env entries
     assert "\n**resources.nodes 2 → 4; resources.spot no → yes; targets.azureml.job\\_tier standard → spot; " \
            "world 16 → 32; env.E0000 (none) → " in text
@@ -337,10 +338,11 @@ def test_a_600_job_base_change_keeps_the_dangerous_job_and_a_hunk_in_one_comment
     text = ts("review", "--git", "HEAD", cwd=repo, check=True).stdout
     assert len(text) < GITHUB_LIMIT and len(text) <= 60_000, len(text)
     summary = opening(text)
-    assert summary.startswith("# trainspec plan: 600 jobs changed since HEAD\n\n**Merging this launches 600 jobs.** "
-                              "What changes: env.NCCL\\_DEBUG in 600 jobs; command, targets.azureml.docker\\_args in 1 job."
-                              "\n\n**Cost: GPUs of all jobs: "
+    assert summary.startswith("# trainspec plan: 600 jobs changed since HEAD\n\n**Merging this launches 600 jobs** (600 "
+                              "on azureml)\n\n**Cost: GPUs of all jobs: "
                               "1,200 → 1,200; no cost changes; 1 job whose command, image or access changes**")
+    assert "\n\n**What changes:** env.NCCL\\_DEBUG in 600 jobs; command, targets.azureml.docker\\_args in 1 job.\n\n" \
+        in summary  # what changes in how many jobs (issue 42)
     row = next(line for line in summary.splitlines() if line.startswith("- `job-431`"))
     spans = [t.content for t in tokens(row) if t.type == "code_inline"]
     assert spans == ["job-431", "python train.py", PIPE, "-", HOST], row  # each value whole, in a code span

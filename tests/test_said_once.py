@@ -325,10 +325,9 @@ def test_the_summary_says_a_shared_change_once_and_says_above_only_what_it_names
     rows += [Row("alone", "changed", changes=[("nodes", 1, 2)], gpus=(8, 16), access=[("command", "a", "b")]),
              Row("twin-1", "changed", changes=[("nodes", 1, 2)], gpus=(8, 16)),
              Row("twin-2", "changed", changes=[("nodes", 1, 2)], gpus=(8, 16))]
-    summary = Summary(rows, (0, 0), launches=63, changed=[("environment.image", 60), ("resources.nodes", 3)])
+    summary = Summary(rows, (0, 0), changed=[("environment.image", 60), ("resources.nodes", 3)])
     md = summary.render("markdown", "cmd")
-    assert md.startswith("**Merging this launches 63 jobs.** What changes: environment.image in 60 jobs; "
-                         "resources.nodes in 3 jobs.\n\n")
+    assert "\n\n**What changes:** environment.image in 60 jobs; resources.nodes in 3 jobs.\n\n- " in md
     listed = [line for line in md.splitlines() if line.startswith("- ")]
     assert listed == [
         "- **60 jobs** (" + ", ".join(f"`job-{i:02d}`" for i in range(50)) + ", … and 10 more): "

@@ -282,10 +282,9 @@ class Summary:
     table: List[CostRow] = field(default_factory=list)  # the totals of each target, then each job that changes
     note: str = ""
     catalogs: List["CatalogChange"] = field(default_factory=list)  # team catalogs the change edits, adds, removes
-    # what merging launches (the jobs the change keeps or adds: CI submits them) and what changes in
-    # how many jobs (each changed field or fact, with its jobs; a job added or removed), for the opening
-    launches: Optional[int] = None
-    changed: List[Tuple[str, int]] = field(default_factory=list)
+    # what changes in how many jobs (each changed field or fact, with its jobs; a job added or
+    # removed), said before the rows; None: not a review's summary
+    changed: Optional[List[Tuple[str, int]]] = None
 
     def as_json(self) -> Dict[str, Any]:
         return {"gpus_before": self.total[0], "gpus_after": self.total[1], "jobs": [r.as_json() for r in self.rows],
@@ -324,7 +323,7 @@ class Summary:
         if edited:
             what += f"; {edited} job{'' if edited == 1 else 's'} where what CI would submit is not what the spec says"
         head = f"GPUs of all jobs: {before:,} → {after:,}{delta}; {what}"
-        lines = [*self._opening(md), f"**Cost: {md_.text(head)}**" if md else f"cost: {head}"]
+        lines = [f"**Cost: {md_.text(head)}**" if md else f"cost: {head}"]
         for change in self.catalogs[:CATALOG_CHANGES] if md else self.catalogs:
             lines += ["", *change.render(md)] if md else change.render(md)
         if md and len(self.catalogs) > CATALOG_CHANGES:
@@ -333,7 +332,7 @@ class Summary:
         table = self._table(md, command)
         if table:
             lines += ["", table] if md else [table]
-        return lines
+        return lines + self._what_changes(md)
 
     def _rows(self, md: bool, command: str, opening: int) -> Tuple[List[str], bool]:
         """The rows after an opening of ``opening`` characters, within what is left of
@@ -373,9 +372,10 @@ class Summary:
                          if after is not None and max(len(str(before)), len(str(after))) <= ACCESS_VALUE_LIMIT}
                 for r in named}  # a longer value: shown in part (_window)
 
-    def _opening(self, md: bool) -> List[str]:
-        """What merging launches, and what changes in how many jobs: the comment's first lines."""
-        if self.launches is None:
+    def _what_changes(self, md: bool) -> List[str]:
+        """What changes in how many jobs, in one line before the rows: the field names, the
+        values in the rows and the diff."""
+        if self.changed is None:
             return []
         said = []
         for count, names in _by_count([c for c in self.changed if c[0] not in (NEW, REMOVED)]):
@@ -388,9 +388,7 @@ class Summary:
         if counted.get(REMOVED):
             said.append(f"{counted[REMOVED]} job{'' if counted[REMOVED] == 1 else 's'} removed")
         what = "; ".join(said) or "no field or fact of a job"
-        launch = merging_launches(self.launches)
-        return ([f"**{launch[0].upper() + launch[1:]}.** What changes: {what}.", ""] if md
-                else [f"{launch}; what changes: {what}"])
+        return ["", f"**What changes:** {what}."] if md else [f"  what changes: {what}"]
 
     def _table(self, md: bool, command: str) -> str:
         if not self.table:
@@ -460,7 +458,7 @@ def summarise(old_jobs: Dict[str, Outcome], new_jobs: Dict[str, Outcome], diffs:
              for job, target in sorted({*sides[0], *sides[1]})]
     table = [r for r in table if r.changed()]
     moved = catalog_changes(new_jobs, own or {})
-    opening = {"launches": sum(1 for d in diffs if d.status != "removed"), "changed": _changed_fields(diffs)}
+    opening = {"changed": _changed_fields(diffs)}
     if not table:
         return Summary(rows, total, catalogs=moved, **opening)
     targets = sorted({r.target for r in table})
@@ -540,12 +538,6 @@ def _access(row: Row, md: bool, lead: str = "what it runs or can reach:") -> str
 
 NEW, REMOVED = " new", " removed"  # a job added or removed, among the changed fields (no field's name)
 CHANGED_FIELDS = 12  # fields named per count in the opening's "what changes"; the others counted
-
-
-def merging_launches(jobs: int) -> str:
-    """What merging the pull request launches, in the words every review output uses (the
-    example workflow submits each job of the plan once merged)."""
-    return f"merging this launches {jobs:,} job{'' if jobs == 1 else 's'}" if jobs else "merging this launches no job"
 
 
 def _by_count(changed: Sequence[Tuple[str, int]]) -> List[Tuple[int, List[str]]]:

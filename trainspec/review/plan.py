@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from trainspec.build import Outcome
@@ -167,6 +168,8 @@ def plan_document(plans: Sequence[Dict[str, Any]], removed: Sequence[Dict[str, s
     scope = f" changed since {base_rev}" if base_rev else ""
     count = f"{len(plans)} job{'' if len(plans) == 1 else 's'}{scope}"
     title = f"# trainspec plan: {md_.text(count)}" if md else f"trainspec plan: {count}"
+    if base_rev:
+        title += "\n\n" + launches(plans, md)
     command = shlex.join(rerun)
     budget = budget_for(max_chars, fmt, PLAN_BUDGET)
     if summary is not None:
@@ -187,6 +190,19 @@ def plan_document(plans: Sequence[Dict[str, Any]], removed: Sequence[Dict[str, s
     if not plans and not removed:
         sections.append(Section([], "no job changes" if base_rev else "no jobs"))
     return fit(title, sections, budget, md, "the full plan", command)
+
+
+def launches(plans: Sequence[Dict[str, Any]], md: bool) -> str:
+    """What merging the change launches: every (job, target) of the plan, which is what the
+    example workflow's `trainspec submit --plan` submits on a push (each target it submits to:
+    the per-target counts say which), counted where the merge is decided, in the comment."""
+    by_target = Counter(t["target"] for p in plans for t in p["targets"])
+    total = sum(by_target.values())
+    head = f"Merging this launches {total} job{'' if total == 1 else 's'}" if total else "Merging this launches no job"
+    if not total:
+        return f"**{head}**" if md else head.lower()
+    where = ", ".join(f"{count} on {target}" for target, count in sorted(by_target.items()))
+    return f"**{head}** ({md_.text(where)})" if md else f"{head.lower()} ({where})"
 
 
 def _plan_sections(plans: Sequence[Dict[str, Any]], fmt: str, said: Dict[str, Dict[str, str]]) -> List[Section]:
