@@ -149,7 +149,8 @@ def test_comment_step_on_a_pull_request_branch(repo):
                               "(\\+16); 1 job with cost changes**\n\n| job | target | GPUs |")  # the cost table
     assert ("| `mnist-lightning` | azureml | 16 → 32 (\\+16) | \\$196.64/h → \\$393.28/h (\\+\\$196.64/h)"
             in comment)
-    assert ("\n\n- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`\n\n## mnist-lightning" in comment)
+    assert ("\n\n**What changes:** resources.nodes, world in 1 job.\n\n"
+            "- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`\n\n## mnist-lightning" in comment)
     assert "\n# trainspec diff since main: 1 job changed\n\n## mnist-lightning (specs/mnist-lightning.yaml)\n" \
            "**resources.nodes 2 → 4; world 16 → 32**" in comment
     assert "single-node" not in comment and "hpcpack-ddp" not in comment

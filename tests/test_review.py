@@ -248,12 +248,15 @@ def test_plan_over_a_folder_and_over_what_a_branch_changes(repo):
     git("rm", "-q", "specs/single-node.yaml", cwd=repo)
     git("commit", "-q", "-am", "bigger, and one job fewer", cwd=repo)
     md = ts("plan", "--git", "main", "--format", "markdown", cwd=repo, check=True).stdout
+    # the cost summary first (never cut), then each job's plan
     # what merging launches first (every target of every job the plan lists; the removed one: none),
     # then the cost summary (never cut), then each job's plan
     assert md.startswith("# trainspec plan: 1 job changed since main\n\n**Merging this launches 1 job** (1 on azureml)\n\n"
                          "**Cost: GPUs of all jobs: 26 → 40 (\\+14); "
                          "2 jobs with cost changes**\n\n| job | target | GPUs | price per hour |")
     # the cost table (tests/test_prices.py), then what changes job by job
+    # what changes in how many jobs (issue 42), then job by job
+    assert "\n\n**What changes:** resources.nodes, world in 1 job; 1 job removed.\n\n" in md.split("\n## ")[0]
     assert ("\n\n- `mnist-lightning`: nodes `2` → `4`; GPUs `16` → `32`\n"
             "- `single-node`: removed job, GPUs `2` → `0`: ") in md.split("\n## ")[0]
     assert "\n\n## mnist-lightning" in md

@@ -60,18 +60,24 @@ def test_a_comment_that_needs_no_cut_is_plan_then_diff_byte_for_byte(tmp_path):
 
 
 def test_the_plan_uses_the_room_the_diff_leaves(change):
-    """The base bump of 18 jobs is one short change in the diff: `plan --git` alone keeps to its
-    24,000 characters and cuts the last plans to their headings, but in the comment the plan may
-    use what the diff leaves, and every plan is whole."""
+    """The base bump of 18 jobs is one short change in the diff, and in the plan what the 18 jobs
+    share is said once (issue 42): `plan --git` alone keeps to its 24,000 characters without
+    cutting a plan (before, it cut the last plans to their headings), and the comment is the two
+    whole documents."""
     cut = "(the rest of this job's plan is in the full plan)"
     plan_alone = ts("plan", "--git", "HEAD~1", "specs/", "--format", "markdown", cwd=change, check=True).stdout
-    assert cut in plan_alone  # what the comment held before: some of the 20 plans cut
+    assert cut not in plan_alone and "## Said once for " in plan_alone
     whole_plan = ts("plan", "--git", "HEAD~1", "specs/", "--format", "markdown", "--max-chars", "0",
                     cwd=change, check=True).stdout
     diff = ts("diff", "--git", "HEAD~1", "specs/", "--format", "markdown", cwd=change, check=True).stdout
     text = ts("review", "--git", "HEAD~1", "specs/", cwd=change, check=True).stdout
     assert cut not in text and "Cut to fit" not in text
-    assert text == whole_plan + "\n" + diff  # nothing cut, so the two whole documents
+    # nothing cut, so the two whole documents, but that under the summary, which says the new image
+    # of the 18 jobs, the diff's change A names the field only
+    full = f"**environment.image {OLD_IMAGE} → {NEW_IMAGE} (in bases/gpu.yaml)**"
+    said = "**environment.image → its new value, said above (in bases/gpu.yaml)**"
+    assert diff.count(full) == 1 and full not in text
+    assert text == whole_plan + "\n" + diff.replace(full, said)
     assert len(text) < 60_000 < GITHUB_LIMIT
 
 
@@ -117,9 +123,9 @@ def test_a_big_change_fits_one_comment_and_keeps_every_cost_row(tmp_path):
     assert len(text) < 60_000 < GITHUB_LIMIT, len(text)
     assert "Cut to fit one comment" in text
     summary = text.split("\n## ", 1)[0]
-    for i, name in enumerate(names):
-        if i % 5 == 0:
-            assert f"- `{name}`: nodes `1` → `2`; GPUs `2` → `4`" in summary, name
+    # the same cost change of 30 jobs: one row naming each of them (issue 42: said once)
+    bigger = [name for i, name in enumerate(names) if i % 5 == 0]
+    assert f"- **30 jobs** ({', '.join(f'`{n}`' for n in bigger)}): nodes `1` → `2`; GPUs `2` → `4`\n" in summary
     # the plan and the diff share the comment: together they hold at least what each keeps alone
     alone = workflow_comment(repo, "markdown", "HEAD")
     plan_cut = "(the rest of this job's plan is in the full plan)"

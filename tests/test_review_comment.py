@@ -303,6 +303,102 @@ def test_many_jobs_that_cannot_all_be_shown_are_still_named(repo):
     assert len(out.splitlines()[-3]) < 200  # the last line: a few names, the others counted
 
 
+# --- a comment a reviewer reads in a minute (issue 42) -------------------------------------------
+
+def test_a_twelve_job_base_bump_with_one_node_change_is_read_in_a_minute(tmp_path):
+    """Twelve jobs on one base without a time limit; the base's image bumped, and one job on four
+    nodes, in one commit: `trainspec review` opens with one summary (what merging launches, what
+    changes in how many jobs, the cost, the image change once for the 12 jobs), says what the 12
+    plans share once and per job only what differs, says the bump once in the diff with team-05's
+    own lines beside it, and names the new image twice in under 15,000 characters (it was 29,000
+    characters naming it 40 times); every job's own command, and team-05's four nodes, still
+    there. The cost table says "no maximum" plainly."""
+    from test_said_once import NEW_IMAGE, OLD_IMAGE
+
+    repo = tmp_path / "repo"
+    (repo / "specs").mkdir(parents=True)
+    (repo / "bases").mkdir()
+    shutil.copytree(REPO / "examples" / "ddp", repo / "examples" / "ddp", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "bases" / "gpu.yaml").write_text(
+        "version: 1\nframework: pytorch\nresources: {nodes: 2, sku: Standard_ND96isr_H100_v5}\n"
+        f"distribution: {{launcher: per-process}}\nenvironment: {{image: {OLD_IMAGE}}}\n"
+        "targets:\n  azureml: {compute: gpu-cluster}\n")
+    names = [f"team-{i:02d}" for i in range(1, 13)]
+    for i, name in enumerate(names, 1):
+        (repo / "specs" / f"{name}.yaml").write_text(
+            f"extends: ../bases/gpu.yaml\nname: {name}\ncode: ../examples/ddp\ncommand: python train.py --seed {i}\n")
+    git("init", "-q", "-b", "main", cwd=repo)
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    commit(repo, "twelve jobs on one base")
+    edit(repo / "bases" / "gpu.yaml", OLD_IMAGE, NEW_IMAGE)
+    with open(repo / "specs" / "team-05.yaml", "a") as spec:
+        spec.write("resources: {nodes: 4}\n")
+    ts("compile", "specs/", "-o", "build/", cwd=repo, check=True)
+    commit(repo, "bump the base image; team-05 on four nodes")
+
+    text = ts("review", "--git", "HEAD~1", cwd=repo, check=True).stdout
+    assert len(text) < 15_000, len(text)
+    assert text.count(NEW_IMAGE) <= 2, text.count(NEW_IMAGE)
+    seen = render(text)
+    assert not seen.comments and set(seen.tags) <= OUR_TAGS
+    assert [h for h in seen.headings if h[0] in ("h1", "h2")] == [
+        ("h1", "trainspec plan: 12 jobs changed since HEAD~1"), ("h2", "Said once for 12 jobs"),
+        *(("h2", f"{n} (specs/{n}.yaml)") for n in names),
+        ("h1", "trainspec diff since HEAD~1: 12 jobs changed"), ("h2", "Change A: the same in 12 jobs"),
+        *(("h2", f"{n} (specs/{n}.yaml)") for n in names)]
+
+    # one summary first: what merging launches, what changes in how many, the cost, the image once
+    summary, plan = text.split("\n## ", 1)[0], text.split("\n# trainspec diff", 1)[0]
+    assert summary.startswith("# trainspec plan: 12 jobs changed since HEAD\\~1\n\n**Merging this launches 12 jobs** "
+                              "(12 on azureml)\n\n**Cost: GPUs of all jobs: 192 → 208 (\\+16); 1 job with cost changes; "
+                              "12 jobs whose command, image or access changes**\n")
+    assert "\n\n**What changes:** environment.image in 12 jobs; resources.nodes, world in 1 job.\n\n- " in summary
+    rows = [line for line in summary.splitlines() if line.startswith("- ")]
+    assert rows == ["- **12 jobs** (" + ", ".join(f"`{n}`" for n in names) + "): **what they run or can reach:** "
+                    f"environment.image `{OLD_IMAGE}` → `{NEW_IMAGE}`",
+                    "- `team-05`: nodes `2` → `4`; GPUs `16` → `32`"]
+    # the cost table words "no maximum" plainly: no "$0.00", no "job(s) with no maximum"
+    all_jobs = next(line for line in summary.splitlines() if line.startswith("| **all jobs** |"))
+    assert all_jobs.endswith("| no maximum: 12 jobs have no time limit |") and "0.00" not in all_jobs, all_jobs
+    assert "| `team-05` | azureml | 16 → 32 (\\+16) |" in summary and "with no maximum" not in text
+
+    # the plan: what the 12 share once (the image named by its field: the summary said it), each
+    # job only where it differs: its job, its command; team-05 its world, GPUs, cost and ranks
+    sections = {chunk.split("\n", 1)[0]: chunk for chunk in plan.split("\n## ")[1:]}
+    shared = sections.pop("Said once for 12 jobs")
+    assert "| environment | the new `environment.image`, said above |" in shared
+    assert "- image: the new `environment.image`, said above" in shared
+    assert "### azureml: world 16 = 2 node(s) x 8 process(es), launcher per-process" in shared
+    assert "- time limit: " in shared and "- rank 15 (last): " in shared
+    for i, name in enumerate(names, 1):
+        own = sections.pop(f"{name} (specs/{name}.yaml)")
+        assert f"- command: `python train.py --seed {i}`" in own and f"build/{name}/azureml/job.yml" in own
+        assert ("world 32 = 4 node(s)" in own) == (name == "team-05") and "- time limit:" not in own
+        assert ("- rank 31 (last): " in own and "GPUs: `32 (4 nodes x 8)" in own) == (name == "team-05")
+    assert sections == {}
+
+    # the diff: the bump once, for all 12, its values said above; team-05's own lines beside it
+    diff = text.split("\n# trainspec diff", 1)[1]
+    assert "## Change A: the same in 12 jobs\n**environment.image → its new value, said above (in bases/gpu.yaml)**" \
+        in diff and "Jobs (12): " + ", ".join(f"`{n}`" for n in names) in diff
+    assert diff.count(f"+  image: {NEW_IMAGE}") == 1
+    own = diff.split("## team-05 (specs/team-05.yaml)\n", 1)[1].split("\n## ", 1)[0]
+    assert own.startswith("**change A (above), and: resources.nodes 2 → 4; world 16 → 32**")
+    changed = [line for line in own.splitlines() if line[:1] in ("+", "-") and line[:3] not in ("---", "+++")]
+    assert changed == ["-  instance_count: 2", "+  instance_count: 4", '-  TRAINSPEC_NODES: "2"',
+                       '+  TRAINSPEC_NODES: "4"']
+    for name in names:
+        if name != "team-05":
+            assert f"## {name} (specs/{name}.yaml)\n**change A (above) and nothing else**" in diff
+
+    # nothing is lost: `diff` alone still names the values, and json has every job's whole diff and plan
+    alone = ts("diff", "--git", "HEAD~1", "--format", "markdown", cwd=repo, check=True).stdout
+    assert f"**environment.image {OLD_IMAGE} → {NEW_IMAGE} (in bases/gpu.yaml)**" in alone
+    data = json.loads(ts("review", "--git", "HEAD~1", "--format", "json", cwd=repo, check=True).stdout)
+    assert [j["image"] for j in data["plan"]["jobs"]] == [NEW_IMAGE] * 12
+    assert all(f"+  image: {NEW_IMAGE}" in j["files"][0]["diff"] for j in data["diff"]["jobs"])
+
+
 # --- no spec value can forge the comment --------------------------------------------------------
 
 HOSTILE = ["ok\n<!--", "a`b``c", "x|y", "<script>alert(1)</script>", "</details>", "```\nfence\n```",

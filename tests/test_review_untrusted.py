@@ -85,6 +85,8 @@ def test_a_200_spec_change_opens_with_every_cost_change_and_fits_one_comment(rep
     assert summary.startswith("# trainspec plan: 200 jobs changed since HEAD\n\n"
                               "**Merging this launches 200 jobs** (200 on azureml)\n\n"
                               f"**Cost: GPUs of all jobs: {before} → ")
+    assert "\n\n**What changes:** env.VAR\\_000, " in summary and " and 28 more in 199 jobs; resources.nodes, world " \
+        "in 30 jobs; " in summary and "; 1 new job; 1 job removed.\n\n" in summary  # what changes in how many (issue 42)
     wanted = ["- `job-050`: nodes `1` → `32`; GPUs `2` → `64`",
               "- `job-100`: sku `Standard_NC48ads_A100_v4` → `Standard_NC96ads_A100_v4`",
               "- `job-150`: spot `no` → `yes`",
@@ -94,8 +96,9 @@ def test_a_200_spec_change_opens_with_every_cost_change_and_fits_one_comment(rep
     for row in wanted:
         assert row in summary, row
     doubled = [n for i, n in enumerate(names[:-1]) if i % 7 == 0 and n != "job-050"]
-    for name in doubled:  # every job whose nodes changed has its row
-        assert f"- `{name}`: nodes `1` → `2`; GPUs `2` → `4`" in summary, name
+    # every job whose nodes doubled is named in the one row that says it (said once, issue 42)
+    assert f"- **{len(doubled)} jobs** ({', '.join(f'`{n}`' for n in doubled)}): nodes `1` → `2`; GPUs `2` → `4`\n" \
+        in summary
     assert "more job(s)" not in summary
     # job-199 removed, brand-new added; job-050 on 32 nodes; job-100's bigger size still uses 2 GPUs per node
     after = 26 + 2 * 199 + 2 * len(doubled) + 62 + 2
@@ -338,6 +341,8 @@ def test_a_600_job_base_change_keeps_the_dangerous_job_and_a_hunk_in_one_comment
     assert summary.startswith("# trainspec plan: 600 jobs changed since HEAD\n\n**Merging this launches 600 jobs** (600 "
                               "on azureml)\n\n**Cost: GPUs of all jobs: "
                               "1,200 → 1,200; no cost changes; 1 job whose command, image or access changes**")
+    assert "\n\n**What changes:** env.NCCL\\_DEBUG in 600 jobs; command, targets.azureml.docker\\_args in 1 job.\n\n" \
+        in summary  # what changes in how many jobs (issue 42)
     row = next(line for line in summary.splitlines() if line.startswith("- `job-431`"))
     spans = [t.content for t in tokens(row) if t.type == "code_inline"]
     assert spans == ["job-431", "python train.py", PIPE, "-", HOST], row  # each value whole, in a code span

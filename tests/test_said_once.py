@@ -120,25 +120,38 @@ def test_jobs_whose_changes_differ_are_not_grouped(tmp_path):
     assert "+command: python -I -S ${{inputs.trainspec_runtime}} -- python train.py --seed 200" in markdown
     git("checkout", "-q", "--", "specs", cwd=repo)
 
-    # the base bumped, and one job also changes its own command: its job.yml mixes both, so it is
-    # shown whole (both changes, both lines), and the change is said once for the other 17
+    # the base bumped, and one job also changes its own command in the same file: the change is
+    # said once for all 18, and team-03's section says only its own command, with a hunk of its own
+    # line only: the file with change A applied against what it is now (issue 42)
     edit(repo / "bases" / "gpu.yaml", OLD_IMAGE, NEW_IMAGE)
     edit(repo / "specs" / "team-03.yaml", "--seed 3\n", "--seed 300\n")
     commit(repo, "bump the base image; team-03's own seed")
     data = json.loads(ts("diff", "--git", "HEAD~1", "--format", "json", cwd=repo, check=True).stdout)
-    others = [n for n in TEAM if n != "team-03"]
     [shared] = data["shared"]
-    assert shared["jobs"] == others
+    assert shared["jobs"] == TEAM
     jobs = {j["name"]: j for j in data["jobs"]}
-    assert jobs["team-03"]["shared"] is None
+    assert jobs["team-03"]["shared"] == "A"  # json still has its whole diff
     assert sorted(c["field"] for c in jobs["team-03"]["changes"]) == ["command", "environment.image"]
+    assert f"+  image: {NEW_IMAGE}" in jobs["team-03"]["files"][0]["diff"]
     markdown = ts("diff", "--git", "HEAD~1", "--format", "markdown", cwd=repo, check=True).stdout
     own = sections(markdown)["## team-03 (specs/team-03.yaml)"]
-    assert own.startswith(f"**environment.image {OLD_IMAGE} → {NEW_IMAGE} (in bases/gpu.yaml); "
-                          "command python train.py --seed 3 → python train.py --seed 300**")
-    assert f"+  image: {NEW_IMAGE}" in own and "--seed 300" in own
-    assert markdown.count(f"+  image: {NEW_IMAGE}") == 2  # change A's, and team-03's own hunk
-    assert "Jobs (17): " in markdown
+    assert own.startswith("**change A (above), and: command python train.py --seed 3 → python train.py --seed 300**")
+    changed = [line for line in own.splitlines() if line[:1] in ("+", "-") and line[:3] not in ("---", "+++")]
+    assert changed == ["-command: python -I -S ${{inputs.trainspec_runtime}} -- python train.py --seed 3",
+                       "+command: python -I -S ${{inputs.trainspec_runtime}} -- python train.py --seed 300"]
+    assert markdown.count(f"+  image: {NEW_IMAGE}") == 1  # change A's hunk only
+    assert "Jobs (18): " in markdown
+
+    # a job that changes a line the shared change also changes (its own image) makes no part of it
+    # exactly: its own section, whole
+    git("checkout", "-q", "HEAD~1", "--", "specs", "bases", "build", cwd=repo)
+    edit(repo / "bases" / "gpu.yaml", OLD_IMAGE, NEW_IMAGE)
+    edit(repo / "specs" / "team-03.yaml", "--seed 3\n", f"--seed 3\nenvironment: {{image: {OLD_IMAGE}-own}}\n")
+    commit(repo, "bump the base image; team-03 keeps its own image")
+    data = json.loads(ts("diff", "--git", "HEAD~2", "--format", "json", cwd=repo, check=True).stdout)
+    [shared] = data["shared"]
+    jobs = {j["name"]: j for j in data["jobs"]}
+    assert shared["jobs"] == [n for n in TEAM if n != "team-03"] and jobs["team-03"]["shared"] is None
 
 
 def test_a_shared_change_is_grouped_only_when_every_changed_line_is_the_same():
@@ -300,3 +313,28 @@ def test_a_base_image_bump_is_said_once_on_slurm_and_kubernetes_too(tmp_path):
     added = [line.split("  #")[0] for line in markdown.splitlines() if line.startswith("+") and "image" in line]
     assert added == [f"+  image: {NEW_IMAGE}", f"+    image: {NEW_IMAGE}", f"+  image: {NEW_IMAGE}",
                      f"+image='{NEW_IMAGE.replace('/', '#', 1)}'"]
+
+
+def test_the_summary_says_a_shared_change_once_and_says_above_only_what_it_names():
+    """The cost summary's rows (issue 42): the same change of what 60 jobs run is one row naming
+    the first 50 and counting the others; a value counts as said above (the plan and the diff then
+    name its field only) for a job the summary names, never for one it only counts, nor in text."""
+    from trainspec.review.cost import Row, Summary
+
+    rows = [Row(f"job-{i:02d}", "changed", access=[("environment.image", "old:1", "new:2")]) for i in range(60)]
+    rows += [Row("alone", "changed", changes=[("nodes", 1, 2)], gpus=(8, 16), access=[("command", "a", "b")]),
+             Row("twin-1", "changed", changes=[("nodes", 1, 2)], gpus=(8, 16)),
+             Row("twin-2", "changed", changes=[("nodes", 1, 2)], gpus=(8, 16))]
+    summary = Summary(rows, (0, 0), changed=[("environment.image", 60), ("resources.nodes", 3)])
+    md = summary.render("markdown", "cmd")
+    assert "\n\n**What changes:** environment.image in 60 jobs; resources.nodes in 3 jobs.\n\n- " in md
+    listed = [line for line in md.splitlines() if line.startswith("- ")]
+    assert listed == [
+        "- **60 jobs** (" + ", ".join(f"`job-{i:02d}`" for i in range(50)) + ", … and 10 more): "
+        "**what they run or can reach:** environment.image `old:1` → `new:2`",
+        "- **3 jobs** (`alone`, `twin-1`, `twin-2`): nodes `1` → `2`; GPUs `8` → `16`",
+        "- `alone`: **what it runs or can reach:** command `a` → `b`"]
+    said = summary.said_above("markdown", "cmd")
+    assert set(said) == {f"job-{i:02d}" for i in range(50)} | {"alone"}
+    assert said["job-00"] == {"new:2": "environment.image"} and said["alone"] == {"b": "command"}
+    assert summary.said_above("text") == {}

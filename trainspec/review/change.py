@@ -2,7 +2,9 @@
 `plan --git`, `diff --git` and `review --git` print of it. `review` is the pull-request comment
 in one command: the plan (its cost summary first) and the diff, from one compile of each
 revision instead of two; what `plan` then `diff` print, byte for byte, unless one of them had to
-be cut, when the two share one comment's room instead of keeping to their own budgets.
+be cut, when the two share one comment's room instead of keeping to their own budgets, and but
+that under the summary the diff names a field whose new value the summary says by the field only
+(issue 42: the comment says a value once).
 """
 
 from __future__ import annotations
@@ -69,13 +71,16 @@ def plan_text(change: Change, fmt: str, max_chars: Optional[int], rerun: Sequenc
                          rerun, change.summary)
 
 
-def diff_text(change: Change, fmt: str, max_chars: Optional[int], rerun: Sequence[str], plan_rerun: str) -> str:
+def diff_text(change: Change, fmt: str, max_chars: Optional[int], rerun: Sequence[str], plan_rerun: str,
+              below_summary: bool = False) -> str:
     """What `diff --git` prints. Markdown keeps to the diff's share of the comment, which the
     plan's cost summary (``plan_rerun``: the command line its note names) may have taken from
-    (comment.shares)."""
+    (comment.shares). ``below_summary``: in review's comment, under the summary, whose new values
+    it names by their field only (cost.Summary.said_above)."""
     if max_chars is None and fmt == "markdown":
         max_chars = _diff_budget(change, fmt, plan_rerun)
-    return render_diffs(change.diffs, fmt, change.base, max_chars, rerun)
+    said = change.summary.said_above(fmt, plan_rerun) if below_summary else None
+    return render_diffs(change.diffs, fmt, change.base, max_chars, rerun, said)
 
 
 def _diff_budget(change: Change, fmt: str, plan_rerun: str) -> int:
@@ -88,7 +93,8 @@ def review_text(change: Change, fmt: str, plan_rerun: Sequence[str], diff_rerun:
     the example workflow used to post as `plan`, `echo`, `diff`). In markdown the whole stays one
     GitHub comment (comment.COMMENT_LIMIT) and the two share it: each gets at least its own
     budget, and what one leaves the other may use, so a part is cut only when the comment is full
-    (what `plan` then `diff` print, byte for byte, when neither is cut); in json one
+    (what `plan` then `diff` print, byte for byte, when neither is cut, but that the diff names a
+    new value the summary says by its field: diff_text's ``below_summary``); in json one
     document: {"base", "cost", "plan": {"jobs", "removed"}, "diff": {"shared", "jobs"}}, the
     same values as plan's and diff's json."""
     import shlex
@@ -110,8 +116,8 @@ def review_text(change: Change, fmt: str, plan_rerun: Sequence[str], diff_rerun:
     # which the diff's own leaves it), then the diff what the plan leaves beyond its own budget.
     room = COMMENT_LIMIT - 3  # the blank line between them, print()'s newline
     diff_budget = _diff_budget(change, fmt, plan_command)
-    diff_part = diff_text(change, fmt, diff_budget, diff_rerun, plan_command)
+    diff_part = diff_text(change, fmt, diff_budget, diff_rerun, plan_command, True)
     plan_part = plan_text(change, fmt, room - len(diff_part), plan_rerun)
     if room - len(plan_part) > diff_budget:
-        diff_part = diff_text(change, fmt, room - len(plan_part), diff_rerun, plan_command)
+        diff_part = diff_text(change, fmt, room - len(plan_part), diff_rerun, plan_command, True)
     return plan_part + "\n\n" + diff_part

@@ -30,6 +30,7 @@ REST_MIN = 2_000
 SUMMARY_LIMIT = 40_000
 DIFF_MIN = 10_000
 assert DIFF_BUDGET - (SUMMARY_LIMIT + 2 + REST_MIN - PLAN_BUDGET) >= DIFF_MIN
+SHARED_NAMES = 50  # jobs a thing said once names in a comment (the diff's change, the plan's group); the others counted
 VALUE_LIMIT = 300  # characters of one value in the comment, and in a diff's one-line summary
 LINE_LIMIT = 500  # characters of one diff line once a diff is cut
 

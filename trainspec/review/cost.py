@@ -7,7 +7,7 @@ whatever else the comment holds: the rest of the comment makes room for it (comm
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from trainspec import build as pipeline
@@ -162,6 +162,7 @@ class Totals:
     unbounded: int
     held: Optional[float]  # team cluster: the nodes the jobs hold, per hour
     billed: bool
+    kept: int = 0  # of the unbounded, the jobs whose cluster is kept after them (the others: no time limit)
 
     def as_json(self) -> Dict[str, Any]:
         return {"gpus": self.gpus, "usd_per_hour": self.per_hour, "max_usd": self.most,
@@ -178,12 +179,13 @@ def totals(costs: Sequence[Any]) -> Totals:
     return Totals(gpus=sum(c.gpus for c in costs), per_hour=round(sum(priced), 6) if priced else None,
                   most=round(sum(most), 6) if most else None, unpriced=len(billed) - len(priced),
                   unbounded=len([c for c in billed if c.per_hour is not None]) - len(most),
-                  held=round(sum(held), 6) if held else None, billed=bool(billed))
+                  held=round(sum(held), 6) if held else None, billed=bool(billed),
+                  kept=len([c for c in billed if c.per_hour is not None and c.unbounded]))
 
 
 def _key(cost: Any) -> Tuple[Any, ...]:
     if isinstance(cost, Totals):
-        return (cost.gpus, cost.per_hour, cost.most, cost.unpriced, cost.unbounded, cost.held)
+        return (cost.gpus, cost.per_hour, cost.most, cost.unpriced, cost.unbounded, cost.kept, cost.held)
     return (cost.gpus, cost.per_hour, cost.seconds, cost.billed, cost.unbounded, tuple(cost.missing()),
             bool(cost.assumed))
 
@@ -227,9 +229,10 @@ def _most(cost: Any) -> Optional[str]:
     if isinstance(cost, Totals):
         if not cost.billed:
             return "not billed per job"
-        said = f"up to {_usd(cost.most or 0)}"
-        if cost.unbounded:
-            said += f" + {cost.unbounded} job(s) with no maximum"
+        said = f"up to {_usd(cost.most or 0)}" if cost.most is not None or not cost.unbounded else ""
+        if cost.unbounded:  # in words: never "up to $0.00" when no job has a time limit
+            none = no_maximum(cost.unbounded - cost.kept, cost.kept)
+            said = f"{said} ({none})" if said else none
         if cost.unpriced:  # never "up to $0.00" alone when a job has no price to bound it
             said += f" + {cost.unpriced} job(s) without a price"
         return said
@@ -242,6 +245,17 @@ def _most(cost: Any) -> Optional[str]:
     if cost.seconds is None:
         return "no maximum (no time limit)"
     return f"up to {_usd(cost.most)} at the time limit ({_hours(cost.seconds)})"
+
+
+def no_maximum(limitless: int, kept: int = 0) -> str:
+    """Why jobs of a total have no most they can cost, plainly: "no maximum: 12 jobs have no time
+    limit" (``limitless``: jobs without one; ``kept``: Ray clusters kept after their job)."""
+    said = []
+    if limitless:
+        said.append(f"{limitless} job{' has' if limitless == 1 else 's have'} no time limit")
+    if kept:
+        said.append(f"{kept} job{' keeps its' if kept == 1 else 's keep their'} cluster after the job")
+    return "no maximum: " + " and ".join(said)
 
 
 def prices_note(costs: Sequence[Any]) -> str:
@@ -268,6 +282,9 @@ class Summary:
     table: List[CostRow] = field(default_factory=list)  # the totals of each target, then each job that changes
     note: str = ""
     catalogs: List["CatalogChange"] = field(default_factory=list)  # team catalogs the change edits, adds, removes
+    # what changes in how many jobs (each changed field or fact, with its jobs; a job added or
+    # removed), said before the rows; None: not a review's summary
+    changed: Optional[List[Tuple[str, int]]] = None
 
     def as_json(self) -> Dict[str, Any]:
         return {"gpus_before": self.total[0], "gpus_after": self.total[1], "jobs": [r.as_json() for r in self.rows],
@@ -280,6 +297,16 @@ class Summary:
         all), then each job's changes, which keep to what is left of SUMMARY_LIMIT (a limit only
         a change of several hundred jobs reaches: then the last rows are counted)."""
         md = fmt == "markdown"
+        lines = self._head(md, command)
+        rows, _ = self._rows(md, command, len("\n".join(lines)))
+        if md and rows:
+            lines.append("")  # the list after the paragraph
+        lines += rows
+        return "\n".join(lines)
+
+    def _head(self, md: bool, command: str) -> List[str]:
+        """The summary's lines before its rows: what merging launches and what changes, the cost
+        in one line, the catalog changes, the table."""
         costly = sum(1 for r in self.rows if r.changes)
         edited = sum(1 for r in self.rows if r.edited)
         before, after = self.total
@@ -305,23 +332,63 @@ class Summary:
         table = self._table(md, command)
         if table:
             lines += ["", table] if md else [table]
-        opening = "\n".join(lines)
-        rows = [_row(r, md) for r in self.rows]
-        limit = SUMMARY_LIMIT - len(opening)
-        if md and sum(len(r) + 1 for r in rows) > limit:
-            kept, used = [], 1
-            for count, row in enumerate(rows):
-                more = f"- *… and {len(rows) - count} more job(s): {md_.code(command)}*"
-                if used + len(row) + len(more) + 2 > limit:
-                    kept.append(more)
-                    break
-                kept.append(row)
-                used += len(row) + 1
-            rows = kept
-        if md and rows:
-            lines.append("")  # the list after the paragraph
-        lines += rows
-        return "\n".join(lines)
+        return lines + self._what_changes(md)
+
+    def _rows(self, md: bool, command: str, opening: int) -> Tuple[List[str], bool]:
+        """The rows after an opening of ``opening`` characters, within what is left of
+        SUMMARY_LIMIT in markdown (the last ones counted), and whether every row is shown."""
+        rows = said_once_rows(self.rows, md)
+        limit = SUMMARY_LIMIT - opening
+        if not md or sum(len(r) + 1 for r in rows) <= limit:
+            return rows, True
+        kept, used = [], 1
+        for count, row in enumerate(rows):
+            more = f"- *… and {len(rows) - count} more job(s): {md_.code(command)}*"
+            if used + len(row) + len(more) + 2 > limit:
+                kept.append(more)
+                break
+            kept.append(row)
+            used += len(row) + 1
+        return kept, False
+
+    def said_above(self, fmt: str, command: str = "") -> Dict[str, Dict[str, str]]:
+        """By job name, each new value of what it runs or can reach that this summary says (its
+        rows, never cut), with the field it is the value of: what the comment below it does not
+        name again (the plan's lines, a shared change's headline say "said above" instead): only
+        for a job the summary names. None when the summary counts its last rows instead of
+        showing them (a change of hundreds of jobs): then the comment names every value where it
+        stands."""
+        md = fmt == "markdown"
+        if not md or not self._rows(md, command, len("\n".join(self._head(md, command))))[1]:
+            return {}
+        from trainspec.review.comment import SHARED_NAMES
+
+        alike: Dict[str, List[Row]] = {}  # said_once_rows' shared rows name their first SHARED_NAMES jobs
+        for r in self.rows:
+            if r.status == "changed" and r.access:
+                alike.setdefault(repr(r.access), []).append(r)
+        named = [r for rows in alike.values() for r in (rows if len(rows) < 2 else rows[:SHARED_NAMES])]
+        return {r.name: {str(after): path for path, before, after in r.access[:ACCESS_FIELDS]
+                         if after is not None and max(len(str(before)), len(str(after))) <= ACCESS_VALUE_LIMIT}
+                for r in named}  # a longer value: shown in part (_window)
+
+    def _what_changes(self, md: bool) -> List[str]:
+        """What changes in how many jobs, in one line before the rows: the field names, the
+        values in the rows and the diff."""
+        if self.changed is None:
+            return []
+        said = []
+        for count, names in _by_count([c for c in self.changed if c[0] not in (NEW, REMOVED)]):
+            fields = ", ".join(_field(n, md) for n in names[:CHANGED_FIELDS])
+            more = f" and {len(names) - CHANGED_FIELDS} more" if len(names) > CHANGED_FIELDS else ""
+            said.append(f"{fields}{more} in {count} job{'' if count == 1 else 's'}")
+        counted = dict(self.changed)
+        if counted.get(NEW):
+            said.append(f"{counted[NEW]} new job{'' if counted[NEW] == 1 else 's'}")
+        if counted.get(REMOVED):
+            said.append(f"{counted[REMOVED]} job{'' if counted[REMOVED] == 1 else 's'} removed")
+        what = "; ".join(said) or "no field or fact of a job"
+        return ["", f"**What changes:** {what}."] if md else [f"  what changes: {what}"]
 
     def _table(self, md: bool, command: str) -> str:
         if not self.table:
@@ -391,8 +458,9 @@ def summarise(old_jobs: Dict[str, Outcome], new_jobs: Dict[str, Outcome], diffs:
              for job, target in sorted({*sides[0], *sides[1]})]
     table = [r for r in table if r.changed()]
     moved = catalog_changes(new_jobs, own or {})
+    opening = {"changed": _changed_fields(diffs)}
     if not table:
-        return Summary(rows, total, catalogs=moved)
+        return Summary(rows, total, catalogs=moved, **opening)
     targets = sorted({r.target for r in table})
     by_target = []
     for t in targets:
@@ -400,7 +468,22 @@ def summarise(old_jobs: Dict[str, Outcome], new_jobs: Dict[str, Outcome], diffs:
         new = [c for (_, tt), c in sides[1].items() if tt == t]
         by_target.append(CostRow(None, t, totals(old) if old else None, totals(new) if new else None))
     used = [c for r in table for c in (r.before, r.after) if c is not None]
-    return Summary(rows, total, by_target + table, prices_note(used), moved)
+    return Summary(rows, total, by_target + table, prices_note(used), moved, **opening)
+
+
+def _changed_fields(diffs: Sequence[JobDiff]) -> List[Tuple[str, int]]:
+    """Each field or fact the diffs change, with how many jobs change it (in the order first
+    met); a job added or removed, or changed by no field (a file it reads, a hand edit), counted
+    as such."""
+    counts: Dict[str, int] = {}
+    for d in diffs:
+        if d.status in ("new", "removed"):
+            said = [NEW if d.status == "new" else REMOVED]
+        else:
+            said = [c.field for c in d.changes] or ["no spec field (" + (d.reasons[0] if d.reasons else "outputs") + ")"]
+        for name in dict.fromkeys(said):
+            counts[name] = counts.get(name, 0) + 1
+    return list(counts.items())
 
 
 def _costs(jobs: Dict[str, Outcome], catalogs: Dict[str, Any]) -> Dict[Tuple[str, str], Any]:
@@ -439,7 +522,7 @@ def _field(name: str, md: bool) -> str:
     return md_.text(name) if md else md_.visible(name)
 
 
-def _access(row: Row, md: bool) -> str:
+def _access(row: Row, md: bool, lead: str = "what it runs or can reach:") -> str:
     """What a row's job runs or can reach, changed: each field before → after (new: as it is)."""
     said = []
     for k, x, y in row.access[:ACCESS_FIELDS]:
@@ -450,8 +533,72 @@ def _access(row: Row, md: bool) -> str:
             said.append(f"{_field(k, md)} {_value(x, md, ACCESS_VALUE_LIMIT)} → {_value(y, md, ACCESS_VALUE_LIMIT)}")
     if len(row.access) > ACCESS_FIELDS:
         said.append(f"… and {len(row.access) - ACCESS_FIELDS} more field(s)")
-    lead = "what it runs or can reach:"
     return (f"**{lead}** " if md else f"{lead} ") + "; ".join(said)
+
+
+NEW, REMOVED = " new", " removed"  # a job added or removed, among the changed fields (no field's name)
+CHANGED_FIELDS = 12  # fields named per count in the opening's "what changes"; the others counted
+
+
+def _by_count(changed: Sequence[Tuple[str, int]]) -> List[Tuple[int, List[str]]]:
+    """The changed fields and facts grouped by how many jobs change them, the most first."""
+    found: Dict[int, List[str]] = {}
+    for name, count in changed:
+        found.setdefault(count, []).append(name)
+    return sorted(found.items(), key=lambda item: -item[0])
+
+
+def said_once_rows(rows: Sequence[Row], md: bool) -> List[str]:
+    """The summary's rows, a change several jobs make alike said once: the same cost changes
+    (GPUs included) in two jobs or more are one line naming them, and so is the same change of
+    what they run or can reach; each job's own line then says only the rest (a hand edit is
+    always the job's own), and none when nothing is left. A shared line stands where its first
+    job's line would."""
+    def cost_key(r: Row) -> Optional[Tuple[Any, ...]]:
+        return (repr(r.changes), r.gpus) if r.status == "changed" and (r.changes or r.gpus[0] != r.gpus[1]) else None
+
+    def access_key(r: Row) -> Optional[str]:
+        return repr(r.access) if r.status == "changed" and r.access else None
+
+    groups: Dict[Tuple[str, Any], List[Row]] = {}
+    for r in rows:
+        for kind, key in (("cost", cost_key(r)), ("access", access_key(r))):
+            if key is not None:
+                groups.setdefault((kind, key), []).append(r)
+    shared = {k: members for k, members in groups.items() if len(members) >= 2}
+    lines, said = [], set()
+    for r in rows:
+        own = r
+        for kind, key in (("cost", cost_key(r)), ("access", access_key(r))):
+            members = shared.get((kind, key))
+            if members is None:
+                continue
+            if (kind, key) not in said:
+                said.add((kind, key))
+                lines.append(_shared_row(members, kind, md))
+            own = replace(own, changes=[], gpus=(r.gpus[1], r.gpus[1])) if kind == "cost" else replace(own, access=[])
+        if own is r or own.changes or own.access or own.edited or own.gpus[0] != own.gpus[1]:
+            lines.append(_row(own, md))
+    return lines
+
+
+def _shared_row(members: Sequence[Row], kind: str, md: bool) -> str:
+    """One line for a change ``members`` make alike: how many, their names (SHARED_NAMES of them),
+    and the change, as each of their rows would say it."""
+    from trainspec.review.comment import SHARED_NAMES
+
+    names = [md_.code(r.name) if md else md_.visible(r.name) for r in members[:SHARED_NAMES]]
+    more = f", … and {len(members) - SHARED_NAMES} more" if len(members) > SHARED_NAMES else ""
+    first = members[0]
+    if kind == "access":
+        said = _access(first, md, "what they run or can reach:")
+    else:
+        said = "; ".join([f"{k} {_value(x, md)} → {_value(y, md)}" for k, x, y in first.changes]
+                         + ([f"GPUs {_value(first.gpus[0], md)} → {_value(first.gpus[1], md)}"]
+                            if first.gpus[0] != first.gpus[1] else []))
+    count = f"{len(members)} jobs"
+    return (f"- **{count}** ({', '.join(names)}{more}): {said}" if md
+            else f"  {count} ({', '.join(names)}{more}): {said}")
 
 
 def _row(row: Row, md: bool) -> str:

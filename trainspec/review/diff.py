@@ -8,14 +8,15 @@ import json
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
 from trainspec.build import Outcome
 from trainspec.core import markdown as md_
 from trainspec.core.secrets import redact_bytes, redact_value
 from trainspec.compile import base
 from trainspec import build as pipeline
-from trainspec.review.comment import DIFF_BUDGET, LINE_LIMIT, VALUE_LIMIT, Part, Section, budget_for, fit, whole_part
+from trainspec.review.comment import (DIFF_BUDGET, LINE_LIMIT, SHARED_NAMES, VALUE_LIMIT, Part, Section, budget_for, fit,
+                                      whole_part)
 from trainspec.review.outputs import repo_root, unified, without_provenance
 
 
@@ -101,10 +102,13 @@ class Change:
     where: str = ""  # who wrote the new value, when not the spec itself: "in bases/gpu.yaml", "by --set"
     note: str = ""  # what the change does not do: "sku not enforced on slurm: the partition gpu decides the hardware"
 
-    def render(self) -> str:
+    def render(self, said: bool = False) -> str:
+        """The change in one line; ``said``: its values were said above it (the comment's
+        summary), so it names the field only."""
         if self.before == self.after:  # a fact a changed field leaves as it was (a target's own image)
             return f"{self.field} unchanged: {show(self.after)}"
-        text = f"{self.field} {show(self.before)} → {show(self.after)}"
+        text = f"{self.field} {show(self.before)} → {show(self.after)}" if not said else \
+            f"{self.field} → its new value, said above"
         about = "; ".join(part for part in (self.where, self.note) if part)
         return text + (f" ({about})" if about else "")
 
@@ -146,6 +150,9 @@ class OutputDiff:
     # removed and added, the job's own spec path and hash aside; a runtime file's summary and
     # digests. None: not comparable (a hand edit), never grouped.
     key: Optional[Tuple[str, ...]] = None
+    # both sides' lines as the key reads them (provenance blanked, secrets redacted): what a
+    # shared change is taken out of when the job changes more lines of the file (said_once)
+    lines: Optional[Tuple[List[str], List[str]]] = field(default=None, repr=False)
 
 
 @dataclass
@@ -183,11 +190,16 @@ class JobDiff:
 
     @property
     def headline(self) -> str:
+        return self.line()
+
+    def line(self, said: Collection[str] = ()) -> str:
+        """What the job changes in one line; ``said``: the fields whose new values were said
+        above (Change.render)."""
         if self.status in ("new", "removed"):
             return "; ".join([f"{self.status} job: {self.about}", *self.reasons])
         if self.changes:  # what changes the cost first: a long list of other changes cannot hide it
             ordered = sorted(self.changes, key=lambda c: not costly(c.field))
-            return "; ".join([*(c.render() for c in ordered), *self.reasons])
+            return "; ".join([*(c.render(c.field in said) for c in ordered), *self.reasons])
         if self.base_errors:
             return "; ".join(self.reasons)
         if self.reasons:
@@ -354,8 +366,9 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
                 text = unified(redact_bytes(shown_before or b""), redact_bytes(shown_after or b""),
                                "/dev/null" if before is None else f"a/{path}",
                                "/dev/null" if after is None else f"b/{path}")
-                result.files.append(OutputDiff(path, output, text,
-                                               key=_lines_key(output, shown_before, shown_after, old, new)))
+                sides = (_key_lines(shown_before, old), _key_lines(shown_after, new))
+                result.files.append(OutputDiff(path, output, text, key=_lines_key(output, *sides, before is None,
+                                                                                   after is None), lines=sides))
         # else the same job: only the spec's path or bytes (a comment, formatting) differ
         for item, same in inner:
             (result.runtime if same else result.files).append(item)
@@ -364,23 +377,62 @@ def diff_outcomes(old: Optional[Outcome], new: Optional[Outcome], out: str) -> J
     return result
 
 
-def _lines_key(output: str, before: Optional[bytes], after: Optional[bytes], old: Optional[Outcome],
-               new: Optional[Outcome]) -> Tuple[str, ...]:
+def _key_lines(data: Optional[bytes], outcome: Optional[Outcome]) -> List[str]:
+    """An output's lines as OutputDiff.key compares them: the job's own spec path and hash blanked
+    (outputs.without_provenance), secrets redacted."""
+    if data is None:
+        return []
+    return redact_bytes(without_provenance(data, outcome)).decode("utf-8", "replace").splitlines()
+
+
+def _lines_key(output: str, before: List[str], after: List[str], new: bool = False,
+               removed: bool = False) -> Tuple[str, ...]:
     """What changes in an output, as OutputDiff.key: its name, then each hunk's removed and added
-    lines without context or line numbers, the job's own spec path and hash blanked on each side
-    (outputs.without_provenance). Two jobs with equal keys remove and add the same lines."""
+    lines without context or line numbers (_key_lines: the job's own spec path and hash blanked
+    on each side). Two jobs with equal keys remove and add the same lines."""
     import difflib
 
-    def lines(data: Optional[bytes], outcome: Optional[Outcome]) -> List[str]:
-        if data is None:
-            return []
-        return redact_bytes(without_provenance(data, outcome)).decode("utf-8", "replace").splitlines()
-
-    found = [output, "new" if before is None else "removed" if after is None else "changed"]
-    hunks = difflib.unified_diff(lines(before, old), lines(after, new), n=0, lineterm="")
+    found = [output, "new" if new else "removed" if removed else "changed"]
+    hunks = difflib.unified_diff(before, after, n=0, lineterm="")
     for line in list(hunks)[2:]:  # after the ---/+++ header
         found.append("@@" if line.startswith("@@") else line)
     return tuple(found)
+
+
+def _beyond(item: OutputDiff, shared: OutputDiff) -> Optional[OutputDiff]:
+    """What ``item`` (an output of one job) changes beyond the change ``shared`` makes to the same
+    output of another job: the job's old lines with the shared hunks applied (each found where its
+    removed lines are, in order), against its new lines; None when the shared change is not
+    there exactly (a hunk that only adds lines has no place to be found, nothing is guessed)."""
+    if item.lines is None or shared.key is None or item.key is None or item.key[:2] != shared.key[:2] \
+            or shared.key[1] != "changed":
+        return None
+    hunks: List[Tuple[List[str], List[str]]] = []
+    for line in shared.key[2:]:
+        if line == "@@":
+            hunks.append(([], []))
+        else:
+            hunks[-1][0 if line.startswith("-") else 1].append(line[1:])
+    before, after = item.lines
+    middle, at = list(before), 0
+    for removed, added in hunks:
+        if not removed:
+            return None
+        found = next((i for i in range(at, len(middle) - len(removed) + 1) if middle[i:i + len(removed)] == removed),
+                     None)
+        if found is None:
+            return None
+        middle[found:found + len(removed)] = added
+        at = found + len(added)
+    if _lines_key(item.output, before, middle) != shared.key or middle == after:
+        return None
+    text = unified("\n".join(middle).encode("utf-8"), "\n".join(after).encode("utf-8"),
+                   f"a/{item.path} (with the shared change; its spec path and hash as <spec>, <hash>)",
+                   f"b/{item.path}", context=BEYOND_CONTEXT)
+    return OutputDiff(item.path, item.output, text, key=_lines_key(item.output, middle, after), lines=(middle, after))
+
+
+BEYOND_CONTEXT = 2  # lines of context around what a job changes beyond a shared change: its own lines, not the shared ones
 
 
 def _runtime_key(output: str, runtime: "RuntimeFile") -> Tuple[str, ...]:
@@ -532,20 +584,30 @@ def _signature(d: JobDiff) -> Optional[Tuple[Any, ...]]:
 def _without(d: JobDiff, shared: JobDiff) -> Optional[JobDiff]:
     """``d`` without the change ``shared`` makes, when ``d`` makes all of it exactly; else None."""
     changes = {_change_key(c) for c in shared.changes}
-    keys = {f.key for f in shared.files}
     if not changes <= {_change_key(c) for c in d.changes} or not set(shared.reads) <= set(d.reads) \
-            or not set(shared.code) <= set(d.code) or not keys <= {f.key for f in d.files}:
+            or not set(shared.code) <= set(d.code):
         return None
+    files = list(d.files)
+    for made in shared.files:  # each of the shared change's outputs: made the same, or made and more
+        same = next((f for f in files if f.key == made.key), None)
+        if same is not None:
+            files.remove(same)
+            continue
+        mine = next((f for f in files if f.output == made.output), None)
+        rest = _beyond(mine, made) if mine is not None else None
+        if rest is None:
+            return None
+        files[files.index(mine)] = rest
     return replace(d, changes=[c for c in d.changes if _change_key(c) not in changes],
                    reads=[r for r in d.reads if r not in shared.reads],
-                   code=[c for c in d.code if c not in shared.code],
-                   files=[f for f in d.files if f.key not in keys])
+                   code=[c for c in d.code if c not in shared.code], files=files)
 
 
-def _own(rest: JobDiff) -> str:
-    """What a job changes besides its shared change, in one line ('' for nothing)."""
+def _own(rest: JobDiff, above: Collection[str] = ()) -> str:
+    """What a job changes besides its shared change, in one line ('' for nothing; ``above``: the
+    fields whose new values were said above, Change.render)."""
     ordered = sorted(rest.changes, key=lambda c: not costly(c.field))
-    said = [*(c.render() for c in ordered), *rest.reasons]
+    said = [*(c.render(c.field in above) for c in ordered), *rest.reasons]
     if not said and rest.files:
         said.append("outputs changed: " + ", ".join(f.output for f in rest.files))
     return "; ".join(said)
@@ -555,14 +617,16 @@ def _own(rest: JobDiff) -> str:
 
 def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = None,
                  max_chars: Optional[int] = None,
-                 rerun: Sequence[str] = ("trainspec", "diff", "--format", "text")) -> str:
+                 rerun: Sequence[str] = ("trainspec", "diff", "--format", "text"),
+                 said: Optional[Dict[str, Dict[str, str]]] = None) -> str:
     """The job diffs as a document. A change several jobs make identically is said once
     (said_once), first, with the jobs it touches; each of their sections points to it and shows
     only what the job changes besides. Runtime files are summarised (RuntimeFile), an unchanged
     one not listed; markdown stays within ``max_chars`` (default DIFF_BUDGET; 0: no limit) by
     cutting long diffs (a shared change's last), then by naming the jobs that do not fit, with a
     note saying where the full diff is: ``rerun`` (the command line that made this document) in
-    text."""
+    text. ``said`` (markdown, in review's comment): by job, the new values its summary says,
+    with their fields (cost.Summary.said_above): a change of one names its field only."""
     groups, pointers = said_once(diffs)
     if fmt == "json":
         return json.dumps({"base": base_rev, "shared": [g.as_json() for g in groups],
@@ -576,9 +640,14 @@ def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = N
         title = f"# trainspec diff{md_.text(scope)}: {len(diffs)} job{'' if len(diffs) == 1 else 's'} changed"
     command = shlex.join(rerun)
     cut = budget is not None
-    sections = [_shared_section(g, md, cut) for g in groups]
-    sections += [_pointer_section(d, pointers[d.name], md, cut) if d.name in pointers else _diff_section(d, md, cut)
-                 for d in diffs]
+    said = said if md and said else {}
+
+    def above(d: JobDiff, jobs: Sequence[str]) -> List[str]:  # the fields said above for every one of ``jobs``
+        return [c.field for c in d.changes if all(said.get(j, {}).get(str(c.after)) == c.field for j in jobs)]
+
+    sections = [_shared_section(g, md, cut, above(g.example, g.jobs)) for g in groups]
+    sections += [_pointer_section(d, pointers[d.name], md, cut, above(pointers[d.name].rest, [d.name]))
+                 if d.name in pointers else _diff_section(d, md, cut, above(d, [d.name])) for d in diffs]
     if not diffs:
         since = f" since {base_rev}" if base_rev else ""
         sections.append(Section([], f"no job changes{md_.text(since) if md else md_.visible(since)}"))
@@ -586,13 +655,13 @@ def render_diffs(diffs: Sequence[JobDiff], fmt: str, base_rev: Optional[str] = N
 
 
 HEADLINE_LIMIT = 2_000  # characters of a job's one-line summary in the comment
-SHARED_NAMES = 50  # jobs a change said once names in a comment that may be cut; the others counted
 
 
-def _shared_section(g: Shared, md: bool, cut: bool) -> Section:
+def _shared_section(g: Shared, md: bool, cut: bool, said: Collection[str] = ()) -> Section:
     """A shared change: what it changes, its jobs, and its outputs' diffs as in its first job
     (kept whole before any job's own diff is cut: it carries most jobs)."""
-    headline = md_.clip(g.headline, HEADLINE_LIMIT) if md or cut else g.headline
+    headline = g.example.line(said)
+    headline = md_.clip(headline, HEADLINE_LIMIT) if md or cut else headline
     count = f"{len(g.jobs)} jobs"
     shown = (f"Each job's outputs change in the same lines (its own spec path and hash aside), shown for "
              f"{md_.code(g.example.name) if md else md_.visible(g.example.name)}:")
@@ -612,10 +681,10 @@ def _shared_section(g: Shared, md: bool, cut: bool) -> Section:
     return Section([f"change {g.id}"], head, "\n\n", parts, rank=0)
 
 
-def _pointer_section(d: JobDiff, pointer: Pointer, md: bool, cut: bool) -> Section:
+def _pointer_section(d: JobDiff, pointer: Pointer, md: bool, cut: bool, said: Collection[str] = ()) -> Section:
     """A job that makes a shared change: a pointer to it, then only what the job changes besides."""
     g = pointer.shared
-    own = _own(pointer.rest)
+    own = _own(pointer.rest, said)
     said = f"change {g.id} (above)"
     headline = f"{said}, and: {own}" if own else f"{said} and nothing else"
     headline = md_.clip(headline, HEADLINE_LIMIT) if md or cut else headline
@@ -624,8 +693,9 @@ def _pointer_section(d: JobDiff, pointer: Pointer, md: bool, cut: bool) -> Secti
     return Section([d.name], head, "\n\n", _file_parts(pointer.rest, md), rank=1 if own else 2)
 
 
-def _diff_section(d: JobDiff, md: bool, cut: bool) -> Section:
-    headline = md_.clip(d.headline, HEADLINE_LIMIT) if md or cut else d.headline
+def _diff_section(d: JobDiff, md: bool, cut: bool, said: Collection[str] = ()) -> Section:
+    headline = d.line(said)
+    headline = md_.clip(headline, HEADLINE_LIMIT) if md or cut else headline
     head = (f"## {md_.text(d.name)} ({md_.text(d.spec)})\n**{md_.text(headline)}**" if md else
             f"== {md_.visible(d.name)} ({md_.visible(d.spec)})\n{md_.visible(headline)}")
     return Section([d.name], head, "\n\n", _file_parts(d, md))

@@ -89,7 +89,7 @@ def without_provenance(data: bytes, outcome: Optional[Outcome] = None) -> bytes:
     return data
 
 
-def unified(old: bytes, new: bytes, old_name: str, new_name: str) -> str:
+def unified(old: bytes, new: bytes, old_name: str, new_name: str, context: int = 3) -> str:
     """A unified diff of two files' text, every character a reader could not see (a zero-width
     space, a bidi override, a control character) written as its escape (core/markdown.py
     reveal): ``WARN`` and ``WARN`` with a zero-width space differ on the page too."""
@@ -98,5 +98,6 @@ def unified(old: bytes, new: bytes, old_name: str, new_name: str) -> str:
     from trainspec.core.markdown import reveal
 
     lines = difflib.unified_diff(old.decode("utf-8", "replace").splitlines(keepends=True),
-                                 new.decode("utf-8", "replace").splitlines(keepends=True), old_name, new_name)
+                                 new.decode("utf-8", "replace").splitlines(keepends=True), old_name, new_name,
+                                 n=context)
     return "".join(reveal(line.rstrip("\n")) + "\n" for line in lines).rstrip("\n")
