@@ -457,7 +457,7 @@ def secret_env(valid: ValidSpec, target: str, **more: Any) -> Dict[str, str]:
 def pip_env(valid: ValidSpec) -> Dict[str, str]:
     """TRAINSPEC_PIP for a target whose shim installs environment.pip itself (Slurm, HPC Pack,
     Kubernetes): the requirements as a JSON list, one value that every format escapes as a whole
-    and pip gets as separate arguments (runtime/shim.py install_pip). Empty without pip."""
+    and pip gets as separate arguments (runtime/shim_pip.py install_pip). Empty without pip."""
     import json
 
     if not valid.spec.environment.pip:

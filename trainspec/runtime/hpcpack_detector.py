@@ -22,6 +22,7 @@ class HPCPack(Detector):
     baked into each task; the master's name too, or elected in a shared directory (``_election``)."""
 
     name = "hpcpack"
+    job_variable = "CCP_JOBID"
     sources = {
         "world_size": ENV_NODES,
         "rank": ENV_NODE_RANK,

@@ -189,6 +189,7 @@ class Detector:
     sources: Mapping[str, str] = {}
     inside_launcher = False
     per_node_unset: tuple[str, ...] = ()  # the platform's variables a per-node launcher must not see
+    job_variable = ""  # the platform's variable naming the job, if any: its node's pip folder (shim_pip.py)
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:
@@ -276,7 +277,7 @@ def verify(world: World, expect: Expectation, sources: Mapping[str, str] | None 
 
 
 def _resolve(env: Mapping[str, str], detectors: tuple[type[Detector], ...] | None = None
-             ) -> tuple[World, Expectation, dict[str, str | None]]:
+             ) -> tuple[type[Detector], World, Expectation, dict[str, str | None]]:
     """Detect, verify and compute exports; the world carries the port actually exported."""
     expect = Expectation.from_env(env)
     detector, world = detect(env, expect, detectors)
@@ -290,7 +291,7 @@ def _resolve(env: Mapping[str, str], detectors: tuple[type[Detector], ...] | Non
     exports = world.env(expect.launcher, expect.procs_per_node)
     if expect.launcher == "per-node":
         exports.update(dict.fromkeys(detector.per_node_unset))
-    return world, expect, exports
+    return detector, world, expect, exports
 
 
 def normalize(env: MutableMapping[str, str] | None = None, *, apply: bool = True,
@@ -298,7 +299,7 @@ def normalize(env: MutableMapping[str, str] | None = None, *, apply: bool = True
     """Detect and verify the world, and (if apply) export torch's variables into env (default os.environ)."""
     if env is None:
         env = os.environ
-    world, _, exports = _resolve(env, detectors)
+    _, world, _, exports = _resolve(env, detectors)
     if apply:
         _apply(env, exports)
     return world

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         print("trainspec: error: no command to run\n%s" % USAGE, file=sys.stderr)
         return 2
     try:
-        world, expect, exports = _resolve(os.environ)
+        detector, world, expect, exports = _resolve(os.environ)
         command = spawner_command(command, world, expect)
     except ShimError as error:
         print("trainspec: error: %s" % error, file=sys.stderr)
@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     _apply(os.environ, exports)
     if not show:
         try:
-            install_pip(os.environ)
+            job = os.environ.get(detector.job_variable, "") if detector.job_variable else ""
+            install_pip(os.environ, job=job)
         except (ShimError, OSError) as error:
             print("trainspec: error: %s" % error, file=sys.stderr)
             return 3

@@ -30,13 +30,14 @@ def pip_requirements(env: Mapping[str, str]) -> list[str]:
     return requirements
 
 
-def pip_folder(env: Mapping[str, str], requirements: list[str], tmpdir: str) -> str:
+def pip_folder(job: str, requirements: list[str], tmpdir: str) -> str:
     """This node's folder of the job's packages: in the node's own temporary folder, named by
-    the user, the job (its platform's id) and what is installed, so every process of a job on a
-    node finds the same one and no other job's."""
+    the user, the job (its platform's id, ``Detector.job_variable``: "" where the platform runs
+    one job per machine) and what is installed, so every process of a job on a node finds the
+    same one and no other job's."""
     import hashlib
 
-    key = "\0".join([sys.executable, env.get("SLURM_JOB_ID") or env.get("CCP_JOBID") or "", *requirements])
+    key = "\0".join([sys.executable, job, *requirements])
     digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return os.path.join(tmpdir, "%s%d-%s" % (PIP_DIR_PREFIX, os.getuid(), digest))
 
@@ -56,13 +57,13 @@ def _own_folder(folder: str) -> None:
                         "packages of environment.pip (remove it, or set TMPDIR)" % folder)
 
 
-def install_pip(env: MutableMapping[str, str], run=None, tmpdir: str | None = None) -> str | None:
+def install_pip(env: MutableMapping[str, str], run=None, tmpdir: str | None = None, job: str = "") -> str | None:
     """Install TRAINSPEC_PIP into this node's folder (``pip install --target``) unless another
     process of the job on this node did, then put the folder first on PYTHONPATH, so the command
     (and every process it starts) imports them. The first process to take the folder's lock
     installs; the others wait for it and find it done. ``run`` runs pip (tests: a stand-in),
-    ``tmpdir`` is the node's temporary folder (TMPDIR, else /tmp). Returns the folder (None: nothing
-    to do)."""
+    ``tmpdir`` is the node's temporary folder (TMPDIR, else /tmp), ``job`` the platform's id of the
+    job (pip_folder). Returns the folder (None: nothing to do)."""
     requirements = pip_requirements(env)
     if not requirements:
         return None
@@ -70,7 +71,7 @@ def install_pip(env: MutableMapping[str, str], run=None, tmpdir: str | None = No
     import subprocess
     import tempfile
 
-    folder = pip_folder(env, requirements, tmpdir or tempfile.gettempdir())
+    folder = pip_folder(job, requirements, tmpdir or tempfile.gettempdir())
     _own_folder(folder)
     site = os.path.join(folder, "site-packages")
     with open(os.path.join(folder, "lock"), "a") as lock:

@@ -19,6 +19,7 @@ class Slurm(Detector):
     sources = {"world_size": "SLURM_NTASKS", "rank": "SLURM_PROCID", "local_rank": "SLURM_LOCALID",
                "local_world_size": "SLURM_NTASKS/SLURM_JOB_NUM_NODES", "node_rank": "SLURM_NODEID",
                "nodes": "SLURM_JOB_NUM_NODES"}
+    job_variable = "SLURM_JOB_ID"
     per_node_unset = ("SLURM_NTASKS",)  # else Lightning takes the 1 task per node for its world, and never spawns
 
     @staticmethod
