@@ -68,9 +68,11 @@ def test_a_value_the_writer_cannot_represent_is_ruamels_error():
 
 
 def test_runtime_files_of_the_package_are_its_bytes_and_any_other_is_read_at_each_call(tmp_path):
-    shipped = base.shim_file()
-    assert shipped.data == base.SHIM_SOURCE.read_bytes() and shipped.runtime == trainspec.__version__
-    assert base.shim_file().data is shipped.data  # read once per process
+    from trainspec.runtime import shim_source
+
+    shipped = base.shim_file("slurm")
+    assert shipped.data == shim_source("slurm").encode() and shipped.runtime == trainspec.__version__
+    assert base.shim_file("slurm").data is shipped.data  # joined once per process
     older = tmp_path / "shim.py"  # a test's older runtime: never taken for the package's
     older.write_bytes(b"one")
     assert base.runtime_file("trainspec_shim.py", older).data == b"one"

@@ -22,7 +22,7 @@ import kube_schema
 from conftest import REPO, loopback_only, path_env, trainspec_cmd, ts
 from test_hpcpack import NS, XSD
 
-from trainspec.runtime import shim
+from trainspec.runtime import shim_pip
 
 # Requirements a user may write that a shell would read otherwise: each must reach pip as the one
 # argument it is (markers with quotes and ;, a direct reference whose URL has $( ) and &).
@@ -109,8 +109,8 @@ def test_each_target_carries_the_pip_packages_to_the_shim_exactly_and_warns_of_n
     assert json.loads(pip_of(target, tmp_path / "out")) == HOSTILE
     # and the shim hands them to pip as they are, after `--`: never an option, never a shell word
     calls = []
-    env = {shim.ENV_PIP: pip_of(target, tmp_path / "out"), "SLURM_JOB_ID": "7"}
-    shim.install_pip(env, run=lambda argv: calls.append(argv) or 0, tmpdir=str(tmp_path))
+    env = {shim_pip.ENV_PIP: pip_of(target, tmp_path / "out")}
+    shim_pip.install_pip(env, run=lambda argv: calls.append(argv) or 0, tmpdir=str(tmp_path), job="7")
     assert calls[0][calls[0].index("--") + 1:] == HOSTILE
     assert not Path("/tmp/pwned").exists()
 
@@ -150,33 +150,33 @@ def test_the_shim_installs_once_per_node_and_puts_the_packages_first_on_pythonpa
         return 0
 
     node = str(tmp_path)
-    first = {shim.ENV_PIP: '["tinypkg==0.1"]', "SLURM_JOB_ID": "7", "PYTHONPATH": "/code"}
+    first = {shim_pip.ENV_PIP: '["tinypkg==0.1"]', "PYTHONPATH": "/code"}
     second = dict(first)
-    site = shim.install_pip(first, run=pip, tmpdir=node)
-    assert shim.install_pip(second, run=pip, tmpdir=node) == site  # the node's second process: done
+    site = shim_pip.install_pip(first, run=pip, tmpdir=node, job="7")
+    assert shim_pip.install_pip(second, run=pip, tmpdir=node, job="7") == site  # the node's second process: done
     assert len(calls) == 1 and calls[0][:3] == [sys.executable, "-m", "pip"]
     assert first["PYTHONPATH"] == second["PYTHONPATH"] == site + os.pathsep + "/code"
     # another job on the same node gets its own folder
-    other = {shim.ENV_PIP: '["tinypkg==0.1"]', "SLURM_JOB_ID": "8"}
-    assert shim.install_pip(other, run=pip, tmpdir=node) != site and len(calls) == 2
+    other = {shim_pip.ENV_PIP: '["tinypkg==0.1"]'}
+    assert shim_pip.install_pip(other, run=pip, tmpdir=node, job="8") != site and len(calls) == 2
     # no pip, nothing to do
-    assert shim.install_pip({}, run=pip, tmpdir=node) is None and len(calls) == 2
+    assert shim_pip.install_pip({}, run=pip, tmpdir=node) is None and len(calls) == 2
 
 
 def test_the_shim_refuses_a_folder_another_user_could_have_planted_packages_in(tmp_path):
-    env = {shim.ENV_PIP: '["tinypkg"]', "SLURM_JOB_ID": "7"}
-    folder = Path(shim.pip_folder(env, ["tinypkg"], str(tmp_path)))
+    env = {shim_pip.ENV_PIP: '["tinypkg"]'}
+    folder = Path(shim_pip.pip_folder("", ["tinypkg"], str(tmp_path)))
     folder.mkdir(mode=0o777)
     folder.chmod(0o777)  # writable by anyone: someone else's packages could be in it
-    with pytest.raises(shim.ShimError, match="only it can write"):
-        shim.install_pip(env, run=lambda argv: 0, tmpdir=str(tmp_path))
+    with pytest.raises(shim_pip.ShimError, match="only it can write"):
+        shim_pip.install_pip(env, run=lambda argv: 0, tmpdir=str(tmp_path))
     folder.rmdir()
     folder.symlink_to(tmp_path)  # a link to somewhere else
-    with pytest.raises(shim.ShimError, match="only it can write"):
-        shim.install_pip(env, run=lambda argv: 0, tmpdir=str(tmp_path))
+    with pytest.raises(shim_pip.ShimError, match="only it can write"):
+        shim_pip.install_pip(env, run=lambda argv: 0, tmpdir=str(tmp_path))
     for bad in ('["--index-url=x"]', '{"a": 1}', "not json"):
-        with pytest.raises(shim.ShimError, match="TRAINSPEC_PIP"):
-            shim.install_pip({shim.ENV_PIP: bad}, run=lambda argv: 0, tmpdir=str(tmp_path))
+        with pytest.raises(shim_pip.ShimError, match="TRAINSPEC_PIP"):
+            shim_pip.install_pip({shim_pip.ENV_PIP: bad}, run=lambda argv: 0, tmpdir=str(tmp_path))
 
 
 def _wheel(folder: Path) -> None:
@@ -219,7 +219,7 @@ targets:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert out.count("trainspec: installing environment.pip on this node") == 1, out
-    site = next(tmp_path.glob(shim.PIP_DIR_PREFIX + "*/site-packages"))
+    site = next(tmp_path.glob(shim_pip.PIP_DIR_PREFIX + "*/site-packages"))
     for rank in ("0", "1"):
         assert f"rank {rank} tinypkg imported {site / 'tinypkg' / '__init__.py'}" in out, out
     assert out.index("installing environment.pip") < out.index("tinypkg imported")

@@ -11,11 +11,13 @@ import pytest
 
 from conftest import REPO, SPECS, trainspec_cmd
 from trainspec.build import build
+from trainspec.runtime import shim_source
 
 GOLDEN = REPO / "tests" / "golden"
 SPEC_FILES = sorted(SPECS.glob("*.yaml"))
 REGENERATE = "trainspec compile specs/ -o tests/golden"
 # runtime files copied byte for byte next to the jobs: compared with their source below instead
+# the runtime files a job ships as they are (the shim: joined for its target, runtime.shim_source)
 VERBATIM = {"trainspec_shim.py": "shim.py", "trainspec_ray_driver.py": "ray_driver.py", "trainspec_procs.py": "procs.py",
             "trainspec_ray_request.py": "ray_request.py", "trainspec_hpcpack_election.py": "hpcpack_election.py",
             "trainspec_secret_refs.py": "secret_refs.py"}
@@ -76,4 +78,7 @@ def test_runtime_files_travel_verbatim(tmp_path):
     copies = list(out.rglob("trainspec_*.py"))
     assert {p.name for p in copies} == set(VERBATIM)
     for copy in copies:
+        if copy.name == "trainspec_shim.py":  # joined for the job's target (out/<name>/<target>/): its detectors only
+            assert copy.read_text() == shim_source(copy.parent.name)
+            continue
         assert copy.read_bytes() == (REPO / "trainspec" / "runtime" / VERBATIM[copy.name]).read_bytes()

@@ -17,6 +17,7 @@ import yaml
 
 from conftest import REPO, ts, yq
 import kube_schema
+from trainspec.runtime import shim_source
 
 
 def spec(tmp_path, body="", settings="{}", command="python train.py --steps 3", name="job",
@@ -90,8 +91,7 @@ def test_the_shape_as_aks_wants_it_trainjob(tmp_path):
     docs = compiled(tmp_path, settings="{namespace: ml, queue: team-a, timeout: 2h}", resources="{nodes: 3, sku: Standard_ND96isr_H100_v5, shm_size: 16g}")
     shim, code, job = docs
     assert shim["metadata"]["name"] == "job-shim" and "trainspec_shim.py" in shim["data"]
-    assert shim["data"]["trainspec_shim.py"] == (REPO / "trainspec" / "runtime" / "shim.py").read_text()
-    assert shim["data"]["trainspec_kubeflow.py"] == (REPO / "trainspec" / "runtime" / "kubeflow.py").read_text()
+    assert shim["data"] == {"trainspec_shim.py": shim_source("kubernetes")}  # Kubeflow's detectors joined in
     assert code["data"]["train.py"] == (REPO / "examples" / "ddp" / "train.py").read_text()
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" and job["spec"]["suspend"] is True
     assert job["spec"]["activeDeadlineSeconds"] == 7200
@@ -418,8 +418,6 @@ def test_plan_shows_what_an_admin_checks_before_kubectl_apply(tmp_path, api):
         "code": "at /trainspec/code (volume trainspec-code)",
         "volume trainspec-shim": "ConfigMap job-shim (trainspec_shim.py) at /trainspec/trainspec_shim.py "
                                  "(sub-path trainspec_shim.py, read-only)",
-        "volume trainspec-kubeflow": "ConfigMap job-shim (trainspec_kubeflow.py) at /trainspec/trainspec_kubeflow.py "
-                                     "(sub-path trainspec_kubeflow.py, read-only)",
         "volume trainspec-code": "PVC code at /trainspec/code (sub-path team/mnist)",
         "volume dshm": "emptyDir in memory (at most 16Gi) at /dev/shm",
         "volume out-checkpoints": "PVC runs at /trainspec/outputs/checkpoints (sub-path mnist)",
@@ -483,7 +481,7 @@ def test_a_timeout_change_is_that_hunk_and_the_runtime_files_one_line_each(tmp_p
 
 @pytest.mark.parametrize("old, new", [
     ("    numNodes: 2\n", "    numNodes: 3\n"),  # the TrainJob
-    ("    class HPCPack(Detector):\n", "    class HPCPack(Detector):  # tuned\n"),  # one line of the embedded shim
+    ("    class TrainJob(Detector):\n", "    class TrainJob(Detector):  # tuned\n"),  # one line of the embedded shim
 ], ids=["trainjob", "embedded-shim"])
 def test_check_and_diff_see_a_hand_edit_anywhere_in_job_yaml(tmp_path, old, new):
     from conftest import edit

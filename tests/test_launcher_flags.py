@@ -13,7 +13,8 @@ import yaml
 
 from conftest import trainspec_cmd
 from trainspec.compile import base
-from trainspec.runtime.shim import Expectation, ShimError, World, spawner_command
+from trainspec.runtime.shim import Expectation, ShimError, World
+from trainspec.runtime.shim_launch import spawner_command
 
 WORLD = World("azureml-pytorch", "10.0.0.4", 6105, 2, 1, 0, 1, 1, 2)  # node 1 of 2, per-node
 PER_NODE = Expectation(nodes=2, procs_per_node=8, launcher="per-node", master_port=None, spec="x.yaml")

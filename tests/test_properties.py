@@ -41,7 +41,7 @@ from trainspec.build import build  # noqa: E402
 from trainspec.targets.ray import lower as ray_target  # noqa: E402
 from trainspec.compile.write import write_all  # noqa: E402
 from trainspec.core.diagnostics import dotted  # noqa: E402
-from trainspec.runtime import shim  # noqa: E402
+from trainspec.runtime import normalize_environment, shim  # noqa: E402
 from trainspec.spec.skus import all_skus  # noqa: E402
 from trainspec.spec.validate import RESERVED_ENV  # noqa: E402
 from trainspec.targets.slurm.lower import SCRIPT_VARIABLES as SLURM_SCRIPT_VARIABLES  # noqa: E402
@@ -962,9 +962,9 @@ def test_shim_gives_every_process_a_consistent_rank(platform, nodes, procs, port
     launched = 1 if platform in PER_NODE else procs
     worlds, exports = [], []
     for env in envs:
-        worlds.append(shim.normalize(dict(env), apply=False))
+        worlds.append(normalize_environment(dict(env), apply=False))
         applied = dict(env)
-        shim.normalize(applied, apply=True)
+        normalize_environment(applied, apply=True)
         exports.append(applied)
     ranks = sorted(w.rank for w in worlds)
     assert ranks == list(range(nodes * launched))  # no gap, no duplicate
@@ -1021,7 +1021,7 @@ def test_a_world_that_disagrees_with_the_spec_fails_naming_both_numbers(world):
     failures = []
     for rank, env in enumerate(platform_envs(platform, nodes, procs, spec_nodes, spec_procs, None)):
         try:
-            shim.normalize(dict(env), apply=False)
+            normalize_environment(dict(env), apply=False)
         except shim.ShimError as error:
             failures.append((rank, str(error)))
     assert failures, "no process noticed"
@@ -1057,7 +1057,7 @@ def test_shim_names_the_spec_when_the_platform_starts_another_shape():
     for (nodes, procs, spec_nodes, spec_procs), rank in cases:
         env = platform_envs("azureml-pytorch", nodes, procs, spec_nodes, spec_procs, None)[rank]
         with pytest.raises(shim.ShimError) as info:
-            shim.normalize(dict(env), apply=False)
+            normalize_environment(dict(env), apply=False)
         message = str(info.value)
         assert "resources.procs_per_node" in message and "(LOCAL_WORLD_SIZE=" not in message, \
             f"platform {nodes}x{procs}, spec {spec_nodes}x{spec_procs}, rank {rank}: {message}"

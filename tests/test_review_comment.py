@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, edit, git, spec_repo, ts, yq
+from trainspec.runtime import shim_source
 
 LIMIT = 60_000  # the CI example's comment must stay under this (GitHub refuses over 65,536)
 
@@ -89,7 +90,7 @@ def test_a_new_ray_job_shows_its_runtime_files_as_name_size_sha256_and_version(r
     commit(repo, "a Ray job")
     ts("compile", "specs/ray-lightning.yaml", "-o", str(repo / "compiled"), cwd=repo, check=True)
     files = {name: (repo / "compiled" / "ray-lightning" / "ray" / name).read_bytes() for name in RUNTIME}
-    shim_line = "class HPCPack(Detector):"  # any line of the shim's source: it must not be printed
+    shim_line = "class Ray(Detector):"  # any line of the shim's source: it must not be printed
     assert shim_line.encode() in files["trainspec_shim.py"]
     for fmt in ("text", "markdown"):
         out = ts("diff", "--git", "HEAD~1", "--format", fmt, cwd=repo, check=True).stdout
@@ -124,13 +125,13 @@ def test_a_changed_job_lists_no_unchanged_runtime_and_a_changed_runtime_says_whi
     # json still has it, with its size and digest
     data = json.loads(ts("diff", "--git", "HEAD~1", "--format", "json", cwd=repo, check=True).stdout)
     unchanged = data["jobs"][0]["runtime_unchanged"][0]["runtime"]
-    shim_data = (REPO / "trainspec" / "runtime" / "shim.py").read_bytes()
+    shim_data = shim_source("azureml").encode()  # an Azure ML job's shim
     assert (unchanged["size"], unchanged["sha256"]) == (len(shim_data), hashlib.sha256(shim_data).hexdigest())
     # a job compiled by another trainspec: its runtime file is summarised, versions on both sides
     head = build(str(REPO / "specs" / "ray-lightning.yaml"), Path("build"))
     old_ray = head.artifacts[0]
     shim = old_ray.file("trainspec_shim.py")
-    older = replace(shim, data=shim.data.replace(b"class HPCPack(Detector):", b"class OldHPCPack(Detector):"),
+    older = replace(shim, data=shim.data.replace(b"class Ray(Detector):", b"class OldDetector(Detector):"),
                     runtime="0.0.9")
     base = replace(head, artifacts=[replace(old_ray, files=tuple(older if f is shim else f for f in old_ray.files))])
     result = diff_outcomes(base, head, "build")
@@ -142,7 +143,7 @@ def test_a_changed_job_lists_no_unchanged_runtime_and_a_changed_runtime_says_whi
     for fmt in ("text", "markdown"):
         shown = render_diffs([result], fmt)
         shown = render(shown).text if fmt == "markdown" else shown
-        assert "changed: trainspec runtime v0.0.9 -> v0.1.0" in shown and "OldHPCPack" not in shown
+        assert "changed: trainspec runtime v0.0.9 -> v0.1.0" in shown and "OldDetector" not in shown
         assert "unchanged" not in shown and "trainspec_procs.py" not in shown  # the driver, procs, the request's type
     as_json = json.loads(render_diffs([result], "json"))["jobs"][0]
     assert as_json["files"][0]["runtime"]["version_before"] == "0.0.9"
@@ -150,7 +151,7 @@ def test_a_changed_job_lists_no_unchanged_runtime_and_a_changed_runtime_says_whi
         "trainspec_ray_driver.py", "trainspec_procs.py", "trainspec_ray_request.py"}
 
 
-K8S_RUNTIME = ("trainspec_shim.py", "trainspec_kubeflow.py")  # in job.yaml's shim ConfigMap
+K8S_RUNTIME = ("trainspec_shim.py",)  # in job.yaml's shim ConfigMap, Kubeflow's detectors joined in
 
 
 def test_a_new_kubernetes_job_summarises_the_runtime_files_inside_its_job_yaml(repo):
@@ -161,8 +162,8 @@ def test_a_new_kubernetes_job_summarises_the_runtime_files_inside_its_job_yaml(r
     embedded = {f.path: f.data for f in build(str(REPO / "specs" / "k8s-ddp.yaml"), Path("build"))
                 .artifacts[0].file("job.yaml").embedded}
     assert set(embedded) == set(K8S_RUNTIME)
-    source = ("def detect(env: Mapping[str, str]) -> bool:", "def detectors(shim):")  # a line of each
-    assert source[0].encode() in embedded["trainspec_shim.py"] and source[1].encode() in embedded["trainspec_kubeflow.py"]
+    source = ("def detect(env: Mapping[str, str]) -> bool:", "class TrainJob(Detector):")  # lines of the shim
+    assert all(line.encode() in embedded["trainspec_shim.py"] for line in source)
     for fmt in ("text", "markdown"):
         out = ts("diff", "--git", "HEAD~1", "--format", fmt, cwd=repo, check=True).stdout
         shown = render(out).text if fmt == "markdown" else out
@@ -206,32 +207,32 @@ def test_a_changed_shim_inside_job_yaml_is_one_changed_line_and_no_hunk(monkeypa
     head = build(spec, Path("build"))
     older = tmp_path / "runtime"
     older.mkdir()
-    shim = (REPO / "trainspec" / "runtime" / "shim.py").read_text()
-    assert "class HPCPack(Detector):" in shim
-    (older / "shim.py").write_text(shim.replace("class HPCPack(Detector):", "class OldHPCPack(Detector):"))
-    shutil.copy(REPO / "trainspec" / "runtime" / "kubeflow.py", older / "kubeflow.py")
+    for source in (REPO / "trainspec" / "runtime").glob("*.py"):  # the shim's core, parts and detectors
+        shutil.copy(source, older / source.name)
+    shim = (older / "shim.py").read_text()
+    assert "class Detector:" in shim
+    (older / "shim.py").write_text(shim.replace("class Detector:", "class OldDetector:"))
     monkeypatch.setattr(compile_base, "SHIM_SOURCE", older / "shim.py")
     monkeypatch.setattr(trainspec, "__version__", "0.0.9")
     old = build(spec, Path("build"))
     monkeypatch.undo()
     was, now = old.artifacts[0].file("job.yaml"), head.artifacts[0].file("job.yaml")
-    assert b"OldHPCPack" in was.data and was.data != now.data
+    assert b"OldDetector" in was.data and was.data != now.data
     result = diff_outcomes(old, head, "build")
     assert result.status == "changed" and [f.output for f in result.files] == ["kubernetes/job.yaml#trainspec_shim.py"]
     changed = result.files[0].runtime
     assert changed.summary == "changed: trainspec runtime v0.0.9 -> v0.1.0"
     assert changed.sha256_before == hashlib.sha256(was.embedded[0].data).hexdigest()
-    assert [f.output for f in result.runtime] == ["kubernetes/job.yaml#trainspec_kubeflow.py"]
+    assert [f.output for f in result.runtime] == []  # the shim is the only runtime file in job.yaml
     for fmt in ("text", "markdown"):
         shown = render_diffs([result], fmt)
         shown = render(shown).text if fmt == "markdown" else shown
         assert "build/k8s-ddp/kubernetes/job.yaml#trainspec_shim.py" in shown
-        assert "changed: trainspec runtime v0.0.9 -> v0.1.0" in shown and "OldHPCPack" not in shown
+        assert "changed: trainspec runtime v0.0.9 -> v0.1.0" in shown and "OldDetector" not in shown
         assert "@@" not in shown and "+++" not in shown  # no hunk: the placeholder lines are the same
-        assert "trainspec_kubeflow.py" not in shown  # same bytes, from another version: not listed
     as_json = json.loads(render_diffs([result], "json"))["jobs"][0]
     assert as_json["files"][0]["runtime"]["version_before"] == "0.0.9"
-    assert [f["path"] for f in as_json["runtime_unchanged"]] == ["build/k8s-ddp/kubernetes/job.yaml#trainspec_kubeflow.py"]
+    assert as_json["runtime_unchanged"] == []
 
 
 # --- one comment, whatever the change -----------------------------------------------------------

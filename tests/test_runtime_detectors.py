@@ -1,7 +1,8 @@
 """The runtime shim: platform variables in, World and exported variables out.
 
-Most tests call the pure functions with plain dicts; the last ones run the real
-file in a subprocess, as a compiled job does.
+Most tests call the pure functions with plain dicts, on the shim an Azure ML job ships (its
+detectors and torch's own, no other platform's: shim_files.load); Kubeflow's on a Kubernetes
+job's. The last ones run the real file in a subprocess, as a compiled job does.
 """
 
 import os
@@ -11,8 +12,18 @@ import sys
 
 import pytest
 
-from trainspec.runtime import SHIM_PATH, DETECTORS, Expectation, ShimError, World, detect, normalize, verify
-from trainspec.runtime import shim
+import shim_files
+
+AZUREML = shim_files.load("azureml")  # Azure ML's detectors alone, with torch's own
+KUBERNETES = shim_files.load("kubernetes")  # Kubeflow's alone
+DETECTORS, Expectation, ShimError, World = AZUREML.DETECTORS, AZUREML.Expectation, AZUREML.ShimError, AZUREML.World
+detect, normalize, verify = AZUREML.detect, AZUREML.normalize, AZUREML.verify
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """The shim file an Azure ML job ships."""
+    return shim_files.ship("azureml", tmp_path_factory.mktemp("azureml"))
 
 
 def azureml_pytorch(rank, nodes=2, procs=4):
@@ -148,7 +159,7 @@ def test_single_process_without_port_picks_one():
 
 def test_detector_order_and_names():
     assert [d.name for d in DETECTORS] == [
-        "torchelastic", "hpcpack", "ray", "slurm", "azureml-mpi", "azureml-pytorch", "tensorflow", "env", "single-process"]
+        "torchelastic", "azureml-mpi", "azureml-pytorch", "tensorflow", "env", "single-process"]
     detector, _ = detect({**azureml_mpi(0), **torchrun(0)})
     assert detector.name == "torchelastic"
 
@@ -328,15 +339,15 @@ def test_garbled_variables_are_named(env, name):
 # ---------------------------------------------------------------- the real file
 
 
-def run_shim(args, env, shim_path=SHIM_PATH, python=(sys.executable,)):
+def run_shim(args, env, shim_path, python=(sys.executable,)):
     full_env = {"PATH": os.environ["PATH"], **env}
     return subprocess.run([*python, str(shim_path), *args], env=full_env, capture_output=True, text=True,
                           timeout=300)
 
 
-def test_print_shows_the_exports():
+def test_print_shows_the_exports(shipped):
     env = azureml_mpi(5, TRAINSPEC_NODES="2", TRAINSPEC_PROCS_PER_NODE="4", TRAINSPEC_LAUNCHER="mpi")
-    done = run_shim(["--print"], env)
+    done = run_shim(["--print"], env, shipped)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "GROUP_RANK=1", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=4", "MASTER_ADDR=10.0.0.4", "MASTER_PORT=6105",
@@ -344,54 +355,54 @@ def test_print_shows_the_exports():
     assert done.stderr == ""  # only rank 0 talks
 
 
-def test_rank0_prints_one_line():
+def test_rank0_prints_one_line(shipped):
     env = azureml_mpi(0, TRAINSPEC_NODES="2", TRAINSPEC_PROCS_PER_NODE="4", TRAINSPEC_LAUNCHER="mpi")
-    done = run_shim(["--print"], env)
+    done = run_shim(["--print"], env, shipped)
     assert done.stderr == (
         "trainspec: azureml-mpi detected; world 8 = 2 node(s) x 4 process(es) [mpi]; master 10.0.0.4:6105\n")
 
 
-def test_mismatch_exits_3_without_traceback():
+def test_mismatch_exits_3_without_traceback(shipped):
     env = azureml_mpi(0, TRAINSPEC_NODES="3", TRAINSPEC_PROCS_PER_NODE="4")
-    done = run_shim(["--", "python", "-c", "raise SystemExit('must not run')"], env)
+    done = run_shim(["--", "python", "-c", "raise SystemExit('must not run')"], env, shipped)
     assert done.returncode == 3
     assert done.stderr.startswith("trainspec: error: the platform started 8 processes")
     assert "resources.nodes (3)" in done.stderr and "Traceback" not in done.stderr
     assert done.stdout == ""
 
 
-def test_usage_errors_exit_2():
-    assert run_shim([], {}).returncode == 2
-    assert run_shim(["--bogus", "--", "true"], {}).returncode == 2
+def test_usage_errors_exit_2(shipped):
+    assert run_shim([], {}, shipped).returncode == 2
+    assert run_shim(["--bogus", "--", "true"], {}, shipped).returncode == 2
 
 
-def test_shim_execs_the_command():
+def test_shim_execs_the_command(shipped):
     env = {**azureml_pytorch(0, nodes=1, procs=1), "TRAINSPEC_NODES": "1", "TRAINSPEC_PROCS_PER_NODE": "1"}
     code = "import os; print(os.environ['NODE_RANK']); print(os.getppid())"
-    done = run_shim(["--", sys.executable, "-c", code], env)
+    done = run_shim(["--", sys.executable, "-c", code], env, shipped)
     assert done.returncode == 0, done.stderr
     node_rank, parent = done.stdout.split()
     assert node_rank == "0"
     assert int(parent) == os.getpid()  # the shim became the command: no process in between
 
 
-def test_missing_command_exits_127():
-    done = run_shim(["--", "no-such-command-trainspec"], {"MASTER_PORT": "5000"})
+def test_missing_command_exits_127(shipped):
+    done = run_shim(["--", "no-such-command-trainspec"], {"MASTER_PORT": "5000"}, shipped)
     assert done.returncode == 127 and "no-such-command-trainspec" in done.stderr
 
 
-def test_copied_file_is_self_contained(tmp_path):
+def test_copied_file_is_self_contained(tmp_path, shipped):
     copy = tmp_path / "trainspec_shim.py"
-    shutil.copyfile(SHIM_PATH, copy)
+    shutil.copyfile(shipped, copy)
     env = {**tf_config(1), "TRAINSPEC_NODES": "3", "TRAINSPEC_PROCS_PER_NODE": "1"}
     done = run_shim(["--print"], env, shim_path=copy, python=(sys.executable, "-I", "-S"))
     assert done.returncode == 0, done.stderr
     assert "NODE_RANK=1" in done.stdout.splitlines()
 
 
-def test_import_is_cheap(tmp_path):
+def test_import_is_cheap(tmp_path, shipped):
     """The shim runs before every training process: it must not pull in heavy modules."""
-    shutil.copyfile(SHIM_PATH, tmp_path / "trainspec_shim.py")
+    shutil.copyfile(shipped, tmp_path / "trainspec_shim.py")
     code = ("import sys; sys.path.insert(0, %r); before = set(sys.modules); import trainspec_shim; "
             "print(' '.join(sorted(set(sys.modules) - before)))" % str(tmp_path))
     done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=300)
@@ -400,13 +411,13 @@ def test_import_is_cheap(tmp_path):
     assert not new & {"json", "socket", "subprocess", "argparse", "typing", "trainspec", "logging"}
 
 
-def test_module_has_no_trainspec_imports():
-    source = SHIM_PATH.read_text()
+def test_module_has_no_trainspec_imports(shipped):
+    source = shipped.read_text()
     assert "import trainspec" not in source and "from trainspec" not in source and "from ." not in source
-    assert shim.World is World
+    assert AZUREML.World is World
 
 
-def test_compiled_jobs_start_the_shim_isolated_from_the_jobs_python_environment(tmp_path):
+def test_compiled_jobs_start_the_shim_isolated_from_the_jobs_python_environment(tmp_path, shipped):
     """Every compiled job starts the shim with `python -I -S`: a sitecustomize or PYTHONPATH in the
     job's environment cannot break or slow it (and skipping site is most of its start-up). The
     command it execs still gets that environment."""
@@ -418,19 +429,19 @@ def test_compiled_jobs_start_the_shim_isolated_from_the_jobs_python_environment(
     site.mkdir()
     (site / "sitecustomize.py").write_text("raise SystemExit('the job environment ran in the shim')\n")
     job = YAML(typ="safe", pure=True).load((REPO / "tests/golden/mnist-lightning/azureml/job.yml").read_text())
-    prefix = job["command"].split(" -- ")[0].replace("${{inputs.trainspec_runtime}}", str(SHIM_PATH))
+    prefix = job["command"].split(" -- ")[0].replace("${{inputs.trainspec_runtime}}", str(shipped))
     assert prefix.split()[:3] == ["python", "-I", "-S"]
     env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
            "PYTHONPATH": str(site)}
     isolated = subprocess.run(f"{prefix} --print -- true", shell=True, env=env, capture_output=True, text=True,
                               timeout=300)
     assert isolated.returncode == 0 and "RANK=0" in isolated.stdout, isolated.stderr
-    plain = subprocess.run(f"python {SHIM_PATH} --print -- true", shell=True, env=env, capture_output=True,
+    plain = subprocess.run(f"python {shipped} --print -- true", shell=True, env=env, capture_output=True,
                            text=True, timeout=300)
     assert plain.returncode != 0 and "the job environment ran in the shim" in plain.stderr
 
 
-# ---------------------------------------------------------------- Kubeflow (runtime/kubeflow.py, shipped beside the shim)
+# ---------------------------------------------------------------- Kubeflow (runtime/kubernetes_detector.py, a Kubernetes job's shim)
 
 
 def trainjob(node, nodes=3, procs=4, **extra):
@@ -478,7 +489,7 @@ KUBEFLOW_CASES = [  # env, the world, the exports that differ by platform
 @pytest.mark.parametrize("env, expected, exports", KUBEFLOW_CASES)
 def test_kubeflow_world_and_exports(env, expected, exports):
     env = dict(env)
-    assert normalize(env) == expected
+    assert KUBERNETES.normalize(env) == expected
     for key, value in exports.items():
         assert env.get(key) == value, (key, env.get(key))
 
@@ -501,25 +512,25 @@ KUBEFLOW_MISMATCHES = [
 
 @pytest.mark.parametrize("env, fragments", KUBEFLOW_MISMATCHES)
 def test_kubeflow_mismatches_name_the_variable_and_the_spec_field(env, fragments):
-    with pytest.raises(ShimError) as caught:
-        normalize(dict(env))
+    with pytest.raises(KUBERNETES.ShimError) as caught:
+        KUBERNETES.normalize(dict(env))
     for fragment in fragments:
         assert fragment in str(caught.value), str(caught.value)
 
 
-def test_kubeflow_detectors_come_only_from_the_file_beside_the_shim(tmp_path):
-    """The shipped shim alone does not know Kubeflow (its env looks like nothing: one process);
-    with trainspec_kubeflow.py beside it, it reads the pod's world."""
-    shutil.copyfile(SHIM_PATH, tmp_path / "trainspec_shim.py")
+def test_kubeflow_detectors_come_only_with_a_kubernetes_jobs_shim(tmp_path):
+    """An Azure ML job's shim does not know Kubeflow (a pod's env looks like nothing there: one
+    process); a Kubernetes job's reads the pod's world."""
     env = {**trainjob(1), **PER_NODE}
-    alone = run_shim(["--print"], env, shim_path=tmp_path / "trainspec_shim.py", python=(sys.executable, "-I", "-S"))
+    other = shim_files.ship("azureml", tmp_path / "azureml")
+    alone = run_shim(["--print"], env, shim_path=other, python=(sys.executable, "-I", "-S"))
     assert alone.returncode != 0 and "resources.nodes (3)" in alone.stderr, alone.stderr
-    shutil.copyfile(SHIM_PATH.with_name("kubeflow.py"), tmp_path / "trainspec_kubeflow.py")
-    done = run_shim(["--print"], env, shim_path=tmp_path / "trainspec_shim.py", python=(sys.executable, "-I", "-S"))
+    done = run_shim(["--print"], env, shim_path=shim_files.ship("kubernetes", tmp_path / "kubernetes"),
+                    python=(sys.executable, "-I", "-S"))
     assert done.returncode == 0, done.stderr
     assert "PET_NODE_RANK=1" in done.stdout.splitlines() and "NODE_RANK=1" in done.stdout.splitlines()
 
 
 def test_inside_torchrun_in_a_kubeflow_pod_the_workers_keep_torchruns_world():
     env = {**trainjob(1, nodes=2, procs=2), **torchrun(3)}
-    assert detect(env)[0].name == "torchelastic"
+    assert KUBERNETES.detect(env)[0].name == "torchelastic"

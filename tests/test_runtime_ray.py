@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.runtime import DETECTORS, SHIM_PATH, ShimError, World, detect, normalize
+import shim_files
+from trainspec.runtime import DETECTORS
 from trainspec.runtime import procs as procs_module
 from trainspec.runtime import ray_driver, ray_request
 from trainspec.runtime.ray_driver import DriverError, Slot, assign, parse_args, process_env, read_request, share
@@ -24,6 +25,10 @@ from trainspec.runtime.ray_request import Request, RequestError
 
 DRIVER_PATH = Path(ray_driver.__file__)
 REQUEST_TYPE_PATH = Path(ray_request.__file__)
+
+RAY = shim_files.load("ray")  # the shim a Ray job ships: Ray's detector alone, with torch's own
+ShimError, World, detect, normalize = RAY.ShimError, RAY.World, RAY.detect, RAY.normalize
+
 
 
 def ray_env(rank, nodes=2, procs=4, launcher="per-process", expect=True, **extra):
@@ -72,7 +77,8 @@ def test_world_from_launcher_env(env, expected):
 
 
 def test_ray_sits_after_torchrun_and_hpcpack_before_azure_ml():
-    names = [d.name for d in DETECTORS]
+    assert [d.name for d in RAY.DETECTORS] == ["torchelastic", "ray", "env", "single-process"]
+    names = [d.name for d in DETECTORS]  # the package's, every platform's
     assert names.index("torchelastic") < names.index("hpcpack") < names.index("ray") < names.index("azureml-mpi")
     # torchrun started by the shim of a per-node Ray launch: torchrun's workers are torchrun's
     torchrun_worker = {**ray_env(1, launcher="per-node"), "TORCHELASTIC_RUN_ID": "none", "LOCAL_WORLD_SIZE": "4",
@@ -182,28 +188,34 @@ def test_shim_inside_shim_changes_nothing(env):
     assert env == once
 
 
-def run_shim(args, env):
-    return subprocess.run([sys.executable, str(SHIM_PATH), *args], env={"PATH": os.environ["PATH"], **env},
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """The shim file a Ray job ships."""
+    return shim_files.ship("ray", tmp_path_factory.mktemp("ray"))
+
+
+def run_shim(args, env, shim):
+    return subprocess.run([sys.executable, str(shim), *args], env={"PATH": os.environ["PATH"], **env},
                           capture_output=True, text=True, timeout=300)
 
 
-def test_the_real_file_twice_prints_what_it_prints_once():
+def test_the_real_file_twice_prints_what_it_prints_once(shipped):
     env = ray_env(1, launcher="per-node")
-    once = run_shim(["--print"], env)
-    twice = run_shim(["--", sys.executable, str(SHIM_PATH), "--print"], env)
+    once = run_shim(["--print"], env, shipped)
+    twice = run_shim(["--", sys.executable, str(shipped), "--print"], env, shipped)
     assert once.returncode == twice.returncode == 0, once.stderr + twice.stderr
     assert once.stdout == twice.stdout
     assert "PET_NNODES=2" in once.stdout.splitlines() and "RANK=1" not in once.stdout.splitlines()
 
 
-def test_rank0_line_says_ray():
-    done = run_shim(["--print"], ray_env(0, nodes=2, procs=2))
+def test_rank0_line_says_ray(shipped):
+    done = run_shim(["--print"], ray_env(0, nodes=2, procs=2), shipped)
     assert done.stderr == ("trainspec: ray detected; world 4 = 2 node(s) x 2 process(es) [per-process]; "
                            "master 10.0.0.7:41234\n")
 
 
-def test_a_mismatch_exits_3():
-    done = run_shim(["--", "false"], ray_env(0, nodes=2, procs=2, TRAINSPEC_NODES="3"))
+def test_a_mismatch_exits_3(shipped):
+    done = run_shim(["--", "false"], ray_env(0, nodes=2, procs=2, TRAINSPEC_NODES="3"), shipped)
     assert done.returncode == 3
     assert "started 4 processes (WORLD_SIZE=4)" in done.stderr and "resources.nodes (3)" in done.stderr
 
@@ -253,8 +265,8 @@ def test_ray_train_initialized_process_group_is_left_alone(tmp_path):
     assert "resources.nodes (2)" in result["mismatch"]
 
 
-def test_the_shim_never_imports_torch(tmp_path):
-    shutil.copyfile(SHIM_PATH, tmp_path / "trainspec_shim.py")
+def test_the_shim_never_imports_torch(tmp_path, shipped):
+    shutil.copyfile(shipped, tmp_path / "trainspec_shim.py")
     code = ("import sys; sys.path.insert(0, %r); import trainspec_shim, os; os.environ.update(%r); "
             "trainspec_shim.normalize(); print('torch' in sys.modules)" % (str(tmp_path), ray_env(1)))
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=300)

@@ -1,10 +1,15 @@
 """The shim's Slurm detector, table-driven: what srun sets in, World and exports out (slurm.md:
-the variables a task sees, verified on a real cluster), and Slurm's compressed host lists."""
+the variables a task sees, verified on a real cluster), and Slurm's compressed host lists. On the
+shim a Slurm job ships: Slurm's detector alone, with torch's own (shim_files.load)."""
 
 import pytest
 
-from trainspec.runtime import Expectation, ShimError, World, detect, normalize
-from trainspec.runtime.shim import Slurm, TorchElastic, expand_hostlist
+import shim_files
+
+SLURM = shim_files.load("slurm")
+Expectation, ShimError, World, detect, normalize = (SLURM.Expectation, SLURM.ShimError, SLURM.World, SLURM.detect,
+                                                    SLURM.normalize)
+Slurm, TorchElastic, expand_hostlist = SLURM.Slurm, SLURM.TorchElastic, SLURM.expand_hostlist
 
 
 def srun_env(rank, nodes=2, per_node=2, nodelist="n[1-2]", **extra):

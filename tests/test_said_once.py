@@ -240,10 +240,11 @@ def test_one_runtime_version_is_said_once_for_the_jobs_it_changes(monkeypatch, t
     new = [build(spec, REPO / "build") for spec in specs]
     older = tmp_path / "runtime"
     older.mkdir()
-    shim = (REPO / "trainspec" / "runtime" / "shim.py").read_text()
-    assert "class HPCPack(Detector):" in shim
-    (older / "shim.py").write_text(shim.replace("class HPCPack(Detector):", "class OldHPCPack(Detector):"))
-    shutil.copy(REPO / "trainspec" / "runtime" / "kubeflow.py", older / "kubeflow.py")
+    for source in (REPO / "trainspec" / "runtime").glob("*.py"):  # the shim's core, parts and detectors
+        shutil.copy(source, older / source.name)
+    shim = (older / "shim.py").read_text()
+    assert "class Detector:" in shim
+    (older / "shim.py").write_text(shim.replace("class Detector:", "class OldDetector:"))
     monkeypatch.setattr(compile_base, "SHIM_SOURCE", older / "shim.py")
     monkeypatch.setattr(trainspec, "__version__", "0.0.9")
     old = [build(spec, REPO / "build") for spec in specs]
@@ -253,7 +254,7 @@ def test_one_runtime_version_is_said_once_for_the_jobs_it_changes(monkeypatch, t
     assert [g.jobs for g in groups] == [["mnist-lightning", "single-node"]]
     assert set(pointers) == {"mnist-lightning", "single-node"}
     text = render_diffs(diffs, "text")
-    assert text.count("changed: trainspec runtime v0.0.9 -> v0.1.0") == 1 and "OldHPCPack" not in text
+    assert text.count("changed: trainspec runtime v0.0.9 -> v0.1.0") == 1 and "OldDetector" not in text
     assert "no spec field changed; outputs changed: azureml/trainspec_shim.py\n" in text
     assert text.count("\nchange A (above) and nothing else") == 2
 

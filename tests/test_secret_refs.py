@@ -21,9 +21,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from conftest import REPO, ts
-from trainspec.runtime import SHIM_PATH
 import kube_schema
+import shim_files
+from conftest import REPO, ts
 from trainspec.runtime import secret_refs as helper
 
 VALUE = "s3cr3t-value-never-printed"
@@ -285,8 +285,9 @@ def _shim(tmp_path, env_extra):
              f"'ok' if os.environ.get('HF_TOKEN') == {VALUE!r} else 'wrong')")
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_proxy", "_PROXY"))}
     env.update({"TRAINSPEC_SPEC": "specs/sft.yaml", **env_extra})
+    shim = shim_files.ship("slurm", tmp_path / "job")
     proc = subprocess.run([sys.executable, "-I", "-S", str(helper.__file__), "--",
-                           sys.executable, "-I", "-S", str(SHIM_PATH), "--", sys.executable, "-c", probe],
+                           sys.executable, "-I", "-S", str(shim), "--", sys.executable, "-c", probe],
                           env=env, capture_output=True, text=True, timeout=60)
     return proc, marker
 

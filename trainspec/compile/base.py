@@ -17,6 +17,7 @@ from trainspec.core.patterns import Lazy
 from trainspec.core.records import Record
 from trainspec.runtime import shim as contract  # the TRAINSPEC_* names and default ports, written once
 from trainspec.runtime import secret_refs  # TRAINSPEC_SECRETS: what the secrets helper reads
+from trainspec.runtime import shim_launch as launch_flags  # the flags the shim adds, read the same way
 from trainspec.spec.validate import LIGHTNING_VARIABLES, TENSORFLOW, ValidSpec, neutral_refs, secret_reference
 
 SHIM_FILE = "trainspec_shim.py"
@@ -482,7 +483,7 @@ def secret_env(valid: ValidSpec, target: str, **more: Any) -> Dict[str, str]:
 def pip_env(valid: ValidSpec) -> Dict[str, str]:
     """TRAINSPEC_PIP for a target whose shim installs environment.pip itself (Slurm, HPC Pack,
     Kubernetes): the requirements as a JSON list, one value that every format escapes as a whole
-    and pip gets as separate arguments (runtime/shim.py install_pip). Empty without pip."""
+    and pip gets as separate arguments (runtime/shim_pip.py install_pip). Empty without pip."""
     import json
 
     if not valid.spec.environment.pip:
@@ -545,6 +546,7 @@ SHIM_SOURCE = RUNTIME_DIR / "shim.py"
 # the runtime files read so far in this process, by path: they are trainspec's own and do not
 # change under a running command, while every spec of a `check` or `compile` copies them
 _RUNTIME_BYTES: Dict[Path, bytes] = {}
+_SHIM_BYTES: Dict[str, bytes] = {}  # the joined shim, by platform
 
 
 STAGING_FOLDER = ".trainspec"  # trainspec's own folder where submit runs (jobs/command.py): never part of a copy
@@ -578,8 +580,19 @@ def code_copy(valid: ValidSpec, under: str) -> Tuple[OutFile, ...]:
     return tuple(out)
 
 
-def shim_file() -> OutFile:
-    return runtime_file(SHIM_FILE, SHIM_SOURCE)
+def shim_file(platform: str) -> OutFile:
+    """The shim a ``platform`` job ships: the core joined with that platform's detectors only
+    (runtime.shim_source), so a job carries no other platform's code."""
+    from trainspec import __version__
+    from trainspec.runtime import shim_source
+
+    folder = SHIM_SOURCE.parent
+    if folder != RUNTIME_DIR:  # a test's older runtime: read each time
+        return OutFile(SHIM_FILE, shim_source(platform, folder).encode("utf-8"), runtime=__version__)
+    data = _SHIM_BYTES.get(platform)
+    if data is None:
+        data = _SHIM_BYTES[platform] = shim_source(platform).encode("utf-8")
+    return OutFile(SHIM_FILE, data, runtime=__version__)
 
 
 def runtime_file(name: str, source: Path) -> OutFile:
@@ -703,12 +716,12 @@ def _multinode_launcher_errors(target: str, command: str, spawner: Optional[str]
     if spawner != "accelerate" or launcher_name != "per-node" or nodes < 2:
         return []
     try:
-        given = contract._given(split_command(command), contract.DEEPSPEED_MULTINODE[0])
+        given = launch_flags._given(split_command(command), launch_flags.DEEPSPEED_MULTINODE[0])
     except ValueError:
         return []
-    if given is None or given == contract.DEEPSPEED_MULTINODE[1]:
+    if given is None or given == launch_flags.DEEPSPEED_MULTINODE[1]:
         return []
-    flag, standard = contract.DEEPSPEED_MULTINODE
+    flag, standard = launch_flags.DEEPSPEED_MULTINODE
     return [error(("command",), f"{flag} {given}: per node on {target} every node runs its own accelerate launch, so "
                   f"DeepSpeed must join the {nodes} nodes through torchrun, or each node trains alone or starts "
                   "them all",
@@ -724,8 +737,8 @@ def _world_flags_missing(command: str, spawner: str) -> List[str]:
         words = split_command(command)
     except ValueError:
         return []
-    flags = contract._ACCELERATE if spawner == "accelerate" else (*contract._DEEPSPEED, "--no_ssh")
-    if spawner == "accelerate" and contract._given(words, "--rdzv_backend") in contract.DYNAMIC_RDZV:
+    flags = launch_flags._ACCELERATE if spawner == "accelerate" else (*launch_flags._DEEPSPEED, "--no_ssh")
+    if spawner == "accelerate" and launch_flags._given(words, "--rdzv_backend") in launch_flags.DYNAMIC_RDZV:
         # the rendezvous assigns node ranks; the shim still gives accelerate the --machine_rank it wants
         flags = tuple(f for f in flags if f != "--machine_rank")
     return [f for f in flags if not any(w == f or w.startswith(f + "=") for w in words)]
@@ -737,7 +750,7 @@ def own_spawner(command: str) -> Optional[str]:
     from trainspec.core.fields import split_command
 
     try:
-        found = contract.spawner_at(split_command(command))
+        found = launch_flags.spawner_at(split_command(command))
     except ValueError:  # an unclosed quote: validation reports it
         return None
     return found[0] if found else None

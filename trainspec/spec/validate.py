@@ -1002,7 +1002,7 @@ _ARCHIVE = re.compile(r"\.(?:whl|zip|tar|tgz|tbz|txz|tar\.gz|tar\.bz2|tar\.xz)\s
 
 def pip_requirement_problem(requirement: str) -> Optional[str]:
     """Why an item of environment.pip is not one requirement (None: it is). Every target passes
-    it to pip as one argument, after ``--`` where a shell is involved (runtime/shim.py)."""
+    it to pip as one argument, after ``--`` where a shell is involved (runtime/shim_pip.py)."""
     if not requirement.strip() or any(c in requirement for c in "\r\n\x00"):
         return "a pip requirement is one line"
     if requirement.lstrip().startswith("-"):

@@ -53,6 +53,7 @@ from typing import Any, Dict, List, Optional
 
 from trainspec.core.diagnostics import Diagnostic, SpecError, SpecPath, error, warning
 from trainspec.runtime import shim as contract
+from trainspec.runtime import shim_launch as launch_flags
 from trainspec.core.fields import ENV_NAME_PATTERN, duration_text, is_remote
 from trainspec.spec.loader import MAX_INT_DIGITS
 from trainspec.spec.validate import RESERVED_ENV
@@ -583,7 +584,7 @@ def _launcher_counts(command: str):
         words = split_command(marked)
     except ValueError:
         return None
-    found = contract.spawner_at(words)
+    found = launch_flags.spawner_at(words)
     torchrun = not found and words and (os.path.basename(words[0]) == "torchrun" or words[:3] in (
         ["python", "-m", "torch.distributed.run"], ["python3", "-m", "torch.distributed.run"]))
 

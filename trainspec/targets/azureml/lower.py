@@ -203,7 +203,7 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
 
     header = emit.yaml_header(valid.source.display, valid.source.digest, NAME)
     files.insert(0, base.OutFile(JOB_FILE, emit.yaml_bytes(job, header)))
-    files.append(base.shim_file())
+    files.append(base.shim_file(NAME))
     files.extend(base.secrets_files(valid))
     return base.Artifact(target=NAME, name=spec.name, files=tuple(files), submit=SUBMIT)
 

@@ -216,8 +216,8 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     files = (
         base.OutFile(JOB_FILE, xml.encode("utf-8")),
         base.OutFile(STAGE_FILE, _stage_script(valid, layout, out_dir).encode("utf-8"), executable=True),
-        base.shim_file(),
-        base.runtime_file(contract.ELECTION_FILE, base.SHIM_SOURCE.with_name("hpcpack_election.py")),
+        base.shim_file(NAME),
+        base.runtime_file(contract.ELECTION_FILE, base.RUNTIME_DIR / "hpcpack_election.py"),
         *base.secrets_files(valid),
     )
     return base.Artifact(target=NAME, name=spec.name, files=files, submit=SUBMIT)

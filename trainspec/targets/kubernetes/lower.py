@@ -47,7 +47,7 @@ _COPY = ("import shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2], dirs_exi
          'ignore=shutil.ignore_patterns("..*"))')
 INPUTS_DIR = "/trainspec/inputs"
 OUTPUTS_DIR = "/trainspec/outputs"
-RUNTIME_NAMES = (base.SHIM_FILE, contract.KUBEFLOW_FILE)  # in the <name>-shim ConfigMap, mounted under SHIM_DIR
+RUNTIME_NAMES = (base.SHIM_FILE,)  # in the <name>-shim ConfigMap, mounted under SHIM_DIR
 CONFIGMAP_LIMIT = 1 << 20  # what the API server stores in one object
 # A GPU vendor's device plugin advertises its GPUs as one extended resource: NVIDIA's k8s-device-plugin
 # (or GPU Operator) nvidia.com/gpu, AMD's ROCm k8s-device-plugin (or GPU Operator) amd.com/gpu
@@ -478,9 +478,8 @@ def pytorchjob(valid: ValidSpec) -> Dict[str, Any]:
 
 
 def runtime_files() -> Tuple[base.OutFile, ...]:
-    """The shim and Kubeflow's detectors beside it (runtime/kubeflow.py), which it loads by path:
-    RUNTIME_NAMES, read."""
-    return (base.shim_file(), base.runtime_file(contract.KUBEFLOW_FILE, base.SHIM_SOURCE.with_name("kubeflow.py")))
+    """The shim, with Kubeflow's detectors joined in (runtime/kubernetes_detector.py): RUNTIME_NAMES, read."""
+    return (base.shim_file(NAME),)
 
 
 def job_document(valid: ValidSpec) -> Dict[str, Any]:

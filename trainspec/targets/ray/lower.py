@@ -231,7 +231,7 @@ def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     files = (
         base.OutFile(CLUSTER_FILE, emit.yaml_bytes(cluster_config(valid, out_dir), header)),
         base.OutFile(LAUNCH_FILE, _launch_script(valid).encode("utf-8"), executable=True),
-        base.shim_file(),
+        base.shim_file(NAME),
         base.OutFile(REQUEST_FILE, job_request(valid).to_json()),
         base.runtime_file(DRIVER_FILE, RUNTIME / "ray_driver.py"),
         base.runtime_file(PROCS_FILE, RUNTIME / "procs.py"),

@@ -249,7 +249,7 @@ def container_image(valid: ValidSpec) -> Optional[str]:
 
 def lower(valid: ValidSpec, out_dir: Path) -> base.Artifact:
     script = _script(valid, base.relative(valid.resolve(valid.spec.code), out_dir))
-    files = (base.OutFile(JOB_FILE, script.encode("utf-8"), executable=True), base.shim_file(),
+    files = (base.OutFile(JOB_FILE, script.encode("utf-8"), executable=True), base.shim_file(NAME),
              *base.secrets_files(valid))
     return base.Artifact(target=NAME, name=valid.name, files=files, submit=SUBMIT)
 
