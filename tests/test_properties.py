@@ -641,8 +641,8 @@ def test_hpcpack_xml_is_valid_one_task_per_node_and_bash_gives_the_intended_argv
         assert len(tasks) == gen.nodes
         assert (root.get("MinNodes"), root.get("MaxNodes")) == (str(gen.nodes), str(gen.nodes))
         settings_ = gen.data["targets"]["hpcpack"]
-        root_dir = settings_["shared_dir"].rstrip("/") or "/"
-        shim_path = f"{root_dir}/{gen.data['name']}/trainspec_shim.py"
+        # the staged folder, <shared_dir>/<name> as bash stage.sh makes it by hand: `/` gives /<name>
+        shim_path = f"{settings_['shared_dir'].rstrip('/')}/{gen.data['name']}/trainspec_shim.py"
         if gen.python_words == ["PRINTER"]:
             python, functions = [str(printer)], {}
         else:

@@ -35,6 +35,7 @@ ENV_MASTER_ADDR = "TRAINSPEC_MASTER_ADDR"  # HPC Pack with listed nodes: the fir
 ENV_NODE_RANK = "TRAINSPEC_NODE_RANK"  # HPC Pack: baked into each task
 ENV_RDZV_DIR = "TRAINSPEC_RDZV_DIR"  # HPC Pack: the shared directory of the master election
 ENV_RDZV_TIMEOUT = "TRAINSPEC_RDZV_TIMEOUT"
+ENV_STAGED_DIR = "TRAINSPEC_STAGED_DIR"  # HPC Pack: the job's own staged folder, set by submit
 ENV_RAY = "TRAINSPEC_RAY"  # set by trainspec's Ray driver in every actor
 ENV_PIP = "TRAINSPEC_PIP"  # Slurm, HPC Pack, Kubernetes: environment.pip as a JSON list, installed once per node
 

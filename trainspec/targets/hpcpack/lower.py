@@ -56,7 +56,7 @@ STAGE_FILE = "stage.sh"
 NAMESPACE = "http://schemas.microsoft.com/HPCS2008R2/scheduler/"
 VERSION = "3.000"
 CODE_FOLDER = "code"  # below the job's staged folder: the code, and where every task starts
-ENV_STAGED_DIR = "TRAINSPEC_STAGED_DIR"  # the job's staged folder on the nodes: the shim starts there
+ENV_STAGED_DIR = contract.ENV_STAGED_DIR  # the job's staged folder on the nodes: the shim starts there
 SUBMIT = "job submit /jobfile:{dir}/" + JOB_FILE + "  (after: bash {dir}/" + STAGE_FILE + ", which stages the code)"
 
 # XML 1.0 has no way to carry C0 controls (but tab, newline, carriage return) or non-characters;
