@@ -31,7 +31,6 @@ pytest.importorskip("lightning", reason="lightning is a test extra")
 
 pytestmark = pytest.mark.realproc
 
-SHIM = REPO / "trainspec" / "runtime" / "shim.py"
 DRIVER = REPO / "trainspec" / "runtime" / "ray_driver.py"
 PROCS = REPO / "trainspec" / "runtime" / "procs.py"
 REQUEST_TYPE = REPO / "trainspec" / "runtime" / "ray_request.py"
@@ -179,8 +178,11 @@ def launch(cluster, tmp_path, *flags, command, wait=700, driver_timeout="600", *
     import json
     import threading
 
-    for source, name in ((SHIM, "trainspec_shim.py"), (DRIVER, "trainspec_ray_driver.py"),
-                         (PROCS, "trainspec_procs.py"), (REQUEST_TYPE, "trainspec_ray_request.py")):
+    from trainspec.runtime import shim_source
+
+    (tmp_path / "trainspec_shim.py").write_text(shim_source("ray"))  # the shim a Ray job ships: core + Ray's detectors
+    for source, name in ((DRIVER, "trainspec_ray_driver.py"), (PROCS, "trainspec_procs.py"),
+                         (REQUEST_TYPE, "trainspec_ray_request.py")):
         shutil.copyfile(source, tmp_path / name)
     request = {"gpus_per_node": 0, "cpus_per_node": 1, "placement": "PACK", "workdir": ".", "env": {},
                "master_port": None, "timeout": None, "command": command, **fields}

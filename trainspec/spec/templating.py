@@ -509,12 +509,18 @@ def _traced(budget: Budget):
         budget.check_clock()
         return count if frame.f_code.co_filename == "<template>" else None
 
+    import gc
+
+    # a gc callback of the host process (hypothesis registers one) would run under this hook: a
+    # budget exceeded there is raised where nothing can catch it, and printed as unraisable
+    callbacks, gc.callbacks[:] = gc.callbacks[:], []
     previous = sys.gettrace()
     sys.settrace(in_template)
     try:
         yield
     finally:
         sys.settrace(previous)
+        gc.callbacks[:] = callbacks
 
 
 def _lookup(dotted: str, context: Mapping[str, Any]) -> str:
