@@ -4,7 +4,7 @@
     python benchmarks/load_size.py [--runs 3]
 
 In one process (CPU time, `time.process_time`: the same on a busy machine), through
-`trainspec.spec.compose.compose`, what every command does first:
+`trainspec.schema.compose.compose`, what every command does first:
 
 - a list of n items (the issue's 40 KB spec holds 19,500: it took 33 s when each replaced item
   scanned every recorded path);
@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from trainspec.core.diagnostics import SpecError  # noqa: E402
-from trainspec.spec.compose import compose  # noqa: E402
+from trainspec.schema.compose import compose  # noqa: E402
 
 
 def cpu_seconds(fn, runs: int) -> float:

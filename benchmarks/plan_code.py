@@ -3,7 +3,7 @@
     python benchmarks/plan_code.py [--specs 100] [--files 50000] [--runs 3] [--keep DIR]
 
 plan and review name every job after the digest of what it runs, the code folder's files
-included (jobs/command.py digest_of). The repository, generated in a temporary folder as a real
+included (review/naming.py digest_of). The repository, generated in a temporary folder as a real
 git history: --specs specs (Slurm and Azure ML each) sharing one code folder of --files small
 files in 500 packages, build/ compiled and committed on main, and a branch that changes one spec's
 command and one code file. Measured as whole processes from the repository root, medians of --runs

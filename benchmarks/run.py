@@ -153,7 +153,7 @@ def batch(count: int, out: Path, template: str = ALL_TARGET_SPEC, name: str = "b
         (folder / "specs" / f"s{i:04d}.yaml").write_text(
             template.format(i=i, nodes=1 + i % 8, code=REPO / "examples" / "mnist"))
     code = ("import sys, time; from pathlib import Path\n"
-            "from trainspec.build import build, find_specs\n"
+            "from trainspec.registry.build import build, find_specs\n"
             "files = find_specs([sys.argv[1]]); t = time.perf_counter()\n"
             "n = sum(len(build(f, Path(sys.argv[2])).artifacts) for f in files)\n"
             "print(n, time.perf_counter() - t)")

@@ -3,16 +3,16 @@
     python docs/gen_capabilities.py           # rewrite docs/capabilities.md
     python docs/gen_capabilities.py --check [PAGE]   # exit 1 when it (or PAGE) is stale (tests/test_capabilities.py)
 
-The page itself is `trainspec.compile.capabilities.matrix()`; this script only gathers the
+The page itself is `trainspec.compiler.capabilities.matrix()`; this script only gathers the
 tables, which live with each target's lowering (a layer above the catalogue: docs/architecture.md).
 """
 
 import sys
 from pathlib import Path
 
-from trainspec.build import target
-from trainspec.compile.capabilities import matrix
-from trainspec.targets import TARGETS
+from trainspec.registry.build import target
+from trainspec.compiler.capabilities import matrix
+from trainspec.registry import TARGETS
 
 PAGE = Path(__file__).resolve().parent / "capabilities.md"
 

@@ -1,12 +1,12 @@
-"""trainspec/spec/prices.json, generated from a SkyPilot catalog snapshot of Azure VM prices.
+"""trainspec/schema/prices.json, generated from a SkyPilot catalog snapshot of Azure VM prices.
 
-    python docs/gen_prices.py [CSV]           # rewrite trainspec/spec/prices.json
+    python docs/gen_prices.py [CSV]           # rewrite trainspec/schema/prices.json
     python docs/gen_prices.py [CSV] --check   # exit 1 when it is not what the CSV gives
 
 CSV: the snapshot's vms-gpu.csv (default: $TRAINSPEC_PRICES_CSV, else
 ../shared/reference/azure-gpu-prices/vms-gpu.csv next to the repository). The CSV itself is not
 in the repository (the catalog repository's licence is not determined); only the prices of the
-sizes trainspec's catalog (trainspec/spec/skus.json) knows are carried, per region, in USD per
+sizes trainspec's catalog (trainspec/schema/skus.json) knows are carried, per region, in USD per
 hour for one VM: pay-as-you-go, and spot where the snapshot has a real spot rate.
 
 The snapshot's caveats, each handled here (and said in the file's ``notes``):
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Dict, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
-SKUS = ROOT / "trainspec" / "spec" / "skus.json"
-OUT = ROOT / "trainspec" / "spec" / "prices.json"
+SKUS = ROOT / "trainspec" / "schema" / "skus.json"
+OUT = ROOT / "trainspec" / "schema" / "prices.json"
 DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "azure-gpu-prices" / "vms-gpu.csv"
 SOURCE = ("SkyPilot catalog snapshot: catalogs/v6/azure/vms.csv of github.com/skypilot-org/skypilot-catalog "
           "(Azure Retail Prices API, priceType Consumption, Linux meters)")

@@ -11,6 +11,8 @@ from typing import Dict
 import pytest
 import yaml
 
+import trainspec.registry  # noqa: F401,E402  - plugs the targets into the schema, for tests that import schema/ directly
+
 REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "specs"
 
@@ -208,8 +210,8 @@ def copy_examples(root: Path) -> None:
 def job_of(spec: Path, target: str):
     """(the name submit gives the spec's job on ``target``, the full digest it records with it):
     what a pull request's reader can compute from the spec alone."""
-    from trainspec.build import build
-    from trainspec.jobs.command import platform_job
+    from trainspec.registry.build import build
+    from trainspec.review.naming import platform_job
 
     outcome = build(str(spec), Path(spec).parent / "build", [target])
     assert outcome.ok, [d.render() for d in outcome.diagnostics]

@@ -1,4 +1,4 @@
-"""What a target cannot run, as data (trainspec/compile/capabilities.py): the loop that turns a
+"""What a target cannot run, as data (trainspec/compiler/capabilities.py): the loop that turns a
 target's CANNOT_RUN table into located diagnostics, the tables themselves, and the generated
 feature x target matrix (docs/capabilities.md), which must be what the tables say."""
 
@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from conftest import REPO, ts
-from trainspec.build import build
-from trainspec.build import target
-from trainspec.compile import capabilities
-from trainspec.compile.capabilities import Entry, Feature, only, problem, unsupported
-from trainspec.targets import TARGETS
+from trainspec.registry.build import build
+from trainspec.registry.build import target
+from trainspec.compiler import capabilities
+from trainspec.compiler.capabilities import Entry, Feature, only, problem, unsupported
+from trainspec.registry import TARGETS
 
 PAGE = REPO / "docs" / "capabilities.md"
 GENERATOR = REPO / "docs" / "gen_capabilities.py"

@@ -40,14 +40,14 @@ def test_a_warm_cache_is_used_and_lives_only_in_the_cache_folder(team, tmp_path)
 
 
 def test_a_warm_check_compiles_nothing_but_what_changed(team, tmp_path, monkeypatch, capsys):
-    import trainspec.build
+    import trainspec.registry.build
     from trainspec.cli import main
 
     monkeypatch.setenv("TRAINSPEC_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(team)
     compiled = []
-    real = trainspec.build.build
-    monkeypatch.setattr(trainspec.build, "build", lambda file, *a, **k: compiled.append(file) or real(file, *a, **k))
+    real = trainspec.registry.build.build
+    monkeypatch.setattr(trainspec.registry.build, "build", lambda file, *a, **k: compiled.append(file) or real(file, *a, **k))
 
     def run():
         compiled.clear()
@@ -105,7 +105,7 @@ def test_every_change_is_found_with_a_warm_cache_as_without_it(team, tmp_path, c
 def test_the_key_holds_every_input_the_job_reads(team, tmp_path, monkeypatch):
     """A record is looked up again only while every byte it was made from is the same: the
     conda file's bytes count although the Azure ML job only names it (it is uploaded at submit)."""
-    from trainspec.build import build
+    from trainspec.registry.build import build
     from trainspec.review.cache import Cache, options_of
 
     monkeypatch.setenv("TRAINSPEC_CACHE_DIR", str(tmp_path / "cache"))

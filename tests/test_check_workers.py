@@ -54,16 +54,16 @@ def check(root, cache, monkeypatch, capsys, fork_from):
 
 def compilers(monkeypatch, log):
     """Record in ``log`` the process id of every spec compile (from either process)."""
-    import trainspec.build
+    import trainspec.registry.build
 
-    real = trainspec.build.build
+    real = trainspec.registry.build.build
 
     def build(file, *args, **kwargs):
         with open(log, "a") as fh:
             fh.write(f"{os.getpid()}\n")
         return real(file, *args, **kwargs)
 
-    monkeypatch.setattr(trainspec.build, "build", build)
+    monkeypatch.setattr(trainspec.registry.build, "build", build)
     return lambda: log.read_text().split() if log.exists() else []
 
 
@@ -110,19 +110,19 @@ def test_bases_among_the_specs_are_left_out_whichever_process_reads_them(team, t
 
 @two_cores
 def test_a_failed_worker_is_reported_and_its_files_checked_here(team, tmp_path, monkeypatch, capsys):
-    import trainspec.build
+    import trainspec.registry.build
 
     edit(team / "specs" / "job-0009.yaml", "name: job-0003", "name: job-0009")
     alone = check(team, tmp_path / "c1", monkeypatch, capsys, fork_from=10**9)
     here = os.getpid()
-    real = trainspec.build.build
+    real = trainspec.registry.build.build
 
     def build(file, *args, **kwargs):
         if os.getpid() != here:
             os._exit(7)  # the worker dies at its first spec
         return real(file, *args, **kwargs)
 
-    monkeypatch.setattr(trainspec.build, "build", build)
+    monkeypatch.setattr(trainspec.registry.build, "build", build)
     code, out, err, cached = check(team, tmp_path / "c2", monkeypatch, capsys, fork_from=2)
     note, _, err = err.partition("\n")
     # the worker takes the last chunk at least, and more tickets while this process is busy
@@ -135,10 +135,10 @@ def test_a_failed_worker_is_reported_and_its_files_checked_here(team, tmp_path, 
 def test_an_interrupted_check_kills_and_reaps_its_worker(team, tmp_path, monkeypatch, capsys):
     import signal
 
-    import trainspec.build
+    import trainspec.registry.build
 
     here = os.getpid()
-    real = trainspec.build.build
+    real = trainspec.registry.build.build
     forked = []
     real_fork = os.fork
 
@@ -156,7 +156,7 @@ def test_an_interrupted_check_kills_and_reaps_its_worker(team, tmp_path, monkeyp
         return real(file, *args, **kwargs)
 
     monkeypatch.setattr(os, "fork", fork)
-    monkeypatch.setattr(trainspec.build, "build", build)
+    monkeypatch.setattr(trainspec.registry.build, "build", build)
     code, _, err, _ = check(team, tmp_path / "c", monkeypatch, capsys, fork_from=2)
     assert (code, err) == (130, "trainspec: interrupted\n")
     assert len(forked) == 1

@@ -204,12 +204,13 @@ def planned(repo, before, tmp_path):
 
 
 # A platform for `trainspec submit` in the step's own process (Azure itself is not reachable here):
-# sitecustomize, on the step's PYTHONPATH, gives jobs/command.py a scheduler that records every
+# sitecustomize, on the step's PYTHONPATH, gives commands/jobs.py a scheduler that records every
 # submitted job in $PLATFORM_LOG and finds the ones recorded there, as Azure ML finds a job by name.
 RECORDER = r"""
 import json, os
 from pathlib import Path
-from trainspec.jobs import api, command
+from trainspec.commands import jobs as command
+from trainspec.jobs import api
 
 class Recorder(api.Scheduler):
     def _jobs(self):

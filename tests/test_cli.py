@@ -78,8 +78,8 @@ def test_one_bad_spec_writes_nothing_and_leaves_previous_outputs(tmp_path):
 
 def test_a_failed_write_leaves_previous_outputs_intact(tmp_path, monkeypatch):
     """Disk full / interrupted during the write: the old files stay, no staging debris is left."""
-    from trainspec.compile import write as writer
-    from trainspec.compile.base import Artifact, OutFile
+    from trainspec.compiler import write as writer
+    from trainspec.compiler.base import Artifact, OutFile
 
     final = tmp_path / "out" / "job" / "azureml"
     writer.write(final, Artifact("azureml", "job", (OutFile("job.yml", b"old\n"),), "submit"))
@@ -98,8 +98,8 @@ def test_every_write_back_starts_before_the_first_fsync_and_advice_that_fails_ch
     """The staged files' write-back is started for all of them before the first fsync (one commit
     for all instead of one per file: docs/speed.md), every file is still fsynced, and a refused
     advice is no failure."""
-    from trainspec.compile import write as writer
-    from trainspec.compile.base import Artifact, OutFile
+    from trainspec.compiler import write as writer
+    from trainspec.compiler.base import Artifact, OutFile
 
     calls = []
     real_fsync = os.fsync
@@ -130,8 +130,8 @@ def test_every_write_back_starts_before_the_first_fsync_and_advice_that_fails_ch
 def test_a_failed_fsync_of_one_target_swaps_in_no_target(tmp_path, monkeypatch):
     """Every file of every target is made durable before any folder is swapped in: a failure on
     one file leaves all the previous folders as they were, and no staging folder behind."""
-    from trainspec.compile import write as writer
-    from trainspec.compile.base import Artifact, OutFile
+    from trainspec.compiler import write as writer
+    from trainspec.compiler.base import Artifact, OutFile
 
     out = tmp_path / "out"
     old = [Artifact(target, "job", (OutFile("a.txt", b"old\n"), OutFile("sub/b.txt", b"old\n")), "submit")
@@ -228,8 +228,8 @@ def test_an_unchanged_folder_is_read_never_written_or_fsynced(tmp_path, monkeypa
     """Files that hold what compile would write (here as another tool left them) are read and left
     as they are: nothing opened for writing, nothing fsynced (an fsync of a clean file still
     flushes the disk's cache), no folder swapped."""
-    from trainspec.compile import write as writer
-    from trainspec.compile.base import Artifact, OutFile
+    from trainspec.compiler import write as writer
+    from trainspec.compiler.base import Artifact, OutFile
 
     artifact = Artifact("azureml", "job", (OutFile("a.txt", b"a\n"), OutFile("sub/b.sh", b"b\n", True)), "submit")
     folder = tmp_path / "out" / "job" / "azureml"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.build import build
+from trainspec.registry.build import build
 
 SETTINGS = {"azureml": "{compute: gpu}", "hpcpack": "{shared_dir: /app}",
             "ray": "{location: eastus, resource_group: rg}", "slurm": "{}"}
@@ -162,7 +162,7 @@ def test_a_python_that_is_not_shell_words_is_an_error_at_its_line_on_every_targe
 
 @pytest.mark.parametrize("target", sorted(SETTINGS))
 def test_plan_names_what_starts_the_shim(tmp_path, target):
-    from trainspec.build import target as module
+    from trainspec.registry.build import target as module
 
     path = spec(tmp_path, "python train.py", target=target, python="\"'/opt/my py/bin/python3.11'\"")
     outcome = build(str(path), tmp_path / "out", [target])

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import cpu_bound, no_hang, REPO, ts
 from trainspec.core.diagnostics import SpecError, error
-from trainspec.spec.compose import compose
+from trainspec.schema.compose import compose
 
 ROOT = f"""version: 1
 name: base

@@ -32,8 +32,8 @@ DISPLAY = {"azureml": "Azure ML", "hpcpack": "HPC Pack", "ray": "Ray", "slurm": 
 def registered_targets():
     """{name: why run --local refuses it, or None} of every registered target (the one place this
     file reads the registry)."""
-    from trainspec.local.command import refusal_of as refusal
-    from trainspec.targets import TARGETS
+    from trainspec.commands.run import refusal_of as refusal
+    from trainspec.registry import TARGETS
 
     return {name: refusal(name) for name in TARGETS}
 

@@ -145,7 +145,7 @@ def test_the_wheel_is_named_as_the_docs_say_and_carries_its_extras_and_data(whee
     provides = set(re.findall(r"^Provides-Extra: (.*)$", metadata, re.M))
     assert {"azureml", "kubernetes", "ray", "docs"} <= provides, provides
     # what an installed trainspec reads from its own package: the structure snapshot, init's files
-    assert "trainspec/spec/spec.core.json" in names
+    assert "trainspec/schema/spec.core.json" in names
     assert any(n.startswith("trainspec/scaffold/files/") for n in names), sorted(names)[:20]
 
 

@@ -1,4 +1,4 @@
-"""compile/emit.py's YAML writer: libyaml's emitter fed our own node tree, asked the questions
+"""compiler/emit.py's YAML writer: libyaml's emitter fed our own node tree, asked the questions
 ruamel.yaml's Resolver answers (whether a scalar reads back as its tag), so its bytes are those
 of a ruamel.yaml dump of the same tree; and the runtime files copied next to jobs."""
 
@@ -9,7 +9,7 @@ import random
 import pytest
 
 import trainspec
-from trainspec.compile import base, emit
+from trainspec.compiler import base, emit
 
 TRICKY = ["", " ", "a", "yes", "No", "on", "OFF", "y", "n", "~", "null", "Null", "true", "False", "0", "-1", "+3",
           "0o17", "017", "0x1F", "0b101", "1_000", "1e3", "1.5", "-.5", ".inf", "-.INF", ".NaN", "1:20", "190:20:30",

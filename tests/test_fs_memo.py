@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trainspec.core import files, memo
-from trainspec.spec import loader
+from trainspec.schema import loader
 
 REPO = Path(__file__).resolve().parents[1]
 

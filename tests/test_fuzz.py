@@ -295,7 +295,7 @@ def test_hostile_templates_never_escape_leak_or_outgrow_their_budget(tmp_path, m
     compile. The answer is exit 0, 1 or 2 with located errors, within the spec's clock (one budget
     for all its strings; compile renders the command once more per target), and no value of the
     environment is printed or written."""
-    from trainspec.spec import templating
+    from trainspec.schema import templating
 
     # the clock is the one limit a template can use up whole: a shorter one keeps the run short
     monkeypatch.setattr(templating, "MAX_SECONDS", 1.0)
@@ -488,7 +488,7 @@ def test_import_of_jobs_with_wrongly_typed_fields_never_crashes(tmp_path, monkey
     with -o: the spec written, then validated)."""
     from ruamel.yaml import YAML
 
-    from trainspec.spec.loader import load_file
+    from trainspec.schema.loader import load_file
 
     monkeypatch.delenv("TRAINSPEC_DEBUG", raising=False)
     shutil.copytree(REPO / "tests" / "jobs", tmp_path / "jobs")

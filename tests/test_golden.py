@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SPECS, trainspec_cmd
-from trainspec.build import build
+from trainspec.registry.build import build
 from trainspec.runtime import shim_source
 
 GOLDEN = REPO / "tests" / "golden"

@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO, SPECS, ts
 import kube_schema
-from trainspec.spec import skus
+from trainspec.schema import skus
 
 AMD = "Standard_ND96isr_MI300X_v5"
 NVIDIA = "Standard_ND96isr_H100_v5"

@@ -552,7 +552,7 @@ def test_a_50_mb_file_fails_fast_without_being_read(tmp_path, monkeypatch):
     assert changed(before, snapshot(tmp_path)) == []
     # in-process: the loader reads at most its limit + 1 byte
     from trainspec.core.diagnostics import SpecError
-    from trainspec.spec import loader
+    from trainspec.schema import loader
 
     read = []
     real_open = open

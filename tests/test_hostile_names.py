@@ -26,7 +26,7 @@ import yaml
 
 import kube_schema
 from conftest import REPO, ray_validate, trainspec_cmd
-from trainspec.compile import emit
+from trainspec.compiler import emit
 from trainspec.review.outputs import folder_header, read_header
 
 TARGETS = ["azureml", "hpcpack", "kubernetes", "ray", "slurm"]

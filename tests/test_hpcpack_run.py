@@ -23,7 +23,7 @@ RESULT = re.compile(r"^\[node \d+\] TRAINSPEC_RESULT (\{.*\})$", re.M)
 
 
 def simulate(spec: Path, workdir: Path, *, procs_per_node=2, start_delays=None, timeout=700):
-    code = ("import sys; from trainspec.local.command import LocalOptions, run_local\n"
+    code = ("import sys; from trainspec.commands.run import LocalOptions, run_local\n"
             f"options = LocalOptions(target='hpcpack', procs_per_node={procs_per_node}, workdir={str(workdir)!r}, "
             f"timeout=600, start_delays={start_delays or {}!r})\n"
             f"sys.exit(run_local({str(spec)!r}, options))")

@@ -16,7 +16,7 @@ from ruamel.yaml import YAML
 from conftest import REPO, edit, git, run, ts
 from test_ci_example import PATH, WORKFLOW, tool
 from test_review import pre_commit_tool, readme_block
-from trainspec.targets import DEFAULT_TARGET, TARGETS
+from trainspec.registry import DEFAULT_TARGET, TARGETS
 
 SCAFFOLD = REPO / "trainspec" / "scaffold" / "files"
 WRITTEN = [".github/workflows/training-specs.yml", ".gitignore", ".pre-commit-config.yaml", "bases/gpu.yaml", "code/{}/train.py",
@@ -197,7 +197,7 @@ def test_force_writes_all_or_nothing(tmp_path, monkeypatch, capsys):
 
 
 def leave_what_a_submit_leaves(repo: Path, name: str):
-    """What a Slurm submit leaves where it ran, as jobs/command.py and the compiled job.sbatch
+    """What a Slurm submit leaves where it ran, as commands/jobs.py and the compiled job.sbatch
     write it (.trainspec/jobs/<name>/<target>/, .trainspec/runs/<job id>/, <name>-<job id>.out
     and .err where sbatch ran), without the ``*`` that submit writes into .trainspec/.gitignore:
     the repository's own .gitignore ignores them by itself."""

@@ -1,4 +1,4 @@
-"""The code folder in a job's name (jobs/command.py digest_of, review/cache.py code_digest): read
+"""The code folder in a job's name (review/naming.py digest_of, review/cache.py code_digest): read
 once per folder in a command however many specs and targets share it, and not at all by a later
 command while its files' stats say they are unchanged (check's cache folder remembers them), yet
 a changed file is always a new job name: the remembered hashes make plan faster, never different."""

@@ -1,4 +1,4 @@
-"""What `submit`, `status`, `logs` and `cancel` do the same way on every target (jobs/command.py),
+"""What `submit`, `status`, `logs` and `cancel` do the same way on every target (commands/jobs.py),
 held with a scheduler that stands in for a platform in this process: the job's name, finding it
 before submitting, exit codes, bounded waits, Ctrl-C, --out, --plan, the JSON document and the
 job summary. Each platform's own scheduler is tested against the real thing or an HTTP-level fake
@@ -15,7 +15,8 @@ from markdown_it import MarkdownIt
 
 from conftest import REPO, ts
 from trainspec import cli
-from trainspec.jobs import api, command as jobs
+from trainspec.commands import jobs
+from trainspec.jobs import api
 from trainspec.jobs.api import Job, LogLine, State, Status, SubmitError
 
 
@@ -288,7 +289,8 @@ def test_a_wait_outlasts_a_platform_blip_but_not_a_platform_gone(spec, platform,
 # A platform whose jobs run until canceled, given to the `trainspec` process through sitecustomize
 # on its PYTHONPATH: for what only a real process shows (a real SIGINT from the terminal).
 FOREVER = r"""
-from trainspec.jobs import api, command
+from trainspec.commands import jobs as command
+from trainspec.jobs import api
 
 class Forever(api.Scheduler):
     def find(self, name):
@@ -402,7 +404,7 @@ def _plant(spec, target):
 def test_a_committed_staging_folder_is_refused_and_what_is_submitted_is_compiled_now(every, platform, capsys,
                                                                                        target):
     from conftest import git
-    from trainspec.build import build
+    from trainspec.registry.build import build
 
     name, folder = _plant(every, target)
     git("add", "-A", cwd=every.parent)

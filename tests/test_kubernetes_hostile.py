@@ -27,7 +27,7 @@ import yaml
 
 from conftest import REPO, flow, ts, yq
 import kube_schema
-from trainspec.build import build
+from trainspec.registry.build import build
 
 CODE = REPO / "examples" / "ddp"
 # YAML's special words and characters, shell metacharacters, spaces at the ends, bidi and control

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import trainspec_cmd
-from trainspec.compile import base
+from trainspec.compiler import base
 from trainspec.runtime.shim import Expectation, ShimError, World
 from trainspec.runtime.shim_launch import spawner_command
 
@@ -99,7 +99,7 @@ def one_spec(tmp_path, command, resources="{nodes: 1, gpus_per_node: 0, sku: Sta
 
 
 def built(path, tmp_path, target):
-    from trainspec.build import build
+    from trainspec.registry.build import build
 
     return build(str(path), tmp_path / "out", [target])
 
@@ -133,7 +133,7 @@ def test_a_launcher_inside_the_per_process_launcher_is_an_error_at_command_on_ev
 @pytest.mark.parametrize("command", ["python train.py", "python -m pkg.train", "echo torchrun && python train.py",
                                      "python torchrun.py", "srunner train.py"])
 def test_a_command_that_starts_no_launcher_is_not_one(command):
-    from trainspec.spec.validate import started_launcher
+    from trainspec.schema.validate import started_launcher
 
     assert started_launcher(command) is None
 
@@ -154,7 +154,7 @@ COMMAND_LINE = {
 def test_a_one_process_job_is_never_wrapped_in_a_launcher(tmp_path, target):
     """`python train.py` in `python:3.11` (no torch): the one process runs the command under the
     shim alone on every target, told it is per-process; Kubernetes used to wrap it in torchrun."""
-    from trainspec.compile.write import write_all
+    from trainspec.compiler.write import write_all
 
     outcome = built(one_spec(tmp_path, "python train.py"), tmp_path, target)
     assert outcome.artifacts, [d.render() for d in outcome.diagnostics]
@@ -165,7 +165,7 @@ def test_a_one_process_job_is_never_wrapped_in_a_launcher(tmp_path, target):
 
 
 def test_the_default_launcher_is_the_spec_s_not_the_target_s(tmp_path):
-    from trainspec import build
+    from trainspec.registry import build
 
     one = one_spec(tmp_path, "python train.py")
     many = one_spec(tmp_path / "many", "python train.py", "{nodes: 2, gpus_per_node: 2, sku: Standard_NC48ads_A100_v4}")

@@ -25,7 +25,7 @@ from conftest import REPO
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 # the one import that is data, not code: the stored structure names the functions it calls, and
 # structure.py imports only modules of its own short list (_FUNCTIONS)
-DYNAMIC_OK = {"trainspec.spec.structure": {"trainspec.core.fields"}}
+DYNAMIC_OK = {"trainspec.schema.structure": {"trainspec.core.fields"}}
 
 
 # --- the checker -------------------------------------------------------------------------------
@@ -111,36 +111,56 @@ def parents(module: str) -> List[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def layer_of(module: str, layers: List[List[str]]) -> int:
-    """The index of the layer whose patterns match ``module`` (the last, highest, when several do:
-    ``trainspec.targets.*.lower`` is above ``trainspec.targets``), or -1."""
+def folder_of(module: str, root: Path) -> str:
+    """The folder a module's file is in, dotted: a package's ``__init__`` is in its own folder."""
+    path = root / Path(*module.split("."))
+    return module if (path / "__init__.py").exists() else module.rpartition(".")[0]
+
+
+def layer_of(folder: str, layers: List[List[str]]) -> int:
+    """The index of the layer whose folder patterns match ``folder`` (``trainspec.targets.*``: every
+    target's folder), or -1."""
     found = -1
     for index, patterns in enumerate(layers):
-        if any(fnmatch.fnmatchcase(module, p) and (p.count(".") == module.count(".") or p.endswith(".*"))
-               for p in patterns):
+        if any(fnmatch.fnmatchcase(folder, p) and p.count(".") == folder.count(".") for p in patterns):
             found = index
     return found
 
 
-def layer_problems(graph: Dict[str, Dict[str, int]], layers: List[List[str]], names: List[str]) -> List[str]:
-    """An import from a lower layer to a higher one (the packages it runs included), a module in
-    no layer. A package ``__init__`` that imports nothing belongs to none and may be anywhere."""
+def layer_problems(graph: Dict[str, Dict[str, int]], layers: List[List[str]], names: List[str],
+                   root: Path) -> List[str]:
+    """An import from a folder of a lower layer to one of a higher layer (the packages it runs
+    included), a folder in no layer. A package ``__init__`` that imports nothing belongs to none
+    and may be anywhere."""
     problems = []
     for module, imports in sorted(graph.items()):
-        here = layer_of(module, layers)
+        here = layer_of(folder_of(module, root), layers)
         if here < 0:
             if imports:
-                problems.append(f"{module} is in no layer of the table")
+                problems.append(f"{module} is in a folder of no layer of the table")
             continue
         reached = dict(imports)
         for target in imports:
             for parent in parents(target):
                 reached.setdefault(parent, imports[target])
         for target, line in sorted(reached.items()):
-            there = layer_of(target, layers)
+            there = layer_of(folder_of(target, root), layers)
             if there > here:
                 problems.append(f"{module}:{line}: imports {target} ({names[there]}), above its layer ({names[here]})")
     return problems
+
+
+def folder_graph(graph: Dict[str, Dict[str, int]], root: Path) -> Dict[str, Dict[str, str]]:
+    """folder -> {folder it imports from: one import that shows it, 'module:line -> module'}."""
+    folders: Dict[str, Dict[str, str]] = {}
+    for module, imports in sorted(graph.items()):
+        here = folder_of(module, root)
+        folders.setdefault(here, {})
+        for target, line in sorted(imports.items()):
+            there = folder_of(target, root)
+            if there != here:
+                folders[here].setdefault(there, f"{module}:{line} -> {target}")
+    return folders
 
 
 def cycles(graph: Dict[str, Dict[str, int]]) -> List[List[str]]:
@@ -180,7 +200,7 @@ def cycles(graph: Dict[str, Dict[str, int]]) -> List[List[str]]:
 
 
 def table(text: str) -> Tuple[List[str], List[List[str]]]:
-    """The layer table of docs/architecture.md: (names, module patterns per layer), bottom first."""
+    """The layer table of docs/architecture.md: (names, folder patterns per layer), bottom first."""
     section = text.split("## The layers", 1)[1].split("\n## ", 1)[0]
     names, layers = [], []
     for row in re.findall(r"^\|(.+)\|\s*$", section, re.M):
@@ -207,11 +227,26 @@ def test_every_import_is_read():
 
 
 def test_every_import_goes_down_the_layers():
-    assert layer_problems(GRAPH, LAYERS, NAMES) == []
+    assert layer_problems(GRAPH, LAYERS, NAMES, REPO) == []
 
 
 def test_no_modules_import_each_other_round():
     assert cycles(GRAPH) == []
+
+
+def test_no_folders_import_each_other_round():
+    """Read by folder, every import counted (lazy ones and import_module too), no two folders of
+    the package reach each other, directly or through others."""
+    folders = folder_graph(GRAPH, REPO)
+    assert cycles(folders) == [], {a: b for a, b in folders.items() if b}
+
+
+def test_every_folder_of_the_package_is_in_one_layer():
+    folders = {folder_of(module, REPO) for module in GRAPH}
+    placed = {folder: [NAMES[i] for i, patterns in enumerate(LAYERS)
+                       if any(fnmatch.fnmatchcase(folder, p) and p.count(".") == folder.count(".") for p in patterns)]
+              for folder in folders}
+    assert {folder: where for folder, where in placed.items() if len(where) != 1} == {}
 
 
 def test_the_runtime_imports_nothing_else_of_trainspec():
@@ -225,14 +260,15 @@ def test_package_inits_import_no_layer_above_their_modules():
     """Importing trainspec.targets.azureml.settings runs trainspec/targets/__init__.py and
     trainspec/targets/azureml/__init__.py first: they import nothing."""
     for module, imports in GRAPH.items():
-        if (REPO / Path(*module.split("."), "__init__.py")).exists() and module not in ("trainspec.runtime", "trainspec.cli"):
+        if (REPO / Path(*module.split("."), "__init__.py")).exists() and module not in ("trainspec.runtime", "trainspec.cli", "trainspec.registry"):
             assert imports == {}, (module, imports)
 
 
 def test_validation_never_loads_lowering():
-    """The spec layer reaches the targets only through their settings: validate a spec in a fresh
-    process and no lower.py, compile/ or build.py is loaded."""
-    code = ("import sys; from trainspec.spec.compose import compose; from trainspec.spec.validate import validate\n"
+    """The schema reaches the targets only through the settings the registry plugs in: validate a
+    spec in a fresh process and no lower.py, compiler/ or registry/build.py is loaded."""
+    code = ("import sys, trainspec.registry\n"
+            "from trainspec.schema.compose import compose; from trainspec.schema.validate import validate\n"
             "valid, found = validate(compose(sys.argv[1]))\n"
             "assert valid is not None, found\n"
             "print(sorted(m for m in sys.modules if m.startswith('trainspec')))")
@@ -241,7 +277,15 @@ def test_validation_never_loads_lowering():
     assert done.returncode == 0, done.stderr
     loaded = ast.literal_eval(done.stdout.strip())
     assert "trainspec.targets.ray.settings" in loaded, loaded
-    assert not [m for m in loaded if m.endswith(".lower") or m.startswith(("trainspec.compile", "trainspec.build"))]
+    assert not [m for m in loaded if m.endswith(".lower") or m.startswith(("trainspec.compiler", "trainspec.registry.build"))]
+
+
+def test_the_schema_without_the_registry_says_so():
+    """The schema never imports a target: a program that uses it without the registry is told to
+    import it, never handed a spec model without its targets."""
+    done = subprocess.run([sys.executable, "-c", "import trainspec.schema.model"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1 and "import trainspec.registry first" in done.stderr, done.stderr
 
 
 # --- the checker can fail --------------------------------------------------------------------------
@@ -259,12 +303,34 @@ def test_the_checker_sees_a_bad_import_and_a_cycle(tmp_path):
     graph, problems = import_graph(tmp_path, "fake")
     assert problems == []
     assert graph["fake.spec.b"] == {"fake.spec.a": 4}  # the pattern matches a (and b itself, not an edge)
-    layers = [["fake", "fake.core"], ["fake.spec.*"]]
-    assert layer_problems(graph, layers, ["core", "spec"]) == [
+    layers = [["fake"], ["fake.spec"]]
+    assert layer_problems(graph, layers, ["core", "spec"], tmp_path) == [  # the package it runs, and the module
+        "fake.core:2: imports fake.spec (spec), above its layer (core)",
         "fake.core:2: imports fake.spec.a (spec), above its layer (core)"]
     assert cycles(graph) == [["fake.spec.a", "fake.spec.b"]]
+    assert cycles(folder_graph(graph, tmp_path)) == []  # fake imports fake.spec, never the other way
     (pkg / "spec" / "c.py").write_text("import importlib\nimportlib.import_module(name)\n")
     assert import_graph(tmp_path, "fake")[1] == ["fake.spec.c:2: import_module of a name no test can read"]
+
+
+def test_the_checker_sees_folders_that_import_each_other_without_a_module_cycle(tmp_path):
+    """x/m imports y/n, y/o imports x/p: no two modules import each other round, the two folders do."""
+    pkg = tmp_path / "fake"
+    for folder in ("x", "y"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "x" / "m.py").write_text("from fake.y import n\n")
+    (pkg / "y" / "n.py").write_text("")
+    (pkg / "y" / "o.py").write_text("def f():\n    from fake.x import p\n")
+    (pkg / "x" / "p.py").write_text("")
+    graph, problems = import_graph(tmp_path, "fake")
+    assert problems == [] and cycles(graph) == []
+    folders = folder_graph(graph, tmp_path)
+    assert cycles(folders) == [["fake.x", "fake.y"]]
+    assert folders["fake.y"] == {"fake.x": "fake.y.o:2 -> fake.x.p"}
+    assert layer_problems(graph, [["fake.x"], ["fake.y"]], ["low", "high"], tmp_path) == [
+        "fake.x.m:1: imports fake.y (high), above its layer (low)", "fake.x.m:1: imports fake.y.n (high), above its layer (low)"]
 
 
 @pytest.fixture
@@ -283,9 +349,23 @@ def test_the_checker_names_the_cycle_of_the_old_layout(old_layout):
                       "trainspec.schema.structure"} <= set(found[0]), cycles(graph)
 
 
+def test_the_folder_check_names_the_folders_of_the_layout_before_the_registry_moved(tmp_path):
+    """At 3b0e439 the spec's model imported the registry inside targets/, every target imported
+    spec/ and compile/, jobs/ held the scheduler interface and the submit command: one knot of folders."""
+    archive = subprocess.run(["git", "archive", "3b0e439", "trainspec"], cwd=REPO, capture_output=True)
+    if archive.returncode:
+        pytest.skip("commit 3b0e439 (the folders before they were layers) is not in this clone's history")
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    graph, _ = import_graph(tmp_path, "trainspec")
+    assert cycles(graph) == []  # the modules were already in layers: only the folders were not
+    knot = [group for group in cycles(folder_graph(graph, tmp_path)) if "trainspec.spec" in group]
+    assert knot and {"trainspec.spec", "trainspec.targets", "trainspec.compile", "trainspec.jobs", "trainspec.review",
+                     "trainspec.local"} <= set(knot[0]), knot
+
+
 # --- every list of the targets ---------------------------------------------------------------------
 
-from trainspec.targets import TARGETS  # noqa: E402
+from trainspec.registry import TARGETS  # noqa: E402
 
 
 def test_help_names_every_target():

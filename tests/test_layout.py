@@ -2,7 +2,7 @@
 
 A target's name may appear, as a target (a quoted name, ``targets.<name>``, ``-t <name>``),
 only in its own files (``targets/<name>/``, ``runtime/<name>_*.py``), the registry
-(``targets/__init__.py``) and the shim (its detector). Adding a target therefore costs its
+(``registry/__init__.py``) and the shim (its detector). Adding a target therefore costs its
 folder, a registry line, a detector and its tests -- and this test fails the day a platform's
 knowledge leaks into the shared code again.
 """
@@ -15,13 +15,13 @@ import types
 import pytest
 
 from conftest import REPO
-from trainspec.build import target
-from trainspec.compile.base import Target
-from trainspec.targets import TARGETS
-from trainspec.targets.vocabulary import settings
+from trainspec.registry.build import target
+from trainspec.compiler.base import Target
+from trainspec.registry import TARGETS
+from trainspec.schema.vocabulary import settings
 
 PACKAGE = REPO / "trainspec"
-SHARED_OK = {"targets/__init__.py", "runtime/shim.py"}
+SHARED_OK = {"registry/__init__.py", "runtime/shim.py"}
 # spec vocabulary that happens to share a target's name: the field environment.azureml (a
 # registered Azure ML environment) is the spec's, not the target's
 VOCABULARY = re.compile(r'\(\s*"environment",\s*"azureml"\s*\)|^ENVIRONMENT_SOURCES = .*$', re.M)
@@ -59,7 +59,7 @@ def test_the_rule_sees_a_leak():
 
 SETTINGS = ("NAME", "SETTINGS_DESCRIPTION", "SETTINGS_EXAMPLE", "settings_model", "settings_errors",
             "PLATFORM_VARIABLES", "COST_SETTINGS", "SECRET_REFERENCE")
-MEMBERS = (*Target.REQUIRED, *Target.OPTIONAL)  # what a lower.py declares (compile/base.py's table)
+MEMBERS = (*Target.REQUIRED, *Target.OPTIONAL)  # what a lower.py declares (compiler/base.py's table)
 OWN = ("launcher",)  # the Target's, never a module's: the spec decides who starts the processes
 
 
@@ -85,11 +85,11 @@ def look_alikes(module) -> list:
 def test_every_target_declares_the_interface_once_in_its_modules(name):
     vocabulary = settings(name)
     missing = [attr for attr in SETTINGS if not hasattr(vocabulary, attr)]
-    assert missing == [], f"{name} lacks {missing} in targets/{name}/settings.py (targets/vocabulary.py lists them)"
+    assert missing == [], f"{name} lacks {missing} in targets/{name}/settings.py (schema/vocabulary.py lists them)"
     assert vocabulary.NAME == name
     module = importlib.import_module(f"trainspec.targets.{name}.lower")
     missing = [member for member in Target.REQUIRED if not hasattr(module, member)]
-    assert missing == [], f"targets/{name}/lower.py does not define {missing} (compile/base.py, Target)"
+    assert missing == [], f"targets/{name}/lower.py does not define {missing} (compiler/base.py, Target)"
     assert look_alikes(module) == [], f"targets/{name}/lower.py: names that look like the interface's but are not"
     # no class re-lists the module: the module is the declaration, the pipeline wraps it
     assert not [value for value in vars(module).values()
@@ -105,7 +105,7 @@ def test_every_target_declares_the_interface_once_in_its_modules(name):
 def test_the_interface_is_documented_once_with_a_default_for_every_optional_member():
     documented = Target.__doc__
     for member in (*MEMBERS, *OWN):
-        assert f"``{member}" in documented, f"{member} is not documented in compile/base.py's Target"
+        assert f"``{member}" in documented, f"{member} is not documented in compiler/base.py's Target"
     defaults = [member for member in Target.OPTIONAL if member != "LOCAL_REFUSAL" and not hasattr(Target, member)]
     assert defaults == [] and not [member for member in Target.REQUIRED if hasattr(Target, member)]
 

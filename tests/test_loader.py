@@ -14,7 +14,7 @@ import pytest
 
 from conftest import cpu_bound, no_hang, REPO, SPECS
 from trainspec.core.diagnostics import SpecError
-from trainspec.spec import loader
+from trainspec.schema import loader
 
 PROBES = {
     "scalars": "a: 1\nb: 2.5\nc: true\nd: ~\ne: 0o17\nf: 0x1F\ng: 1_000\nh: .inf\ni: '012'\nj: 012\nk: yes\nl: On\n",

@@ -14,9 +14,9 @@ from lxml import etree
 from ruamel.yaml import YAML
 
 from conftest import REPO, slurm_image, ts
-from trainspec.compile.base import PlanFacts, Target
+from trainspec.compiler.base import PlanFacts, Target
 from trainspec.core.fields import duration_text
-from trainspec.targets import TARGETS
+from trainspec.registry import TARGETS
 
 H100 = "Standard_ND96isr_H100_v5"
 GPUS_PER_H100 = 8  # skus.json: the catalog says it, the compiled files name only the size

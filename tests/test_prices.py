@@ -17,10 +17,10 @@ import pytest
 
 from conftest import REPO, edit, git, spec_repo, ts
 
-from trainspec.build import build
+from trainspec.registry.build import build
 from trainspec.review.cost import (TABLE_LIMIT, CostRow, Summary, TargetCost, Part, target_cost,
                                    totals)
-from trainspec.spec import prices
+from trainspec.schema import prices
 
 CSV = Path(os.environ.get("TRAINSPEC_PRICES_CSV") or REPO.parent / "shared/reference/azure-gpu-prices/vms-gpu.csv")
 needs_csv = pytest.mark.skipif(not CSV.is_file(), reason=f"the snapshot's CSV is not here ({CSV}; set "
@@ -44,13 +44,13 @@ def generator():
 
 @needs_csv
 def test_the_package_file_is_exactly_what_the_generator_writes_from_the_snapshot():
-    assert (REPO / "trainspec" / "spec" / "prices.json").read_text(encoding="utf-8") == generator().generate(CSV)
+    assert (REPO / "trainspec" / "schema" / "prices.json").read_text(encoding="utf-8") == generator().generate(CSV)
 
 
 @needs_csv
 def test_every_carried_price_is_the_snapshots_row_and_every_caveat_is_handled():
     carried = prices.snapshot()["prices"]
-    known = set(json.loads((REPO / "trainspec" / "spec" / "skus.json").read_text())["skus"])
+    known = set(json.loads((REPO / "trainspec" / "schema" / "skus.json").read_text())["skus"])
     seen = 0
     for row in snapshot_rows():
         size, region = row["InstanceType"], row["Region"]
@@ -84,7 +84,7 @@ def test_the_generator_says_where_the_csv_is_when_it_is_missing(tmp_path):
 def test_compile_and_check_never_load_the_prices(command, tmp_path):
     """Prices are for plan and skus: compile and check stay as fast as they were."""
     code = ("import sys\nimport trainspec.cli as cli\ntry:\n    cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "print('loaded' if 'trainspec.spec.prices' in sys.modules else 'not loaded')")
+            "print('loaded' if 'trainspec.schema.prices' in sys.modules else 'not loaded')")
     proc = subprocess.run([sys.executable, "-c", code, *command, str(tmp_path / "build")], capture_output=True,
                           text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.stdout.strip().splitlines()[-1] == "not loaded", (proc.stdout, proc.stderr)

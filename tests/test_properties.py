@@ -37,13 +37,13 @@ from hypothesis import HealthCheck, Phase, example, given, settings, strategies 
 
 import conftest
 from conftest import REPO, ray_validate, trainspec_cmd, yq
-from trainspec.build import build  # noqa: E402
+from trainspec.registry.build import build  # noqa: E402
 from trainspec.targets.ray import lower as ray_target  # noqa: E402
-from trainspec.compile.write import write_all  # noqa: E402
+from trainspec.compiler.write import write_all  # noqa: E402
 from trainspec.core.diagnostics import dotted  # noqa: E402
 from trainspec.runtime import normalize_environment, shim  # noqa: E402
-from trainspec.spec.skus import all_skus  # noqa: E402
-from trainspec.spec.validate import RESERVED_ENV  # noqa: E402
+from trainspec.schema.skus import all_skus  # noqa: E402
+from trainspec.schema.validate import RESERVED_ENV  # noqa: E402
 from trainspec.targets.slurm.lower import SCRIPT_VARIABLES as SLURM_SCRIPT_VARIABLES  # noqa: E402
 from trainspec.runtime.ray_driver import read_request  # noqa: E402
 

@@ -12,7 +12,7 @@ launch lines trainspec refused, written as specs and compiled to all five target
 import pytest
 
 from conftest import REPO
-from trainspec.build import build
+from trainspec.registry.build import build
 
 PUBLIC = REPO.parent / "shared" / "reference" / "jobs-public"
 if not PUBLIC.is_dir():

@@ -7,11 +7,11 @@ import pickle
 import pytest
 
 from conftest import SPECS
-from trainspec.build import Outcome, build
-from trainspec.compile.base import Artifact, OutFile
+from trainspec.registry.build import Outcome, build
+from trainspec.compiler.base import Artifact, OutFile
 from trainspec.core.diagnostics import ERROR, Diagnostic
 from trainspec.core.records import replace
-from trainspec.spec.skus import Sku
+from trainspec.schema.skus import Sku
 
 
 def test_equal_by_type_and_fields_hashable_and_shown_field_by_field():

@@ -114,7 +114,7 @@ def test_a_new_ray_job_shows_its_runtime_files_as_name_size_sha256_and_version(r
 
 
 def test_a_changed_job_lists_no_unchanged_runtime_and_a_changed_runtime_says_which_versions(repo):
-    from trainspec.build import build
+    from trainspec.registry.build import build
     from trainspec.review.diff import diff_outcomes, render_diffs
 
     edit(repo / "specs" / "single-node.yaml", "  nodes: 1\n", "  nodes: 2\n")
@@ -155,7 +155,7 @@ K8S_RUNTIME = ("trainspec_shim.py",)  # in job.yaml's shim ConfigMap, Kubeflow's
 
 
 def test_a_new_kubernetes_job_summarises_the_runtime_files_inside_its_job_yaml(repo):
-    from trainspec.build import build
+    from trainspec.registry.build import build
 
     shutil.copy(REPO / "specs" / "k8s-ddp.yaml", repo / "specs" / "k8s-ddp.yaml")
     commit(repo, "a Kubernetes job")
@@ -199,8 +199,8 @@ def test_a_changed_shim_inside_job_yaml_is_one_changed_line_and_no_hunk(monkeypa
     """A job compiled by a trainspec with another shim: its job.yaml differs only inside the shim
     ConfigMap. The job changed (the real bytes differ), shown as the summary's `changed:` line."""
     import trainspec
-    from trainspec.build import build
-    from trainspec.compile import base as compile_base
+    from trainspec.registry.build import build
+    from trainspec.compiler import base as compile_base
     from trainspec.review.diff import diff_outcomes, render_diffs
 
     spec = str(REPO / "specs" / "k8s-ddp.yaml")

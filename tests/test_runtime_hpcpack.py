@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SPECS, kill_processes_with
-from trainspec.build import build
+from trainspec.registry.build import build
 import shim_files
 from trainspec.runtime import SHIM_PATH, hpcpack_election, shim_platforms, shim_source
 from trainspec.runtime.hpcpack_election import ElectionError, elect_master

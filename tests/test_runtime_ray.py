@@ -310,7 +310,7 @@ def test_the_specs_timeout_reaches_the_driver_from_the_request(tmp_path):
     """The compiler writes the spec's timeout into the request; the driver enforces it without a
     flag (nobody edits launch.sh), names it when it fires, and --timeout still overrides it."""
     from conftest import REPO
-    from trainspec.build import build
+    from trainspec.registry.build import build
     from trainspec.targets.ray import lower as ray_target
 
     spec = tmp_path / "spec.yaml"
@@ -356,7 +356,7 @@ def test_one_definition_writes_and_reads_the_request(tmp_path):
     """The compiler builds the driver's own Request and writes its to_json(); the driver reads the
     same type back, every field kept (the workdir made absolute, the CPUs a float)."""
     from conftest import REPO
-    from trainspec.build import build
+    from trainspec.registry.build import build
     from trainspec.targets.ray import lower as ray_target
 
     outcome = build(str(REPO / "specs" / "ray-lightning.yaml"), tmp_path)

@@ -9,7 +9,7 @@ import pytest
 
 import shim_files
 from trainspec.runtime import DETECTORS, SHIM_PARTS, SHIM_PATH, shim_platforms, shim_source
-from trainspec.targets import TARGETS
+from trainspec.registry import TARGETS
 
 # each platform's detectors, by name, as its documentation's variables are read (docs/runtime.md)
 PLATFORMS = {

@@ -232,8 +232,8 @@ def test_one_runtime_version_is_said_once_for_the_jobs_it_changes(monkeypatch, t
 
     import trainspec
     from conftest import REPO
-    from trainspec.build import build
-    from trainspec.compile import base as compile_base
+    from trainspec.registry.build import build
+    from trainspec.compiler import base as compile_base
     from trainspec.review.diff import diff_outcomes, render_diffs, said_once
 
     specs = [str(REPO / "specs" / name) for name in ("mnist-lightning.yaml", "single-node.yaml")]

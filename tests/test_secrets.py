@@ -19,7 +19,7 @@ from ruamel.yaml import YAML
 from conftest import REPO, flow, git, ts
 from trainspec.core import secrets
 from trainspec.core.diagnostics import SpecError, error
-from trainspec.spec.loader import load_bytes
+from trainspec.schema.loader import load_bytes
 
 LOCATED = re.compile(r"^(?P<file>[^:]+):(?P<line>\d+):(?P<col>\d+): error: (?P<field>[^:]+): (?P<message>.*) "
                      r"\(hint: (?P<hint>.*)\)$")

@@ -19,7 +19,7 @@ import yaml
 
 from conftest import REPO
 import kube_schema
-from trainspec.build import build
+from trainspec.registry.build import build
 from trainspec.runtime import normalize
 
 REFERENCE = REPO.parent / "shared" / "reference"
@@ -95,7 +95,7 @@ ALL = f"""  kubernetes: {{}}
 def ports(result):
     """The rendezvous port each target's job names: what the shim is told (TRAINSPEC_MASTER_PORT,
     which it exports over the platform's) or what the Ray driver is asked for."""
-    from trainspec.build import target
+    from trainspec.registry.build import target
 
     xml = text(result, "hpcpack", "job.xml")
     hpcpack = xml.split("<Name>TRAINSPEC_MASTER_PORT</Name>")[1].split("<Value>")[1].split("<")[0]

@@ -118,7 +118,7 @@ def test_a_shipped_folder_that_is_a_link_loop_is_a_located_error(tmp_path, field
 
 def test_resolving_a_link_loop_answers_a_path_never_raises(tmp_path):
     from trainspec.core.memo import one_command
-    from trainspec.spec.loader import resolved
+    from trainspec.schema.loader import resolved
 
     (tmp_path / "loop-a").symlink_to("loop-b")
     (tmp_path / "loop-b").symlink_to("loop-a")

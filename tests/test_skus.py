@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from trainspec.spec import skus
+from trainspec.schema import skus
 
 CATALOG = Path(skus.__file__).with_name("skus.json")
 

@@ -18,9 +18,9 @@ import pydantic_core
 import pytest
 
 from conftest import REPO, SPECS
-from trainspec.spec import structure
-from trainspec.spec.loader import load_file
-from trainspec.spec.model import Spec
+from trainspec.schema import structure
+from trainspec.schema.loader import load_file
+from trainspec.schema.model import Spec
 
 # values of every YAML type, a few of them of the right type for some field
 REPLACEMENTS = [None, True, 0, -1, 7, 2.5, "", "x", "2d", "Standard_ND96isr_H100_v5", [], ["a"], {}, {"k": 1}]
@@ -113,14 +113,14 @@ def test_snapshot_is_what_pydantic_generates_now():
     _skip_unless_compatible(stored["pydantic_core"])
     now = structure.take()
     assert {**now, "pydantic_core": None} == {**stored, "pydantic_core": None}, \
-        "stale: run python -m trainspec.spec.structure --write"
+        "stale: run python docs/gen_structure.py"
 
 
 def _skip_unless_compatible(taken_with: str) -> None:
     if not structure.compatible(taken_with):
         pytest.skip(f"the snapshot was taken with pydantic-core {taken_with}, this is another release, "
                     f"{pydantic_core.__version__}: validation rebuilds it from model.py (the agreement tests "
-                    "still run); refresh it with python -m trainspec.spec.structure --write")
+                    "still run); refresh it with python docs/gen_structure.py")
 
 
 def test_a_snapshot_serves_its_pydantic_core_release_not_another():
@@ -177,7 +177,7 @@ def test_compile_loads_pydantic_cores_compiled_module_without_its_package():
             "try:\n    main(['compile', 'specs/mnist-lightning.yaml', '-o', sys.argv[1]])\n"
             "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
             "print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'typing_extensions'))))\n"
-            "from trainspec.spec import structure\n"
+            "from trainspec.schema import structure\n"
             "import pydantic, pydantic_core\n"
             "class M(pydantic.BaseModel):\n    n: int\n"
             "try:\n    M(n='x')\nexcept structure.ValidationError as exc:\n    print('caught', exc.error_count())\n"

@@ -9,8 +9,8 @@ import pytest
 
 from conftest import REPO, ts
 
-from trainspec.spec import templating
-from trainspec.spec.templating import MAX_STEPS
+from trainspec.schema import templating
+from trainspec.schema.templating import MAX_STEPS
 
 CONTEXT = templating.context(name="job", nodes=2, gpus_per_node=4, procs_per_node=4, world_size=8, backend="nccl",
                              inputs={"mnist": "${{inputs.mnist}}"}, outputs={"ckpt": "${{outputs.ckpt}}"})

@@ -30,7 +30,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     from trainspec.cli.output import UsageError, _err
     from trainspec.cli.parser import parser
     from trainspec.core.memo import one_command
-    from trainspec.spec.templating import outdated_jinja
+    from trainspec.schema.templating import outdated_jinja
 
     argv = list(argv) if argv is not None else sys.argv[1:]
     top = parser(argv)

@@ -18,8 +18,8 @@ from trainspec.cli.output import UsageError, _err, _report, _summary
 
 
 def command(args: argparse.Namespace) -> int:
-    from trainspec.build import SearchError, build, claim_names, search
-    from trainspec.compile.write import links_in, out_problem
+    from trainspec.registry.build import SearchError, build, claim_names, search
+    from trainspec.compiler.write import links_in, out_problem
     from trainspec.review.cache import Cache, Extends, options_of
     from trainspec.review.check import KINDS, check_outputs, staging_problems
 
@@ -108,7 +108,7 @@ class _Checker:
         self.seen: Dict[str, _Seen] = {}
 
     def look(self, file: str) -> _Seen:
-        from trainspec.build import _real, base_of
+        from trainspec.registry.build import _real, base_of
 
         if file not in self.seen:
             seen = self.seen[file] = _Seen(file)
@@ -122,7 +122,7 @@ class _Checker:
 
     def check(self, file: str, bases: Set[Path]) -> None:
         """``file``, looked at already, unless it is one of ``bases``."""
-        from trainspec.build import build
+        from trainspec.registry.build import build
         from trainspec.review.cache import outputs_match
         from trainspec.review.check import compare
 

@@ -13,8 +13,8 @@ from trainspec.cli.output import _err, _report, _summary, _specs, _strict_note
 
 
 def command(args: argparse.Namespace) -> int:
-    from trainspec.build import build_all
-    from trainspec.compile.write import target_dir, write_all
+    from trainspec.registry.build import build_all
+    from trainspec.compiler.write import target_dir, write_all
 
     files = _specs(args.paths)
     out_path = Path(args.out)
@@ -25,7 +25,7 @@ def command(args: argparse.Namespace) -> int:
         return 1
     artifacts = [a for o in outcomes for a in o.artifacts]
     if args.prune:
-        from trainspec.compile.write import links_in
+        from trainspec.compiler.write import links_in
 
         links = links_in(out_path)
         for link, target in links:

@@ -15,7 +15,7 @@ from trainspec.cli.output import UsageError, _err, _report, _rerun
 
 
 def command(args: argparse.Namespace) -> int:
-    from trainspec.build import build
+    from trainspec.registry.build import build
     from trainspec.review.diff import diff_outcomes, render_diffs
 
     if args.git:

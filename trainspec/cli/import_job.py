@@ -19,15 +19,15 @@ from trainspec.cli.output import UsageError
 def command(args: argparse.Namespace) -> int:
     import importlib
 
-    from trainspec.build import build
-    from trainspec.targets import IMPORTER
+    from trainspec.registry.build import build
+    from trainspec.registry import IMPORTER
 
     importer = importlib.import_module(f"trainspec.targets.{IMPORTER}.importer")
     import_job, spec_text = importer.import_job, importer.spec_text
 
     from trainspec.core.diagnostics import printable
     from trainspec.core.memo import one_command
-    from trainspec.spec.loader import ReadProblem, path_text_problem, real_path
+    from trainspec.schema.loader import ReadProblem, path_text_problem, real_path
 
     job = Path(args.job)  # `/` and `.` have no name: the job cannot be read, and import says so
     spec_file = args.out or str(job.parent / f"{job.stem or 'job'}.trainspec.yaml")

@@ -21,7 +21,7 @@ from trainspec.cli.output import UsageError, _err
 
 def command(args: argparse.Namespace) -> int:
     from trainspec.scaffold import repository
-    from trainspec.targets import DEFAULT_TARGET
+    from trainspec.registry import DEFAULT_TARGET
 
     root = Path(args.dir)
     if root.exists() and not root.is_dir():

@@ -1,4 +1,4 @@
-"""`trainspec submit`, `status`, `logs` and `cancel`: the flags become jobs/command.py's Options;
+"""`trainspec submit`, `status`, `logs` and `cancel`: the flags become commands/jobs.py's Options;
 the work is there.
 """
 
@@ -14,7 +14,8 @@ from trainspec.cli.output import UsageError, _specs
 
 
 def command(args: argparse.Namespace) -> int:
-    from trainspec.jobs import api, command as jobs
+    from trainspec.commands import jobs
+    from trainspec.jobs import api
 
     options = jobs.Options(
         targets=args.targets, out=args.out, sets=args.sets, variables=args.variables, address=args.address,
@@ -50,9 +51,9 @@ def _one_target_each(files: List[str], args: argparse.Namespace) -> None:
     otherwise act on every platform the machine is logged in to (five copies of a 16-GPU job).
     Refused before anything is compiled or any platform contacted; a spec that cannot be read
     passes here and is reported by the command itself."""
-    from trainspec.build import targets_listed
+    from trainspec.registry.build import targets_listed
     from trainspec.core.diagnostics import SpecError
-    from trainspec.spec.compose import compose
+    from trainspec.schema.compose import compose
 
     several = []
     for file in files:

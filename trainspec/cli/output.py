@@ -32,7 +32,7 @@ def _summary(count: int, errors: int, warnings: int) -> str:
 
 
 def _specs(paths: Sequence[str], known=None) -> List[str]:
-    from trainspec.build import SearchError, find_specs
+    from trainspec.registry.build import SearchError, find_specs
 
     try:
         files = find_specs(paths, known)

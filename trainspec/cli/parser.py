@@ -11,7 +11,7 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from trainspec import __version__
-from trainspec.targets import DEFAULT_TARGET, TARGETS, display_names
+from trainspec.registry import DEFAULT_TARGET, TARGETS, display_names
 
 DESCRIPTION = f"Compile one training spec into the job files of {display_names()}, checked before anything runs."
 EPILOG = """\

@@ -13,7 +13,7 @@ from trainspec.cli.output import _err, _report, _rerun, _summary, _specs
 
 
 def command(args: argparse.Namespace) -> int:
-    from trainspec.build import build_all
+    from trainspec.registry.build import build_all
     from trainspec.review.plan import plan as make_plan, plan_document
 
     if args.git:
@@ -47,7 +47,7 @@ def command(args: argparse.Namespace) -> int:
 def _ask(outcomes, plans, args: argparse.Namespace) -> None:
     """--submitted: what submit would do with each job, asked of its platform (with the
     environment's login and addresses: AZUREML_*, KUBECONFIG, RAY_ADDRESS, HPCPACK_REST_URL)."""
-    from trainspec.jobs.command import Options, what_submit_does
+    from trainspec.commands.jobs import Options, what_submit_does
 
     options = Options(out=args.out)
     for outcome, data in zip(outcomes, plans):

@@ -12,7 +12,7 @@ from trainspec.cli.output import UsageError
 
 
 def command(args: argparse.Namespace) -> int:
-    from trainspec.local.command import LocalOptions, refusal_of, run_local
+    from trainspec.commands.run import LocalOptions, refusal_of, run_local
 
     refusal = refusal_of(args.target)
     if refusal:  # before anything is read: a spec error here would mislead

@@ -11,7 +11,7 @@ import argparse
 def command(args: argparse.Namespace) -> int:
     import json
 
-    from trainspec.spec.model import Spec, base_json_schema
+    from trainspec.schema.model import Spec, base_json_schema
 
     print(json.dumps(base_json_schema() if args.base else Spec.model_json_schema(), indent=2, sort_keys=True))
     return 0

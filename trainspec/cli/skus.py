@@ -17,8 +17,8 @@ from trainspec.cli.output import UsageError
 def command(args: argparse.Namespace) -> int:
     import json
 
-    from trainspec.spec import prices as price_module
-    from trainspec.spec import skus as catalog_module
+    from trainspec.schema import prices as price_module
+    from trainspec.schema import skus as catalog_module
 
     if args.import_file:
         return _import_skus(args)
@@ -88,9 +88,9 @@ def _import_skus(args: argparse.Namespace) -> int:
 
     from ruamel.yaml import YAML
 
-    from trainspec.spec import skus as catalog_module
+    from trainspec.schema import skus as catalog_module
 
-    from trainspec.spec.loader import ReadProblem, read_bounded
+    from trainspec.schema.loader import ReadProblem, read_bounded
 
     try:
         listed = json.loads(read_bounded(args.import_file, 256 * 1024 * 1024).decode("utf-8"))

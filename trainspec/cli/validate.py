@@ -13,7 +13,7 @@ from trainspec.cli.output import _err, _report, _summary, _specs, _strict_note, 
 
 
 def command(args: argparse.Namespace) -> int:
-    from trainspec.build import build_all
+    from trainspec.registry.build import build_all
 
     files = _instead_of_bases(_specs(args.paths), args.paths)
     outcomes = build_all(files, Path("build"), args.targets, lower=False, sets=args.sets, variables=args.variables)
@@ -31,10 +31,10 @@ def _instead_of_bases(files: List[str], named: Sequence[str]) -> List[str]:
     base by its name). The team catalog (trainspec-skus.yaml) means the specs that read it. The
     repository: from the first folder with a .git above the file, else
     from the current folder."""
-    from trainspec.build import _is_file, _real, dependents, find_specs
+    from trainspec.registry.build import _is_file, _real, dependents, find_specs
     from trainspec.review.cache import Extends
     from trainspec.review.revision import looks_like_spec
-    from trainspec.spec.skus import TEAM_FILE, team_file_for
+    from trainspec.schema.skus import TEAM_FILE, team_file_for
 
     known = None
     result: List[str] = []

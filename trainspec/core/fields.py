@@ -34,7 +34,7 @@ def unwritable_char(path: str):
     YAML 1.1 readers break lines at NEL and both), a byte that is not UTF-8 (Python's lone
     surrogates: no output can encode them) and Unicode noncharacters (no XML may hold U+FFFE or
     U+FFFF). Validation refuses such a spec path; the header reader refuses such a header. The rest
-    of Unicode is allowed: headers escape what is invisible (compile/emit.py header_path)."""
+    of Unicode is allowed: headers escape what is invisible (compiler/emit.py header_path)."""
     if path.isprintable():
         return None  # the common case: printable is stricter than allowed
     import unicodedata

@@ -3,7 +3,7 @@ platform keeps the value of the environment variable NAME, never the value itsel
 
 Each target's settings module names the key it reads (``SECRET_REFERENCE``, a ``Reference``):
 the same key may serve several targets (``file``: a path every node reads), and the spec model
-has one field per distinct key (spec/model.py). This module holds the shared one, ``FILE``, and
+has one field per distinct key (schema/model.py). This module holds the shared one, ``FILE``, and
 what every reference needs: its field in the model and the one line ``plan`` shows.
 Plain data; pydantic only inside ``field()``, which only the models call.
 """
@@ -37,7 +37,7 @@ class Reference(Record):
         # what the shim reads (TRAINSPEC_SECRETS, runtime/secret_refs.py secret_values), None where
         # the platform itself sets the variable (a Kubernetes secretKeyRef)
         self.runtime = runtime
-        # what a value that misses its pattern is, by the path below secrets.<NAME>.<key> (spec/explain.py)
+        # what a value that misses its pattern is, by the path below secrets.<NAME>.<key> (schema/explain.py)
         self.words = words
 
 

@@ -1,7 +1,7 @@
 """What `submit`, `status`, `logs` and `cancel` ask of a platform: one ``Scheduler`` per target
 (``targets/<name>/submit.py``, its ``SCHEDULER`` class), each speaking through the platform's own
 client (azure-ai-ml, kubernetes, Ray's job submission client, Slurm's commands, HPC Pack's REST
-service) and answering in the words below. The command (jobs/command.py) does the rest the same
+service) and answering in the words below. The command (commands/jobs.py) does the rest the same
 way on every target: the job's name, finding it before submitting, waiting, following the logs,
 the exit code.
 
@@ -21,7 +21,7 @@ the exit code.
 
 A platform's refusal is a ``SubmitError``: one line that keeps the platform's own message, and
 what to do. Nothing here waits: each call returns once the platform answered, within the client's
-own timeout; jobs/command.py owns every wait and its limit.
+own timeout; commands/jobs.py owns every wait and its limit.
 """
 
 from __future__ import annotations

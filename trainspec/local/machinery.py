@@ -2,7 +2,7 @@
 gets (``LocalRun``), the environment a simulated platform process starts from, and one way to
 run a job's processes and report how they ended (runtime/procs.py decides, this says it).
 
-The command that compiles a spec and hands the job to its target's play is local/command.py;
+The command that compiles a spec and hands the job to its target's play is commands/run.py;
 a target's own play is targets/<name>/local.py.
 """
 
@@ -40,7 +40,7 @@ class LocalRun:
     the work directory, the simulated hosts (loopback addresses or network namespaces) and
     where the processes' output goes. The machinery to start and watch processes is below."""
 
-    options: Any  # local/command.py's LocalOptions
+    options: Any  # commands/run.py's LocalOptions
     valid: Any
     workdir: Path
     hosts: Any

@@ -54,7 +54,7 @@ HASH_LIMIT = 256 * 1024 * 1024  # a file larger than this is never taken as unch
 def sha256_file(path: Path) -> Optional[str]:
     """The sha256 of a regular file's bytes; None for anything else (missing, a FIFO or device,
     which are never opened, or larger than HASH_LIMIT), so that a lookup misses, never hangs."""
-    from trainspec.spec.loader import ReadProblem, read_bounded
+    from trainspec.schema.loader import ReadProblem, read_bounded
 
     try:
         data = read_bounded(path, HASH_LIMIT)
@@ -65,7 +65,7 @@ def sha256_file(path: Path) -> Optional[str]:
 
 def _read_json(file: Path) -> Any:
     """One of the cache's own files, read like any other input: bounded, never blocking."""
-    from trainspec.spec.loader import ReadProblem, read_bounded
+    from trainspec.schema.loader import ReadProblem, read_bounded
 
     try:
         data = read_bounded(file, HASH_LIMIT)
@@ -154,7 +154,7 @@ class Facts(Record):
         found by the same walks as validation (the nearest trainspec-skus.yaml up to the first
         folder with a .git; the first parent with a .git)."""
         if spec_dir not in self.places:
-            from trainspec.spec.skus import team_file_for
+            from trainspec.schema.skus import team_file_for
 
             team = team_file_for(Path(spec_dir))
             root = next((str(p) for p in Path(spec_dir).parents if (p / ".git").exists()), None)
@@ -200,7 +200,7 @@ SETTLED_NS = 2 * 10**9
 
 
 def code_digest(folder: str) -> str:
-    """The digest of the code folder a job ships, for the job's name (jobs/command.py digest_of):
+    """The digest of the code folder a job ships, for the job's name (review/naming.py digest_of):
     its regular files by name and bytes, its links and special files by name and what they are,
     none followed (as check's cache keys a shipped folder).
 
@@ -213,10 +213,10 @@ def code_digest(folder: str) -> str:
     that cannot be written is left as it was: the record can make this faster, never different."""
     import stat as stat_
 
-    from trainspec.compile.base import STAGING_FOLDER
+    from trainspec.compiler.base import STAGING_FOLDER
     from trainspec.core.files import SHIPPED_LIMIT, hash_regular, list_folder
 
-    # what a job ships of its code (compile/base.py code_copy): never .git, nor trainspec's own
+    # what a job ships of its code (compiler/base.py code_copy): never .git, nor trainspec's own
     # staging folder, which a code folder at the repository's top holds once a job was submitted
     # (counted, every submit would change the digest, so the job's name, and submit it again)
     listing = list_folder(Path(folder), skip=(".git", STAGING_FOLDER), limit=SHIPPED_LIMIT)
@@ -279,7 +279,7 @@ _HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def shipped(outcome) -> List[str]:
-    """The folders a spec's job ships and validation lists (spec/validate.py _check_paths and
+    """The folders a spec's job ships and validation lists (schema/validate.py _check_paths and
     _check_environment: the code, a build context, a local input folder), absolute."""
     from trainspec.core.fields import is_remote
 
@@ -294,7 +294,7 @@ def shipped(outcome) -> List[str]:
 
 
 def probes(outcome) -> List[str]:
-    """The paths whose kind validation checks for a spec (spec/validate.py _check_paths and
+    """The paths whose kind validation checks for a spec (schema/validate.py _check_paths and
     _check_environment; a target's local inputs), absolute."""
     from trainspec.core.fields import is_remote
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-from trainspec.build import Outcome
+from trainspec.registry.build import Outcome
 from trainspec.review.comment import COMMENT_LIMIT, shares
 from trainspec.review.cost import Summary, summarise
 from trainspec.review.diff import JobDiff, render_diffs, said_once

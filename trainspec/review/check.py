@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from trainspec import __version__
-from trainspec.build import Outcome
-from trainspec.compile import base
-from trainspec.compile.write import links_in, out_problem, target_dir
+from trainspec.registry.build import Outcome
+from trainspec.compiler import base
+from trainspec.compiler.write import links_in, out_problem, target_dir
 from trainspec.core import files
 from trainspec.core.diagnostics import printable
 from trainspec.core.records import Record
@@ -149,7 +149,7 @@ def staging_problems() -> List[Finding]:
     refuses the folder, check and review name it). git is asked only when there is a STAGING to
     ask about, and never follows a link; without git, or outside a repository, a folder is not
     said to be tracked."""
-    from trainspec.spec.loader import repository_root
+    from trainspec.schema.loader import repository_root
 
     here = Path(".")
     root = repository_root(Path.cwd())

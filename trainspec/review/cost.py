@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from trainspec import build as pipeline
-from trainspec.build import Outcome
+from trainspec.registry import build as pipeline
+from trainspec.registry.build import Outcome
 from trainspec.core import markdown as md_
 from trainspec.review.comment import SUMMARY_LIMIT
 from trainspec.review.diff import JobDiff, spec_fields
@@ -41,7 +41,7 @@ ACCESS_FIELDS = 12  # such fields named in one row (the command first), the othe
 
 def access_facts(outcome: Outcome) -> Dict[str, Any]:
     """Every field of ``outcome``'s spec, as written, that decides what the job runs or can reach."""
-    from trainspec.targets.vocabulary import settings
+    from trainspec.schema.vocabulary import settings
 
     watched = [*ACCESS, *(f"targets.{a.target}.{s}" for a in outcome.artifacts
                           for s in getattr(settings(a.target), "ACCESS_SETTINGS", ()))]
@@ -63,7 +63,7 @@ def gpus(outcome: Optional[Outcome]) -> int:
 def cost_facts(outcome: Outcome) -> Dict[str, Any]:
     """Every fact of ``outcome`` that decides its cost; a target's own (its ``COST_SETTINGS``:
     priority, tier, time limit...) as the spec wrote it, by spec path."""
-    from trainspec.targets.vocabulary import settings
+    from trainspec.schema.vocabulary import settings
 
     found = {label: get(outcome) for label, get in FACTS}
     written = spec_fields(outcome)
@@ -260,7 +260,7 @@ def no_maximum(limitless: int, kept: int = 0) -> str:
 
 def prices_note(costs: Sequence[Any]) -> str:
     """Where the prices of ``costs`` come from and when they were taken: the table's footnote."""
-    from trainspec.spec.prices import snapshot_about
+    from trainspec.schema.prices import snapshot_about
 
     regions = sorted({c.region.said() for c in costs})
     team = sorted({p.size for c in costs for p in c.parts if p.rate is not None and p.rate.origin == "team"})
@@ -721,7 +721,7 @@ class TargetCost:
 
 
 def _usd(value: float) -> str:
-    from trainspec.spec.prices import usd
+    from trainspec.schema.prices import usd
 
     return usd(value)
 
@@ -741,7 +741,7 @@ def target_cost(outcome: Outcome, target: str, catalog: Optional[Any] = None) ->
     """What ``outcome`` costs on ``target``, priced with ``catalog`` (the team's; default: the one
     nearest the spec): every VM it holds at its rate in the region that prices it (spot or
     low priority at the spot rate; a Ray head regular), and its time limit there."""
-    from trainspec.spec import prices, skus
+    from trainspec.schema import prices, skus
 
     valid = outcome.valid
     if catalog is None:
@@ -776,7 +776,7 @@ CATALOG_FIELDS = 20  # fields named per catalog change; the others counted
 
 def catalog_facts(catalog: Any) -> Dict[str, Any]:
     """What of a team catalog decides a job's price, by its field in trainspec-skus.yaml."""
-    from trainspec.spec.skus import PLACES, RATES
+    from trainspec.schema.skus import PLACES, RATES
 
     facts: Dict[str, Any] = {"region": catalog.region}
     for size, *rates in catalog.prices:

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
-from trainspec.build import Outcome
+from trainspec.registry.build import Outcome
 from trainspec.core import markdown as md_
 from trainspec.core.secrets import redact_bytes, redact_value
-from trainspec.compile import base
-from trainspec import build as pipeline
+from trainspec.compiler import base
+from trainspec.registry import build as pipeline
 from trainspec.review.comment import (DIFF_BUDGET, LINE_LIMIT, SHARED_NAMES, VALUE_LIMIT, Part, Section, budget_for, fit,
                                       whole_part)
 from trainspec.review.outputs import repo_root, unified, without_provenance
@@ -226,8 +226,8 @@ COSTLY = ("timeout", "resources.nodes", "resources.gpus_per_node", "resources.sk
 
 def costly(name: str) -> bool:
     """Whether a changed field or fact (a Change's) changes what the job costs."""
-    from trainspec.targets import TARGETS
-    from trainspec.targets.vocabulary import settings
+    from trainspec.registry import TARGETS
+    from trainspec.schema.vocabulary import settings
 
     if name in COSTLY or name.startswith("size "):  # a catalog entry of its size (_catalog_changes)
         return True

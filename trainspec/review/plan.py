@@ -11,12 +11,12 @@ import shlex
 from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from trainspec.build import Outcome
+from trainspec.registry.build import Outcome
 from trainspec.core import markdown as md_
 from trainspec.core.secrets import redact_value
-from trainspec.compile import base
-from trainspec.spec.validate import ValidSpec
-from trainspec import build as pipeline
+from trainspec.compiler import base
+from trainspec.schema.validate import ValidSpec
+from trainspec.registry import build as pipeline
 from trainspec.review.comment import (PLAN_BUDGET, REST_MIN, SHARED_NAMES, VALUE_LIMIT, Section, budget_for, fit,
                                       shares, whole_part)
 
@@ -32,10 +32,10 @@ def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = (), catal
     (``out``: the output directory as the user names it, for the submit commands; ``edited``:
     its committed outputs that are not what it compiles to, which CI would submit; ``catalog``:
     the team catalog that prices it, default the one nearest the spec)."""
-    from trainspec.jobs.command import platform_name
+    from trainspec.review.naming import platform_name
     from trainspec.review.cost import target_cost
 
-    from trainspec.spec.skus import catalog_for
+    from trainspec.schema.skus import catalog_for
 
     valid = outcome.valid
     spec = valid.spec
@@ -55,7 +55,7 @@ def plan(outcome: Outcome, out: str = "<out>", edited: Sequence[str] = (), catal
             "submit": artifact.submit.format(dir=shlex.quote(f"{out}/{valid.name}/{artifact.target}")),
             # the name `trainspec submit` gives it there: what it finds instead of submitting twice
             "job": {"name": platform_name(outcome, artifact), "submitted": None},
-            # the same facts, in the same order, for every target (compile/base.py PlanFacts)
+            # the same facts, in the same order, for every target (compiler/base.py PlanFacts)
             "facts": module.plan_facts(valid).as_dict(),
             # its GPUs, price per hour and the most it can cost (review/cost.py)
             "cost": target_cost(outcome, artifact.target, catalog).as_json(),

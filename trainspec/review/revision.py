@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Union
 
-from trainspec.build import Outcome, build, find_specs
+from trainspec.registry.build import Outcome, build, find_specs
 from trainspec.core.diagnostics import Diagnostic
 from trainspec.review.diff import JobDiff, OutputDiff, diff_outcomes
 
@@ -51,7 +51,7 @@ class Catalogs:
 def catalogs_at(tree: Path, root: Path, head: Side) -> Dict[str, Catalogs]:
     """By job name, the base's catalog (read in ``tree``, the base revision's) and the head's
     (``head.catalogs``, read in the working tree ``root``) of every job of ``head``."""
-    from trainspec.spec.skus import catalog_for
+    from trainspec.schema.skus import catalog_for
 
     def relative(catalog: Any, folder: Path) -> Optional[str]:
         if catalog.team_file is None:
@@ -359,7 +359,7 @@ def working_in(folder: Path) -> Iterator[None]:
 
 def looks_like_spec(path: Path) -> bool:
     """A trainspec spec (`version: 1` or `extends:` at the top level), not any YAML file."""
-    from trainspec.spec.loader import ReadProblem, read_bounded
+    from trainspec.schema.loader import ReadProblem, read_bounded
 
     try:
         head = read_bounded(path, 8000)[:8000].decode("utf-8", "replace")
@@ -386,9 +386,9 @@ def compile_side(root: Path, paths: Sequence[str], out: str, label: Optional[str
     (a copy) for a spec whose every input is the same here, instead of compiling it again."""
     from contextlib import ExitStack
 
-    from trainspec.build import claim_names
+    from trainspec.registry.build import claim_names
     from trainspec.core.memo import one_command
-    from trainspec.spec.skus import catalog_for
+    from trainspec.schema.skus import catalog_for
 
     side = Side()
     known = {Path(f).as_posix() for f in established}
@@ -481,7 +481,7 @@ class Unchanged:
 
     def _chain(self, root: Path, file: str, extends: Dict[str, Optional[str]]) -> Optional[List[str]]:
         """The spec and its bases as `extends` names them, repository-relative, read in ``root``."""
-        from trainspec.build import extends_of
+        from trainspec.registry.build import extends_of
 
         chain, current = [], file
         with working_in(root):

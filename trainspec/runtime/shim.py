@@ -24,7 +24,7 @@ from collections import namedtuple
 from collections.abc import Mapping, MutableMapping
 
 # The contract between a compiled job and this file, written once: the compiler imports these
-# names and ports (compile/base.py, the targets, validation), and this file reads them.
+# names and ports (compiler/base.py, the targets, validation), and this file reads them.
 ENV_PREFIX = "TRAINSPEC_"
 ENV_SPEC = "TRAINSPEC_SPEC"  # the spec's path, for messages
 ENV_NODES = "TRAINSPEC_NODES"

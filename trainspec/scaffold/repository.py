@@ -49,8 +49,8 @@ IGNORED_HEADER = "# trainspec: what submit stages, and the files its jobs write 
 def ignored_patterns() -> List[str]:
     """The lines of ``.gitignore`` init writes: STAGING, then every target's LEFT_BEHIND (all of
     them, whatever -t says: a target added to the spec later must not need init again)."""
-    from trainspec.targets import TARGETS
-    from trainspec.targets.vocabulary import settings
+    from trainspec.registry import TARGETS
+    from trainspec.schema.vocabulary import settings
 
     found = [STAGING]
     for name in TARGETS:
@@ -75,7 +75,7 @@ def render(name: str, targets: Sequence[str]) -> Dict[str, bytes]:
     """Every file of the new repository: its path (relative, with '/') -> its bytes. ``name``
     must pass ``name_problem``; ``targets`` are registered names, each with its settings in
     ``files/targets/<name>.yaml``."""
-    from trainspec.spec.model import Spec, base_json_schema
+    from trainspec.schema.model import Spec, base_json_schema
 
     assert not name_problem(name), name
     settings = []

@@ -55,8 +55,8 @@ from trainspec.core.diagnostics import Diagnostic, SpecError, SpecPath, error, w
 from trainspec.runtime import shim as contract
 from trainspec.runtime import shim_launch as launch_flags
 from trainspec.core.fields import ENV_NAME_PATTERN, duration_text, is_remote
-from trainspec.spec.loader import MAX_INT_DIGITS
-from trainspec.spec.validate import RESERVED_ENV
+from trainspec.schema.loader import MAX_INT_DIGITS
+from trainspec.schema.validate import RESERVED_ENV
 
 TARGET = "azureml"  # the target an imported job is validated for: the platform it came from
 _REF = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z_]\w*)\s*\}\}")
@@ -295,7 +295,7 @@ class Imported:
 def import_job(job_file: str, spec_file: str) -> Imported:
     """Read ``job_file`` (an Azure ML command job) and make the spec that would live at
     ``spec_file``: paths in it are relative to that spec."""
-    from trainspec.spec.loader import load_file
+    from trainspec.schema.loader import load_file
 
     try:
         doc = load_file(job_file)
@@ -328,7 +328,7 @@ def import_job(job_file: str, spec_file: str) -> Imported:
         """``path`` (relative to the job) relative to the spec; a NUL, an overlong name or a symlink
         loop is an error at ``at`` (Path.resolve() raises RuntimeError on a loop before 3.13)."""
         from trainspec.core.diagnostics import shown
-        from trainspec.spec.loader import ReadProblem, real_path
+        from trainspec.schema.loader import ReadProblem, real_path
 
         try:
             return Path(os.path.relpath(real_path(job_dir / path), spec_dir)).as_posix()
@@ -370,7 +370,7 @@ def import_job(job_file: str, spec_file: str) -> Imported:
                "its trainspec_framework tag read it)",
                "set framework: lightning (the num_nodes/devices check), deepspeed, huggingface or tensorflow",
                changes_job=False)
-    from trainspec.spec.skus import catalog_for
+    from trainspec.schema.skus import catalog_for
 
     catalog = catalog_for(spec_dir)[0]
     if catalog.team_file is None:
@@ -642,7 +642,7 @@ def _launcher_counts(command: str):
 
 
 def _has_operator(command: str) -> bool:
-    from trainspec.compile import base
+    from trainspec.compiler import base
 
     return base._has_shell_operator(command)
 
@@ -651,7 +651,7 @@ def _environment(environment, relative, note, job_dir: Path, report, shown_dir: 
     if isinstance(environment, str) and environment.startswith("file:"):
         # an environment in a file of its own (`environment: file:./env.yml`); its paths are
         # relative to that file, and its problems are said at its own lines
-        from trainspec.spec.loader import ReadProblem, load_bytes, read_bounded, real_path
+        from trainspec.schema.loader import ReadProblem, load_bytes, read_bounded, real_path
 
         written = environment[len("file:"):]
         try:

@@ -30,11 +30,11 @@ from trainspec import __version__
 from trainspec.core.diagnostics import Diagnostic, error, shown, warning
 from trainspec.core.fields import is_remote
 from trainspec.core.patterns import Lazy
-from trainspec.spec import skus
-from trainspec.spec.validate import ValidSpec
-from trainspec.compile import base, capabilities, emit
+from trainspec.schema import skus
+from trainspec.schema.validate import ValidSpec
+from trainspec.compiler import base, capabilities, emit
 from trainspec.targets.azureml.settings import NAME, _bare_compute
-from trainspec.compile.capabilities import Feature, only, problem
+from trainspec.compiler.capabilities import Feature, only, problem
 
 JOB_FILE = "job.yml"
 DOCKER_CONTEXT = "docker"  # image + pip: a Docker build context, FROM the image, pip into its Python

@@ -94,7 +94,7 @@ SECRET_REFERENCE = Reference(NAME, _keyvault_field,
                                              ".vault.azure.cn, .vault.usgovcloudapi.net)",
                               ("name",): "is not a Key Vault secret name (1-127 letters, digits and -)"})
 
-# for a bad spec (spec/explain.py): a hint per field below targets.azureml, and what a pattern means
+# for a bad spec (schema/explain.py): a hint per field below targets.azureml, and what a pattern means
 HINTS = {("timeout",): "e.g. 2d, 12h, 1h30m or 3600", ("python",): interpreter.PYTHON_HINT}
 
 

@@ -44,12 +44,12 @@ from typing import Any, Dict, List, Optional
 from trainspec.core.diagnostics import Diagnostic, error
 from trainspec.core.fields import mebibytes
 from trainspec.core.patterns import Lazy
-from trainspec.spec import skus
-from trainspec.spec.validate import ValidSpec
-from trainspec.compile import base, capabilities, emit
-from trainspec.compile.base import contract
+from trainspec.schema import skus
+from trainspec.schema.validate import ValidSpec
+from trainspec.compiler import base, capabilities, emit
+from trainspec.compiler.base import contract
 from trainspec.targets.hpcpack.settings import NAME
-from trainspec.compile.capabilities import Feature, problem, unsupported
+from trainspec.compiler.capabilities import Feature, problem, unsupported
 
 JOB_FILE = "job.xml"
 STAGE_FILE = "stage.sh"

@@ -34,7 +34,7 @@ COST_SETTINGS = ("priority", "runtime")
 # (review/cost.py).
 ACCESS_SETTINGS = ("job_template", "project", "setup", "shared_dir", "volumes")
 
-# for a bad spec (spec/explain.py): a hint per field below targets.hpcpack, and what a pattern means
+# for a bad spec (schema/explain.py): a hint per field below targets.hpcpack, and what a pattern means
 HINTS = {("runtime",): "e.g. 2d, 12h, 1h30m or 3600",
          ("shared_dir",): "an absolute path without spaces or shell characters, e.g. /app",
          ("python",): interpreter.PYTHON_HINT,

@@ -16,7 +16,7 @@ PyTorchJob (kubeflow.org/v1, training-operator v1.9). Every container runs ``bas
 && exec <python> -I -S /trainspec/trainspec_shim.py -- <command>'``, built with shlex; with the
 code in the (read-only) ConfigMap, ``<code>`` is an emptyDir the line first copies it into
 (WORK_DIR), so a command that writes ./outputs finds a folder it may write to. Every document
-goes through ruamel (compile/emit.py).
+goes through ruamel (compiler/emit.py).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from typing import Any, Dict, List, Tuple
 
 from trainspec.core import files
 from trainspec.core.diagnostics import Diagnostic, error, shown, warning
-from trainspec.spec.validate import ValidSpec
-from trainspec.compile import base, capabilities, emit
+from trainspec.schema.validate import ValidSpec
+from trainspec.compiler import base, capabilities, emit
 from trainspec.runtime import shim as contract  # the runtime file's name, written once
 from trainspec.targets.kubernetes.settings import MAX_SECONDS, NAME, RESERVED_ENV, image_problem, runtime_ref
-from trainspec.compile.capabilities import Feature, problem, unsupported
+from trainspec.compiler.capabilities import Feature, problem, unsupported
 
 JOB_FILE = "job.yaml"
 SUBMIT = "kubectl apply -f {dir}/" + JOB_FILE
@@ -67,7 +67,7 @@ def _settings(valid: ValidSpec):
 
 @functools.lru_cache(maxsize=None)
 def settings_defaults():
-    from trainspec.spec import structure
+    from trainspec.schema import structure
 
     return structure.parse({"version": 1, "name": "x", "code": ".", "command": "x",
                             "targets": {NAME: {}}}).targets.kubernetes

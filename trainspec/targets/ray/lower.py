@@ -40,12 +40,12 @@ from typing import Any, Dict, List, Optional
 
 from trainspec.core.diagnostics import Diagnostic, error, warning
 from trainspec.core.patterns import Lazy
-from trainspec.spec import skus
-from trainspec.spec.validate import ValidSpec
-from trainspec.targets import TARGETS
-from trainspec.compile import base, capabilities, emit
+from trainspec.schema import skus
+from trainspec.schema.validate import ValidSpec
+from trainspec.schema.vocabulary import targets
+from trainspec.compiler import base, capabilities, emit
 from trainspec.targets.ray.settings import NAME, URL_SCHEMES
-from trainspec.compile.capabilities import Feature, only, problem, unsupported
+from trainspec.compiler.capabilities import Feature, only, problem, unsupported
 
 CLUSTER_FILE = "cluster.yaml"
 LAUNCH_FILE = "launch.sh"
@@ -587,7 +587,7 @@ def plan_image(valid: ValidSpec) -> str:
 
 
 # run --local: a Ray job needs a Ray cluster, which this machine does not pretend to be
-LOCAL_REFUSAL = ("run --local plays the jobs of the other targets (-t " + "|".join(sorted(set(TARGETS) - {NAME}))
+LOCAL_REFUSAL = ("run --local plays the jobs of the other targets (-t " + "|".join(sorted(set(targets()) - {NAME}))
                  + "); a Ray job runs on a Ray cluster: start it with `bash OUT/<name>/ray/launch.sh` (README, "
                  "Ray), or try the spec here with another -t")
 

@@ -37,7 +37,7 @@ COST_SETTINGS = ("head_sku", "keep_cluster")
 # (review/cost.py).
 ACCESS_SETTINGS = ("resource_group", "subscription_id", "ssh_private_key", "ssh_public_key", "ssh_user", "volumes")
 
-# for a bad spec (spec/explain.py): a hint per field below targets.ray, and what a pattern means
+# for a bad spec (schema/explain.py): a hint per field below targets.ray, and what a pattern means
 HINTS = {("python",): interpreter.PYTHON_HINT,
          ("volumes", "*"): "{path: abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/DIR} or {path: /mnt/shared/DIR}"}
 PATTERN_WORDS = {("volumes", "*", "path"): "is neither an absolute path on the nodes nor a storage URL (abfss://, "

@@ -41,14 +41,14 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from trainspec.core.diagnostics import Diagnostic, error, shown, warning
 from trainspec.core.fields import mebibytes
-from trainspec.spec import skus
-from trainspec.spec.validate import ValidSpec
-from trainspec.compile import base, capabilities, emit
+from trainspec.schema import skus
+from trainspec.schema.validate import ValidSpec
+from trainspec.compiler import base, capabilities, emit
 from trainspec.targets.slurm.settings import NAME
-from trainspec.compile.capabilities import Feature, only, problem, unsupported
+from trainspec.compiler.capabilities import Feature, only, problem, unsupported
 
 JOB_FILE = "job.sbatch"
-STAGES_CODE = "code"  # beside job.sbatch: the copy of the code submit stages with the job (jobs/command.py)
+STAGES_CODE = "code"  # beside job.sbatch: the copy of the code submit stages with the job (commands/jobs.py)
 SUBMIT = "sbatch {dir}/" + JOB_FILE
 OUTPUT, ERROR = "%x-%j.out", "%x-%j.err"  # the job's output and error files (under targets.slurm.logs)
 # sbatch parses --time into seconds in a C int (src/common/parse_time.c, time_str2secs) and
@@ -62,7 +62,7 @@ def _settings(valid: ValidSpec):
 @functools.lru_cache(maxsize=None)
 def settings_defaults():
     """targets.slurm is optional: a spec that lists no Slurm settings gets these."""
-    from trainspec.spec import structure
+    from trainspec.schema import structure
 
     return structure.parse({"version": 1, "name": "x", "code": ".", "command": "x",
                             "targets": {NAME: {}}}).targets.slurm

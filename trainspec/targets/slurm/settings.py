@@ -43,7 +43,7 @@ LEFT_BEHIND = ("*-[0-9]*.out", "*-[0-9]*.err")
 # summary, never cut (review/cost.py).
 ACCESS_SETTINGS = ("account", "container", "container_image", "setup", "volumes")
 
-# for a bad spec (spec/explain.py): a hint per field below targets.slurm, and what a pattern means
+# for a bad spec (schema/explain.py): a hint per field below targets.slurm, and what a pattern means
 HINTS = {("time",): "e.g. 2d, 12h, 1h30m or 3600",
          ("gpu_type",): "the cluster's GRES type, e.g. h100 (`scontrol show node` shows Gres=gpu:<type>:N)",
          ("logs",): "a folder that exists when the job starts, e.g. logs or /shared/logs",

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from trainspec.build import Outcome, build_all, target as target_of
-from trainspec.compile.base import Artifact
+from trainspec.registry.build import Outcome, build_all, target as target_of
+from trainspec.compiler.base import Artifact
 from trainspec.core import records
 from trainspec.jobs import api
 from trainspec.jobs.api import Context, Job, Scheduler, State, Status, SubmitError
+from trainspec.review.naming import platform_job
 
 STAGE = Path(".trainspec") / "jobs"  # where submit compiles a job without --out: <job name>/<target>/
 QUEUE_ALLOWANCE = 3600  # the default --max-wait: the spec's timeout and this long in a queue
@@ -139,51 +140,6 @@ def context_for(outcome: Optional[Outcome], target: str, options: Options, submi
                    submitting=submitting)
 
 
-def digest_of(outcome: Outcome, artifact: Artifact) -> str:
-    """The digest of what was compiled for ``artifact``'s target, whatever folder it is written to
-    and whatever the spec file is called: the job compiled again for one canonical folder beside
-    the spec (a compiled job names its code relative to where it is written), its files without
-    provenance, and the code folder's digest (what the job runs: a changed train.py is a new job)."""
-    from trainspec.compile.write import landing
-    from trainspec.review.outputs import without_provenance
-
-    valid = outcome.valid
-    canonical = valid.source.dir.resolve() / "build" / valid.name / artifact.target
-    compiled = target_of(artifact.target).lower(valid, landing(canonical))
-    files = [(f.path, without_provenance(f.data, outcome)) for f in compiled.files]
-    return api.compiled_digest(files + _code_files(valid))
-
-
-def _code_files(valid) -> List[Tuple[str, bytes]]:
-    """("code", the code folder's digest) (review/cache.py code_digest: its files' names and bytes,
-    none followed), or nothing when the code is not a local folder. Worked out once per folder in
-    a command, however many specs and targets share it (core/memo.py), and from its files' stats
-    where check's cache folder remembers them unchanged: plan and review of a hundred specs over
-    a 50,000-file folder read it once, and a second run reads only the files that changed."""
-    from trainspec.core.memo import answer
-    from trainspec.review.cache import code_digest
-
-    code = valid.spec.code
-    if not code:
-        return []
-    folder = valid.resolve(code)
-    if not folder.is_dir():
-        return []
-    return [("code", answer(code_digest, str(folder)).encode())]
-
-
-def platform_name(outcome: Outcome, artifact: Artifact) -> str:
-    """The name ``submit`` gives this compiled job on its platform (and ``plan`` shows)."""
-    return platform_job(outcome, artifact)[0]
-
-
-def platform_job(outcome: Outcome, artifact: Artifact) -> Tuple[str, str]:
-    """This compiled job's name on its platform, and the full digest submit records with it."""
-    digest = digest_of(outcome, artifact)
-    limit = target_of(artifact.target).job_name_limit(outcome.valid)
-    return api.job_name(outcome.valid.name, digest, limit), digest
-
-
 def this_job(job: Job, digest: str, target: str, outcome: str = "nothing submitted") -> Job:
     """``job`` when it carries ``digest``: the job trainspec submitted from this compiled job.
     Else a SubmitError: a job of the same name without it (or with another) was made by hand, by a
@@ -226,7 +182,7 @@ def prepare(files: Sequence[str], options: Options, printer: Printer,
     """The compiled jobs to act on, each (outcome, artifact); and 0, or the exit code when the
     specs are invalid (1) or, with --out, the committed outputs are not what they compile to (1).
     ``listed``: the targets of each spec that a plan listed (--plan), narrowed by -t."""
-    from trainspec.build import build, claim_names
+    from trainspec.registry.build import build, claim_names
 
     out = Path(options.out) if options.out else STAGE
     if listed is None:
@@ -282,8 +238,8 @@ def job_folder(outcome: Outcome, artifact: Artifact, options: Options, name: str
     beside its files, under the job's own name: what runs is what was submitted, whatever the
     repository becomes while the job waits. With --out the committed job runs, and its code is
     the repository's as the job finds it."""
-    from trainspec.compile.base import code_copy
-    from trainspec.compile.write import target_dir, write_all
+    from trainspec.compiler.base import code_copy
+    from trainspec.compiler.write import target_dir, write_all
 
     if options.out:
         return target_dir(Path(options.out), artifact)

@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, warning
 from trainspec.core.fields import is_remote
 from trainspec.core.records import Record
-from trainspec.compile import base
+from trainspec.compiler import base
 
 Occurrence = Tuple[SpecPath, Dict[str, str]]  # where in the spec, and the fields a message may name
 
@@ -302,7 +302,7 @@ def matrix(tables: Mapping[str, Table]) -> str:
         "Every spec feature that some platform cannot run as written, and what each target does with it:",
         "**supported**, an **error** (`compile` and `validate` refuse the spec), or a **warning** (the job",
         "runs without the feature; `validate --strict` refuses it). Each target states this as a table",
-        "(`CANNOT_RUN`, next to its `cannot_express`), and `trainspec/compile/capabilities.py` holds the",
+        "(`CANNOT_RUN`, next to its `cannot_express`), and `trainspec/compiler/capabilities.py` holds the",
         "catalogue of features; [Architecture](architecture.md#what-a-target-cannot-run) says how they fit.",
         "A target also checks, in code beside its table, what depends on more than a feature being",
         "there: its own settings, the variables a command reads, torchrun's arguments.",

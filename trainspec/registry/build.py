@@ -12,14 +12,14 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from trainspec.compile.base import Artifact, Target
-from trainspec.compile.write import landing
+from trainspec.compiler.base import Artifact, Target
+from trainspec.compiler.write import landing
 from trainspec.core.diagnostics import Diagnostic, SpecError
 from trainspec.core.records import Record
-from trainspec.spec.compose import compose
-from trainspec.spec.loader import resolved
-from trainspec.spec.validate import ValidSpec, secret_reference_errors, validate
-from trainspec.targets import DEFAULT_TARGET, TARGETS
+from trainspec.schema.compose import compose
+from trainspec.schema.loader import resolved
+from trainspec.schema.validate import ValidSpec, secret_reference_errors, validate
+from trainspec.registry import DEFAULT_TARGET, TARGETS
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -104,7 +104,7 @@ def _walk(top: str) -> List[str]:
 
     if os.path.realpath(top) == os.path.realpath(os.sep):
         raise SearchError(f"{top}: will not search the whole file system for specs; name the specs' folder")
-    from trainspec.spec.skus import TEAM_FILE
+    from trainspec.schema.skus import TEAM_FILE
 
     found: List[str] = []
     seen = 0
@@ -122,7 +122,7 @@ def _walk(top: str) -> List[str]:
 
 
 def _real(file: str) -> Optional[Path]:
-    from trainspec.spec.loader import ReadProblem, real_path
+    from trainspec.schema.loader import ReadProblem, real_path
 
     try:
         return real_path(file)
@@ -147,7 +147,7 @@ def extends_of(file: str, known: Optional[Dict[str, Optional[str]]] = None) -> O
     read or parsed: build() reports it). ``known``: by the sha256 of a file's bytes, used and filled."""
     from trainspec.core.diagnostics import SpecError
     from trainspec.core.digests import sha256
-    from trainspec.spec.loader import ReadProblem, load_bytes, read_bounded
+    from trainspec.schema.loader import ReadProblem, load_bytes, read_bounded
 
     known = {} if known is None else known
     try:
@@ -191,7 +191,7 @@ _LOADED: Dict[str, Target] = {}
 
 def target(name: str) -> Target:
     """The registered target ``name``: its lower.py, imported on first use and wrapped in a
-    ``Target`` (compile/base.py), which supplies the defaults for what the module does not define."""
+    ``Target`` (compiler/base.py), which supplies the defaults for what the module does not define."""
     found = _LOADED.get(name)
     if found is None:
         import importlib
@@ -206,7 +206,7 @@ def launcher(valid: ValidSpec, name: str) -> str:
 
 
 def hardware(valid: ValidSpec, name: str):
-    """What chooses the machines of ``valid`` on target ``name`` (compile/base.py's Hardware)."""
+    """What chooses the machines of ``valid`` on target ``name`` (compiler/base.py's Hardware)."""
     return target(name).hardware(valid)
 
 

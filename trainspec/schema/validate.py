@@ -20,22 +20,22 @@ from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warni
 from trainspec.core.patterns import Lazy
 from trainspec.core.records import Record
 from trainspec.runtime import shim as contract
-from trainspec.spec import skus, structure, templating
-from trainspec.spec.structure import ValidationError  # pydantic-core's, without its package's start-up cost
-from trainspec.spec.loader import Document, ReadProblem, path_text_problem, real_path, repository_root, resolved
+from trainspec.schema import skus, structure, templating
+from trainspec.schema.structure import ValidationError  # pydantic-core's, without its package's start-up cost
+from trainspec.schema.loader import Document, ReadProblem, path_text_problem, real_path, repository_root, resolved
 from trainspec.core.fields import (ENV_NAME_PATTERN, IO_NAME_PATTERN, is_remote, memory_bytes, split_command,
                                    unwritable_char)
 
 TENSORFLOW = "tensorflow"  # its launcher and backend: the platform starts one worker per node, TF_CONFIG
 
 if TYPE_CHECKING:
-    from trainspec.spec.model import Spec
+    from trainspec.schema.model import Spec
 
 # Set by the shim in every process: a spec that sets them would fight it.
 RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
                           "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"})
 RESERVED_INPUTS = frozenset({"trainspec_runtime", "trainspec_secret_refs"})
-# What trainspec sets in a Lightning job's processes (compile/base.lightning_defaults)
+# What trainspec sets in a Lightning job's processes (compiler/base.lightning_defaults)
 LIGHTNING_VARIABLES = ("PL_TRAINER_NUM_NODES", "PL_TRAINER_DEVICES")
 # the fields of environment: that say where the software comes from (azureml: a registered environment)
 ENVIRONMENT_SOURCES = ("image", "azureml", "conda_file", "pip")
@@ -170,7 +170,7 @@ def validate(doc: Document) -> Tuple[Optional[ValidSpec], List[Diagnostic]]:
     try:
         spec = structure.parse(doc.data)
     except ValidationError as exc:
-        from trainspec.spec import explain  # the pydantic models, for hints: only when something is wrong
+        from trainspec.schema import explain  # the pydantic models, for hints: only when something is wrong
 
         errors = explain.merge_union_branches(exc.errors())
         structural = [explain.diagnostic(e) for e in errors]
@@ -369,8 +369,8 @@ def _check_hardware(spec: Spec, catalog: "skus.Catalog", sku: Optional[skus.Sku]
     naming both. A spec with no sku runs on the size the catalog maps its places to: that size
     is checked like a sku (GPU count, InfiniBand), and the places must agree on it.
     Returns the size and the places the catalog maps."""
-    from trainspec.targets import TARGETS
-    from trainspec.targets.vocabulary import settings as vocabulary
+    from trainspec.schema.vocabulary import TARGETS
+    from trainspec.schema.vocabulary import settings as vocabulary
 
     placements: List[Placement] = []
     gpu_types: List[Tuple[str, str, str]] = []
@@ -554,7 +554,7 @@ def _check_names(spec: Spec, out: List[Diagnostic]) -> None:
 def _check_secrets(spec: Spec, out: List[Diagnostic]) -> None:
     """secrets: each name an environment variable nobody else sets, each reference well formed,
     and a reference for every target the spec lists (``secret_reference_errors``)."""
-    from trainspec.targets import TARGETS
+    from trainspec.schema.vocabulary import TARGETS
 
     lightning = set(LIGHTNING_VARIABLES)
     for key, reference in spec.secrets.items():
@@ -582,7 +582,7 @@ def _check_secrets(spec: Spec, out: List[Diagnostic]) -> None:
 
 def secret_reference(target: str):
     """The reference ``target`` reads a secret from (its settings' SECRET_REFERENCE)."""
-    from trainspec.targets.vocabulary import settings
+    from trainspec.schema.vocabulary import settings
 
     return settings(target).SECRET_REFERENCE
 
@@ -590,7 +590,7 @@ def secret_reference(target: str):
 def secret_reference_errors(spec: Spec, targets: List[str]) -> List[Diagnostic]:
     """An error at each secret that has no reference for one of ``targets`` (those the spec
     lists, at validation; those -t asks for, at build), naming the target and the key to add."""
-    from trainspec.targets import TARGETS
+    from trainspec.schema.vocabulary import TARGETS
 
     out: List[Diagnostic] = []
     for key, reference in spec.secrets.items():
@@ -680,7 +680,7 @@ def _check_paths(spec: Spec, doc: Document, out: List[Diagnostic]) -> None:
         kind = _kind(code)
         if kind != "folder":
             what = {"missing": "does not exist", "loop": "is a symbolic link loop"}.get(kind, "is not a directory")
-            from trainspec.spec.compose import named  # `specs/../nope` shown as `nope`, as every diagnostic path
+            from trainspec.schema.compose import named  # `specs/../nope` shown as `nope`, as every diagnostic path
 
             out.append(error(("code",), f"'{spec.code}' {what} (resolved against the spec's directory: "
                                         f"{named(str(code))})",
@@ -884,8 +884,8 @@ def _check_target_settings(spec: Spec, out: List[Diagnostic], skip: frozenset = 
     """Each configured target's own rules for its settings (targets/<name>/settings.py, settings_errors),
     checked whatever is compiled: a spec is correct or not, not correct for one target only. The
     targets in ``skip`` have a broken setting: their rules would judge its default."""
-    from trainspec.targets import TARGETS
-    from trainspec.targets.vocabulary import settings
+    from trainspec.schema.vocabulary import TARGETS
+    from trainspec.schema.vocabulary import settings
 
     for name in TARGETS:
         if name not in skip and getattr(spec.targets, name, None) is not None:

@@ -14,8 +14,7 @@ from pydantic.fields import FieldInfo
 from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, create_model
 from typing_extensions import Annotated
 
-from trainspec.targets import DEFAULT_TARGET, TARGETS
-from trainspec.targets.vocabulary import settings
+from trainspec.schema.vocabulary import default_target, settings, targets
 from trainspec.runtime.shim import AZUREML_MASTER_PORT  # the contract with every job
 from trainspec.core.fields import MEMORY_PATTERN, NAME_PATTERN, SHM_PATTERN, exact_int, literal_input
 from trainspec.core.types import Duration, EnvValue, LiteralValue, Model
@@ -147,7 +146,7 @@ Targets = create_model(
     "Targets", __base__=Model,
     **{name: (Optional[settings(name).settings_model()],
               Field(None, description=settings(name).SETTINGS_DESCRIPTION, examples=[settings(name).SETTINGS_EXAMPLE]))
-       for name in TARGETS})
+       for name in targets()})
 
 
 
@@ -155,13 +154,13 @@ def _secret_reference_fields():
     """secrets.<NAME>: one field per distinct key the targets read (their settings'
     SECRET_REFERENCE: ``file`` serves several), each saying which targets read it."""
     readers: Dict[str, list] = {}
-    for name in TARGETS:
+    for name in targets():
         readers.setdefault(settings(name).SECRET_REFERENCE.key, []).append(name)
     fields = {}
     for key, names in readers.items():
         annotation, field = settings(names[0]).SECRET_REFERENCE.field()
         fields[key] = (annotation, FieldInfo.merge_field_infos(
-            field, description=f"Read by {'; '.join(TARGETS[n] for n in names)}. {field.description}"))
+            field, description=f"Read by {'; '.join(targets()[n] for n in names)}. {field.description}"))
     return fields
 
 
@@ -231,7 +230,7 @@ class Spec(Model):
                                        examples=[{"checkpoints": {"mode": "rw_mount"}}])
     targets: Targets = Field(default_factory=Targets,
                              description="Per-target settings; a target listed here is compiled by default.",
-                             examples=[{DEFAULT_TARGET: settings(DEFAULT_TARGET).SETTINGS_EXAMPLE}])
+                             examples=[{default_target(): settings(default_target()).SETTINGS_EXAMPLE}])
 
 
 def base_json_schema() -> dict:

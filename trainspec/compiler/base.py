@@ -18,7 +18,7 @@ from trainspec.core.records import Record
 from trainspec.runtime import shim as contract  # the TRAINSPEC_* names and default ports, written once
 from trainspec.runtime import secret_refs  # TRAINSPEC_SECRETS: what the secrets helper reads
 from trainspec.runtime import shim_launch as launch_flags  # the flags the shim adds, read the same way
-from trainspec.spec.validate import LIGHTNING_VARIABLES, TENSORFLOW, ValidSpec, neutral_refs, secret_reference
+from trainspec.schema.validate import LIGHTNING_VARIABLES, TENSORFLOW, ValidSpec, neutral_refs, secret_reference
 
 SHIM_FILE = "trainspec_shim.py"
 # The shim starts isolated: no site-packages, no PYTHON* variables, no user site. It needs only
@@ -151,10 +151,10 @@ def plan_spot_ignored(target: str, why: str) -> str:
 class Target:
     """A target's compiler side, as the pipeline sees it. A target declares what it is once, in
     its module ``targets/<name>/lower.py``: the module-level names of the table below, defined
-    there or imported (``NAME`` from its settings.py). build.py imports that module by name on
+    there or imported (``NAME`` from its settings.py). registry/build.py imports that module by name on
     first use (compiling for one target never pays for the others) and wraps it in a Target, which
     supplies the default of every name the module does not define; no class re-lists the module's
-    functions. Each name is spelled the same in lower.py and on the Target: build.py's
+    functions. Each name is spelled the same in lower.py and on the Target: registry/build.py's
     ``target(name).CANNOT_RUN`` is that lower.py's ``CANNOT_RUN``. Its vocabulary -- the
     model of ``targets.<name>``, its hints, the rules for its settings, the variables only its
     platform sets -- is ``targets/<name>/settings.py``, which validation loads without this. A
@@ -164,7 +164,7 @@ class Target:
     ``NAME``                                   its name in ``-t`` and under ``targets:``
                                                (required)
     ``CANNOT_RUN``                             what the platform cannot run, as data: catalogued
-                                               features (compile/capabilities.py) ->
+                                               features (compiler/capabilities.py) ->
                                                ``unsupported()`` or ``problem()``;
                                                docs/capabilities.md shows every table (required)
     ``cannot_express(valid)``                  what the platform cannot run as the spec says, as
@@ -235,13 +235,13 @@ class Target:
         missing = [member for member in self.REQUIRED if not hasattr(module, member)]
         if missing:
             raise TypeError(f"{module.__name__} does not define {', '.join(missing)}: every target's lower.py "
-                            "must (compile/base.py, Target)")
+                            "must (compiler/base.py, Target)")
         self.module = module
         for member in (*self.REQUIRED, *self.OPTIONAL):
             if hasattr(module, member):
                 setattr(self, member, getattr(module, member))
         if not hasattr(module, "LOCAL_REFUSAL"):
-            from trainspec.targets import TARGETS
+            from trainspec.schema.vocabulary import TARGETS
 
             self.LOCAL_REFUSAL = (f"run --local cannot play {TARGETS[self.NAME]} jobs here: nothing on this machine "
                                   "stands in for the platform")
@@ -549,7 +549,7 @@ _RUNTIME_BYTES: Dict[Path, bytes] = {}
 _SHIM_BYTES: Dict[str, bytes] = {}  # the joined shim, by platform
 
 
-STAGING_FOLDER = ".trainspec"  # trainspec's own folder where submit runs (jobs/command.py): never part of a copy
+STAGING_FOLDER = ".trainspec"  # trainspec's own folder where submit runs (commands/jobs.py): never part of a copy
 
 
 def code_copy(valid: ValidSpec, under: str) -> Tuple[OutFile, ...]:
@@ -673,7 +673,7 @@ def command_variable_errors(target: str, valid: ValidSpec, launcher_name: str) -
     """An error at ``command`` for each variable it reads that will not be set when it expands
     (after the shim, on ``target``): another platform's own (``$SLURM_PROCID`` on Azure ML), or,
     per node, a worker's (``$RANK``: the command starts the workers). The spec's env always is."""
-    from trainspec.targets.vocabulary import platform_variable
+    from trainspec.schema.vocabulary import platform_variable
 
     out: List[Diagnostic] = []
     command = _user_command(valid)

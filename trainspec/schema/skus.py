@@ -246,7 +246,7 @@ class Catalog(Record):
         self.computes = computes  # Azure ML compute clusters and their VM size
         self.partitions = partitions  # Slurm partitions and their VM size
         self.node_groups = node_groups  # HPC Pack node groups and their VM size
-        self.region = region  # the team's Azure region (region:), which prices its jobs (spec/prices.py)
+        self.region = region  # the team's Azure region (region:), which prices its jobs (schema/prices.py)
         # the team's own rates (prices:), which win over the snapshot's: (canonical size, pay-as-you-go
         # USD/h or None, spot USD/h or None)
         self.prices = prices
@@ -307,7 +307,7 @@ def _outside_repository(file: Path) -> Optional[str]:
     import os
 
     from trainspec.core.files import in_repository, inside
-    from trainspec.spec.loader import ReadProblem, real_path, repository_root
+    from trainspec.schema.loader import ReadProblem, real_path, repository_root
 
     root = repository_root(Path(os.path.abspath(file)).parent)
     try:
@@ -324,7 +324,7 @@ def load_team(file: Path):
     """(Catalog, diagnostics located in the file). Every entry names a size Azure spells the
     Azure way and says at least its GPU count and whether it has InfiniBand."""
     from trainspec.core.diagnostics import SpecError, error
-    from trainspec.spec.loader import load_file
+    from trainspec.schema.loader import load_file
 
     import os
 

@@ -6,7 +6,7 @@ the validator pydantic builds is pydantic-core's anyway. So the core schema pyda
 generates from model.py is stored in ``spec.core.json`` and handed to pydantic-core directly:
 the same validator, the same errors, the same defaults, without the import.
 
-    python -m trainspec.spec.structure --write    # after changing model.py
+    python docs/gen_structure.py    # after changing model.py
 
 tests/test_structure.py fails when the file is stale and checks, over the example specs, the
 bad-spec corpus and generated ones, that this validator and pydantic's agree. The snapshot
@@ -120,7 +120,7 @@ def take() -> Dict[str, Any]:
     from pydantic import BaseModel
     from pydantic._internal._config import ConfigWrapper
 
-    from trainspec.spec.model import Spec
+    from trainspec.schema.model import Spec
 
     def plain(node: Any) -> Any:
         if isinstance(node, dict):
@@ -215,9 +215,3 @@ def parse(data: Any) -> Any:
     """The validated spec (a Record tree), or pydantic_core.ValidationError."""
     return validator().validate_python(data)
 
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python -m trainspec.spec.structure --write")
-    write()
-    print(f"wrote {SNAPSHOT}")

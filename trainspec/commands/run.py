@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from trainspec.build import target
+from trainspec.registry.build import target
 from trainspec.local import netns
 from trainspec.local.machinery import RUN_LOG, LocalRun, RunOutput
 from trainspec.local.netns import Loopback, Namespaces, NetnsError
-from trainspec.targets import DEFAULT_TARGET
+from trainspec.registry import DEFAULT_TARGET
 
 @dataclass
 class LocalOptions:
@@ -103,8 +103,8 @@ def run_local(spec_file: str, options: LocalOptions, out=None) -> int:
 
 
 def _compile_and_play(spec_file: str, options: LocalOptions, workdir: Path, out, removed: bool = False) -> int:
-    from trainspec.build import build
-    from trainspec.compile.write import target_dir, write
+    from trainspec.registry.build import build
+    from trainspec.compiler.write import target_dir, write
 
     outcome = build(spec_file, workdir, [options.target], transform=overrides(options), sets=options.sets,
                     variables=options.variables)

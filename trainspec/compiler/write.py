@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple
 
-from trainspec.compile.base import Artifact
+from trainspec.compiler.base import Artifact
 
 
 def target_dir(out: Path, artifact: Artifact) -> Path:
@@ -47,7 +47,7 @@ def out_problem(out: Path) -> Optional[OSError]:
     leads out of it. A folder outside any repository, or one the user names by its real place, is
     the user's choice (``-o /scratch/out``, or a link made outside a repository)."""
     from trainspec.core import files
-    from trainspec.spec.loader import ReadProblem, real_path, repository_root
+    from trainspec.schema.loader import ReadProblem, real_path, repository_root
 
     lexical = Path(os.path.abspath(out))
     try:

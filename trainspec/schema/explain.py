@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from pydantic import BaseModel
 
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error
-from trainspec.spec.model import Spec
+from trainspec.schema.model import Spec
 
 _TYPE_WORDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
                dict: "a mapping", list: "a list", type(None): "null"}
@@ -157,8 +157,8 @@ _HINTS = {
 
 def _target_table(path: SpecPath, table: str) -> Tuple[Dict[Tuple[str, ...], str], SpecPath]:
     """Under targets.<name>: that target's own HINTS or PATTERN_WORDS, and the path below it."""
-    from trainspec.targets import TARGETS
-    from trainspec.targets.vocabulary import settings
+    from trainspec.schema.vocabulary import TARGETS
+    from trainspec.schema.vocabulary import settings
 
     if len(path) > 2 and path[0] == "targets" and path[1] in TARGETS:
         return getattr(settings(str(path[1])), table, {}), path[2:]
@@ -187,8 +187,8 @@ def _pattern_words(path: SpecPath) -> str:
 
 
 def _secret_words(path: Tuple[str, ...]) -> Optional[str]:
-    from trainspec.targets import TARGETS
-    from trainspec.targets.vocabulary import settings
+    from trainspec.schema.vocabulary import TARGETS
+    from trainspec.schema.vocabulary import settings
 
     for name in TARGETS:
         reference = settings(name).SECRET_REFERENCE

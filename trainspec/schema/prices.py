@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from trainspec.spec.skus import Catalog
+from trainspec.schema.skus import Catalog
 
 _SNAPSHOT = Path(__file__).with_name("prices.json")
 DEFAULT_REGION = "eastus"

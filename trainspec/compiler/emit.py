@@ -233,7 +233,7 @@ def header_path(path: str) -> str:
     (``"specs/a\\u202eb.yaml"``) whose escapes show every invisible character (bidi controls,
     zero-width and other format characters, spaces other than ' ') and break every ``--`` (which an
     XML comment cannot hold). Validation refuses the characters that no comment can carry (line
-    breaks and other controls: spec/validate.py); ``spec_path`` reads either form back."""
+    breaks and other controls: schema/validate.py); ``spec_path`` reads either form back."""
     if path.isprintable() and "--" not in path and not path.startswith('"') and _HEADER_END not in path:
         return path
     out = ['"']

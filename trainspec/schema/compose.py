@@ -18,7 +18,7 @@ from trainspec.core.diagnostics import SpecError, SpecPath, error, shown
 from trainspec.core.files import in_repository, inside
 from trainspec.core.fields import is_remote
 from trainspec.core.records import replace
-from trainspec.spec.loader import (MAX_DEPTH, Document, NestedTooDeeply, ReadProblem, depth_limited, is_link,
+from trainspec.schema.loader import (MAX_DEPTH, Document, NestedTooDeeply, ReadProblem, depth_limited, is_link,
                                    load_bytes, path_text_problem, read_bounded, real_path, repository_root)
 
 MAX_CHAIN = 16
