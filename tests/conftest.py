@@ -150,6 +150,38 @@ def ray_validate(config: dict) -> dict:
     return prepared
 
 
+def installed_closure(requirements, extras=()) -> Dict[str, str]:
+    """{canonical name: version} of every distribution ``requirements`` (Requires-Dist strings, with
+    ``extras`` of the package that names them) bring, transitively: each marker evaluated, each
+    extra followed, read from this environment's installed metadata, offline. Fails naming a
+    requirement this environment does not meet. What pip installs into an empty environment from
+    an index holding exactly this environment's versions (the test extra installed every extra's
+    distributions; the package index is no part of what a test proves, and took 30-70 s to ask)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.requirements import Requirement
+
+    found, followed = {}, set()
+    todo = [(Requirement(text), set(extras)) for text in requirements]
+    while todo:
+        requirement, active = todo.pop()
+        marker = requirement.marker
+        if marker is not None and not any(marker.evaluate({"extra": extra}) for extra in sorted(active) or [""]):
+            continue
+        try:
+            installed = distribution(requirement.name)
+        except PackageNotFoundError:
+            raise AssertionError(f"{requirement} is not installed here") from None
+        assert requirement.specifier.contains(installed.version, prereleases=True), \
+            (str(requirement), installed.version)
+        name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+        found[name] = installed.version
+        if (name, frozenset(requirement.extras)) not in followed:
+            followed.add((name, frozenset(requirement.extras)))
+            todo.extend((Requirement(text), set(requirement.extras)) for text in installed.requires or [])
+    return found
+
+
 def slurm_image(script: str):
     """What job.sbatch runs every task in: its `image=` line's value as bash reads it (srun is given
     `--container-image="$image"`), checked to be what srun is given; None without an image."""
