@@ -24,22 +24,28 @@ _PLUGINS = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
 # The suite runs in parallel (pytest-xdist, `-n 3 --dist loadgroup` in pyproject.toml). Tests that
 # start real engines share what one machine has once: loopback ports (a rank's master port: 6105,
 # 29400), a Ray head's ports, the Slurm packages and daemons, network namespaces. Each engine
-# module, and every other `realproc` test, runs in one of two groups, one test at a time within
-# a group: Ray and Slurm (their clusters are module fixtures, in namespaces or on Ray's own
-# ports) beside the rest on loopback (torch.distributed, Lightning, Open MPI, emulated pods).
-# Everything else goes to whichever worker is free.
+# module, and every other `realproc` test, runs in a group, one test at a time within a group:
+# Ray (each module's head in a network namespace of its own, on Ray's own ports), Slurm (one
+# cluster at a time: the same daemon ports in their namespaces, the packages apt-get installs), and
+# the rest on loopback (torch.distributed, Lightning, Open MPI, emulated pods). The groups share
+# nothing, so they run beside each other: a group's waits (a Ray job's timeout, Slurm's polling)
+# are another group's CPU time. Everything else goes to whichever worker is free.
 ENGINE_GROUPS = {
-    **dict.fromkeys(("test_ray_driver", "test_submit_ray", "test_slurm_cluster", "test_submit_slurm",
-                     "test_cpus_memory"), "ray-and-slurm"),
+    **dict.fromkeys(("test_ray_driver", "test_submit_ray"), "ray"),
+    **dict.fromkeys(("test_slurm_cluster", "test_submit_slurm"), "slurm"),
     **dict.fromkeys(("test_local_run", "test_netns", "test_kubernetes_run", "test_kube_pods", "test_hpcpack_run",
                      "test_runtime_procs", "test_runtime_hpcpack"), "loopback"),
 }
+# modules where only the `realproc` tests start an engine (the others compile): those join its group
+REALPROC_GROUPS = {"test_cpus_memory": "slurm"}
 
 
 def pytest_itemcollected(item):
     """Each item's group, marked as it is collected: xdist reads the marks when collection ends."""
     module = item.module.__name__.rpartition(".")[2] if getattr(item, "module", None) else ""
-    group = ENGINE_GROUPS.get(module) or ("loopback" if item.get_closest_marker("realproc") else None)
+    group = ENGINE_GROUPS.get(module)
+    if group is None and item.get_closest_marker("realproc"):
+        group = REALPROC_GROUPS.get(module, "loopback")
     if group:
         item.add_marker(pytest.mark.xdist_group(group))
 
