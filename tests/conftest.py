@@ -24,17 +24,21 @@ _PLUGINS = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
 # The suite runs in parallel (pytest-xdist, `-n 3 --dist loadgroup` in pyproject.toml). Tests that
 # start real engines share what one machine has once: loopback ports (a rank's master port: 6105,
 # 29400), a Ray head's ports, the Slurm packages and daemons, network namespaces. Each engine
-# module, and every other `realproc` test, runs in a group, one test at a time within a group:
-# Ray (each module's head in a network namespace of its own, on Ray's own ports), Slurm (one
-# cluster at a time: the same daemon ports in their namespaces, the packages apt-get installs), and
-# the rest on loopback (torch.distributed, Lightning, Open MPI, emulated pods). The groups share
-# nothing, so they run beside each other: a group's waits (a Ray job's timeout, Slurm's polling)
-# are another group's CPU time. Everything else goes to whichever worker is free.
+# module, and every other `realproc` test, runs in a group, one test at a time within a group: Ray
+# (each module's head in a network namespace of its own, on Ray's own ports), Slurm (one cluster at
+# a time: the same daemon ports in their namespaces, the packages apt-get installs), simulated nodes
+# and emulated pods (`--netns`, tests/kube_pods.py, HPC Pack's late tasks: namespaces named after the
+# process that made them, every run in a loopback-only namespace of its own; as root only), and the rest on loopback
+# (torch.distributed, Lightning, Open MPI: ports on 127.0.0.x, some runs in this namespace). The
+# groups share nothing, so they run beside each other: a group's waits (a Ray job's timeout, Slurm's
+# polling, a rendezvous) are another group's CPU time, and no group is a third of the suite.
+# Everything else goes to whichever worker is free (xdist hands out the groups first, largest
+# first).
 ENGINE_GROUPS = {
     **dict.fromkeys(("test_ray_driver", "test_submit_ray"), "ray"),
     **dict.fromkeys(("test_slurm_cluster", "test_submit_slurm"), "slurm"),
-    **dict.fromkeys(("test_local_run", "test_netns", "test_kubernetes_run", "test_kube_pods", "test_hpcpack_run",
-                     "test_runtime_procs", "test_runtime_hpcpack"), "loopback"),
+    **dict.fromkeys(("test_netns", "test_kubernetes_run", "test_kube_pods", "test_hpcpack_run"), "netns"),
+    **dict.fromkeys(("test_local_run", "test_runtime_procs", "test_runtime_hpcpack"), "loopback"),
 }
 # modules where only the `realproc` tests start an engine (the others compile): those join its group
 REALPROC_GROUPS = {"test_cpus_memory": "slurm"}
@@ -46,6 +50,8 @@ def pytest_itemcollected(item):
     group = ENGINE_GROUPS.get(module)
     if group is None and item.get_closest_marker("realproc"):
         group = REALPROC_GROUPS.get(module, "loopback")
+    if group == "netns" and not CAN_UNSHARE:  # their `run --local` runs on this namespace's loopback then
+        group = "loopback"
     if group:
         item.add_marker(pytest.mark.xdist_group(group))
 
