@@ -26,22 +26,34 @@ _PLUGINS = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
 # The suite runs in parallel (pytest-xdist, `-n 3 --dist loadgroup` in pyproject.toml). Tests that
 # start real engines share what one machine has once: loopback ports (a rank's master port: 6105,
 # 29400), a Ray head's ports, the Slurm packages and daemons, network namespaces. Each engine
-# module, and every other `realproc` test, runs in one of two groups, one test at a time within
-# a group: Ray and Slurm (their clusters are module fixtures, in namespaces or on Ray's own
-# ports) beside the rest on loopback (torch.distributed, Lightning, Open MPI, emulated pods).
-# Everything else goes to whichever worker is free.
+# module, and every other `realproc` test, runs in a group, one test at a time within a group: Ray
+# (each module's head in a network namespace of its own, on Ray's own ports), Slurm (one cluster at
+# a time: the same daemon ports in their namespaces, the packages apt-get installs), simulated nodes
+# and emulated pods (`--netns`, tests/kube_pods.py, HPC Pack's late tasks: namespaces named after the
+# process that made them, every run in a loopback-only namespace of its own; as root only), and the rest on loopback
+# (torch.distributed, Lightning, Open MPI: ports on 127.0.0.x, some runs in this namespace). The
+# groups share nothing, so they run beside each other: a group's waits (a Ray job's timeout, Slurm's
+# polling, a rendezvous) are another group's CPU time, and no group is a third of the suite.
+# Everything else goes to whichever worker is free (xdist hands out the groups first, largest
+# first).
 ENGINE_GROUPS = {
-    **dict.fromkeys(("test_ray_driver", "test_submit_ray", "test_slurm_cluster", "test_submit_slurm",
-                     "test_cpus_memory"), "ray-and-slurm"),
-    **dict.fromkeys(("test_local_run", "test_netns", "test_kubernetes_run", "test_kube_pods", "test_hpcpack_run",
-                     "test_runtime_procs", "test_runtime_hpcpack"), "loopback"),
+    **dict.fromkeys(("test_ray_driver", "test_submit_ray"), "ray"),
+    **dict.fromkeys(("test_slurm_cluster", "test_submit_slurm"), "slurm"),
+    **dict.fromkeys(("test_netns", "test_kubernetes_run", "test_kube_pods", "test_hpcpack_run"), "netns"),
+    **dict.fromkeys(("test_local_run", "test_runtime_procs", "test_runtime_hpcpack"), "loopback"),
 }
+# modules where only the `realproc` tests start an engine (the others compile): those join its group
+REALPROC_GROUPS = {"test_cpus_memory": "slurm"}
 
 
 def pytest_itemcollected(item):
     """Each item's group, marked as it is collected: xdist reads the marks when collection ends."""
     module = item.module.__name__.rpartition(".")[2] if getattr(item, "module", None) else ""
-    group = ENGINE_GROUPS.get(module) or ("loopback" if item.get_closest_marker("realproc") else None)
+    group = ENGINE_GROUPS.get(module)
+    if group is None and item.get_closest_marker("realproc"):
+        group = REALPROC_GROUPS.get(module, "loopback")
+    if group == "netns" and not CAN_UNSHARE:  # their `run --local` runs on this namespace's loopback then
+        group = "loopback"
     if group:
         item.add_marker(pytest.mark.xdist_group(group))
 
@@ -150,6 +162,38 @@ def ray_validate(config: dict) -> dict:
     prepared = prepare_config(copy.deepcopy(config))
     validate_config(prepared)
     return prepared
+
+
+def installed_closure(requirements, extras=()) -> Dict[str, str]:
+    """{canonical name: version} of every distribution ``requirements`` (Requires-Dist strings, with
+    ``extras`` of the package that names them) bring, transitively: each marker evaluated, each
+    extra followed, read from this environment's installed metadata, offline. Fails naming a
+    requirement this environment does not meet. What pip installs into an empty environment from
+    an index holding exactly this environment's versions (the test extra installed every extra's
+    distributions; the package index is no part of what a test proves, and took 30-70 s to ask)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.requirements import Requirement
+
+    found, followed = {}, set()
+    todo = [(Requirement(text), set(extras)) for text in requirements]
+    while todo:
+        requirement, active = todo.pop()
+        marker = requirement.marker
+        if marker is not None and not any(marker.evaluate({"extra": extra}) for extra in sorted(active) or [""]):
+            continue
+        try:
+            installed = distribution(requirement.name)
+        except PackageNotFoundError:
+            raise AssertionError(f"{requirement} is not installed here") from None
+        assert requirement.specifier.contains(installed.version, prereleases=True), \
+            (str(requirement), installed.version)
+        name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+        found[name] = installed.version
+        if (name, frozenset(requirement.extras)) not in followed:
+            followed.add((name, frozenset(requirement.extras)))
+            todo.extend((Requirement(text), set(requirement.extras)) for text in installed.requires or [])
+    return found
 
 
 def slurm_image(script: str):

@@ -11,7 +11,7 @@ import shutil
 import pytest
 import yaml
 
-from conftest import REPO, ts
+from conftest import REPO, loopback_only, path_env, run, trainspec_cmd, ts
 from kube_schema import REFERENCE, validate_stream
 
 pytestmark = [pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"the pinned Kubeflow files are not at {REFERENCE}"),
@@ -134,6 +134,13 @@ def test_inputs_and_outputs_on_claims_are_mounted_where_the_command_says(tmp_pat
     assert sorted(p.name for p in (datasets / "hello").iterdir()) == ["hello.txt"]  # nothing written to the input
 
 
+def run_local(cwd, spec, *args):
+    """`trainspec run --local -t kubernetes` in a loopback-only network namespace of its own when
+    root, as tests/test_local_run.py runs it: its ranks' ports are then no other test's."""
+    return run(loopback_only([*trainspec_cmd(), "run", "--local", spec, "-t", "kubernetes", *args]), cwd,
+               env=path_env())
+
+
 def test_run_local_makes_claims_folders_and_takes_an_input_path(tmp_path):
     """`run --local -t kubernetes`: an input on a claim is the --input folder, an output's claim
     a folder of the work directory; the command's paths point there."""
@@ -142,8 +149,7 @@ def test_run_local_makes_claims_folders_and_takes_an_input_path(tmp_path):
     (data / "hello.txt").write_text("local")
     spec = spec_file(tmp_path, "trainjob", "per-process", 1, VOLUMES, IO_CLAIMS, io_code(tmp_path))
     workdir = tmp_path / "work"
-    proc = ts("run", "--local", str(spec), "-t", "kubernetes", "--input", f"data={data}", "--workdir",
-              str(workdir), cwd=tmp_path)
+    proc = run_local(tmp_path, str(spec), "--input", f"data={data}", "--workdir", str(workdir))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     written = workdir / "claims" / "runs"
     assert sorted(p.name for p in written.iterdir()) == ["node-0.txt", "node-1.txt"], proc.stderr
@@ -157,7 +163,7 @@ def test_run_local_plays_the_pods_with_kubeflows_variables(tmp_path, api, launch
     reading what the controller sets, every rank agreeing."""
     pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
     spec = spec_file(tmp_path, api, launcher, procs)
-    proc = ts("run", "--local", str(spec), "-t", "kubernetes", cwd=tmp_path)
+    proc = run_local(tmp_path, str(spec))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"kubeflow-{api} detected" in proc.stdout + proc.stderr
     ranks = sorted((json.loads(m) for m in re.findall(r"TRAINSPEC_RESULT (\{.*\})$", proc.stdout, re.M)),
