@@ -424,6 +424,17 @@ def _alarm(timer: int, signum: int, seconds: float, exception):
         signal.signal(signum, previous)
 
 
+def installed(*modules: str, reason: str) -> None:
+    """Skip the module being collected unless every module is installed, found without importing
+    it: pytest.importorskip("lightning") imports Lightning (5 s of CPU) in every xdist worker at
+    collection, for modules whose tests only start processes that import it."""
+    import importlib.util
+
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed: {reason}", allow_module_level=True)
+
+
 def no_hang(seconds: float = 10, raising=AssertionError):
     """Fail instead of hanging: a blocked open() or a runaway loop is interrupted by the alarm
     (``raising``: the exception it raises, e.g. one main()'s own error net does not catch)."""

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+import conftest
+
 from conftest import PROBE_COMMAND, REPO, SPECS, assert_probed, loopback_only, world_probe
 
-pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
-pytest.importorskip("lightning", reason="lightning is a test extra")
+conftest.installed("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+conftest.installed("lightning", reason="lightning is a test extra")
 
 pytestmark = pytest.mark.realproc
 

@@ -13,11 +13,13 @@ import subprocess
 
 import pytest
 
+import conftest
+
 from conftest import (PROBE_COMMAND, REPO, SPECS, assert_probed, in_background, kill_processes_with, loopback_only,
                       path_env, processes_with, sigterm_when, trainspec_cmd, world_probe)
 
-pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
-pytest.importorskip("lightning", reason="lightning is a test extra")
+conftest.installed("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+conftest.installed("lightning", reason="lightning is a test extra")
 
 pytestmark = pytest.mark.realproc
 

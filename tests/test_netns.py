@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+import conftest
+
 from conftest import REPO, loopback_only, path_env, sigterm_when, trainspec_cmd
 
-pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+conftest.installed("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
 
 pytestmark = [
     pytest.mark.realproc,

@@ -23,11 +23,13 @@ from pathlib import Path
 
 import pytest
 
+import conftest
+
 from conftest import REPO
 
 pytest.importorskip("ray", reason="ray is a test extra (pip install 'ray>=2.50'); the driver needs it")
-pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
-pytest.importorskip("lightning", reason="lightning is a test extra")
+conftest.installed("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+conftest.installed("lightning", reason="lightning is a test extra")
 
 pytestmark = pytest.mark.realproc
 

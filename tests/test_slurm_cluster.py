@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pytest
 
+import conftest
+
 from conftest import PROBE_COMMAND, REPO, assert_probed, ts, world_probe
 from slurm_cluster import GPU_TYPE, GPUS_PER_NODE, SlurmCluster, missing
 
-pytest.importorskip("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
-pytest.importorskip("lightning", reason="lightning is a test extra")
+conftest.installed("torch", reason="torch is a test extra: pip install torch==2.13.0 first")
+conftest.installed("lightning", reason="lightning is a test extra")
 
 pytestmark = pytest.mark.realproc
 
