@@ -172,6 +172,9 @@ def _writer():
     # patterns, looked up as characters come up: its own table holds lazily compiled patterns,
     # which cost a Python call per attribute read
     matchers: dict[str, list] = {}
+    # a plain scalar's answer, by its text: the emitter asks several times per node, and every
+    # job file of a repository holds the same keys
+    resolved: dict[str, str] = {}
 
     def implicit(first: str) -> list:
         patterns = Resolver.yaml_implicit_resolvers.get(first, ())
@@ -186,11 +189,18 @@ def _writer():
 
         def resolve(self, kind: Any, value: Any, implicit_flags: Any) -> str:
             if kind is ScalarNode and implicit_flags[0]:
-                first = value[:1]
-                found = matchers.get(first)
-                for tag, match in implicit(first) if found is None else found:
-                    if match(value):
-                        return tag
+                tag = resolved.get(value)
+                if tag is None:
+                    tag = default[kind]
+                    first = value[:1]
+                    found = matchers.get(first)
+                    for pattern_tag, match in implicit(first) if found is None else found:
+                        if match(value):
+                            tag = pattern_tag
+                            break
+                    if len(resolved) < 10_000:
+                        resolved[value] = tag
+                return tag
             return default[kind]
 
         def descend_resolver(self, parent: Any, index: Any) -> None:

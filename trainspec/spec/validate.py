@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from trainspec.core import files, memo, secrets
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warning
+from trainspec.core.digests import sha256
 from trainspec.core.patterns import Lazy
 from trainspec.core.records import Record
 from trainspec.runtime import shim as contract
@@ -308,20 +309,7 @@ def _with_secrets(diagnostics: List[Diagnostic], found: List[Diagnostic]) -> Lis
 def digest(spec: Spec) -> str:
     # what the spec says, canonically: stable when trainspec adds fields with defaults
     canonical = json.dumps(structure.written(spec), sort_keys=True, separators=(",", ":"))
-    return _sha256(canonical.encode()).hexdigest()[:16]
-
-
-def _sha256(data: bytes):
-    """sha256 from CPython's builtin module when it has one: `import hashlib` loads OpenSSL,
-    ~2.5 ms of a ~90 ms compile (as the standard library's own `random` avoids it)."""
-    try:
-        from _sha2 import sha256  # Python 3.12+
-    except ImportError:
-        try:
-            from _sha256 import sha256  # Python 3.9-3.11
-        except ImportError:
-            from hashlib import sha256
-    return sha256(data)
+    return sha256(canonical.encode()).hexdigest()[:16]
 
 
 # --- meaning --------------------------------------------------------------------------------
