@@ -1066,14 +1066,17 @@ def _path_problems(file: str, display: str) -> List[Diagnostic]:
 
 
 def _display_path(path: Path) -> str:
-    """``path`` relative to the nearest folder above it with a .git (its name without one);
-    found once per path in a command (core/memo.py)."""
-    return memo.answer(_relative_to_repository, os.fspath(path))
+    """``path`` relative to the nearest folder above it with a .git (its name without one); that
+    folder is looked for once per folder in a command (core/memo.py), not once per spec in it."""
+    path = Path(path)
+    root = memo.answer(_git_folder, os.fspath(path.parent))
+    return path.name if root is None else path.relative_to(root).as_posix()
 
 
-def _relative_to_repository(text: str) -> str:
-    path = Path(text)
-    for parent in path.parents:
+def _git_folder(text: str) -> Optional[Path]:
+    """The nearest folder at or above ``text`` that has a .git (not resolved), or None."""
+    folder = Path(text)
+    for parent in (folder, *folder.parents):
         if (parent / ".git").exists():
-            return path.relative_to(parent).as_posix()
-    return path.name
+            return parent
+    return None
