@@ -354,6 +354,7 @@ def _libyaml_loader() -> Any:
         from ruamel.yaml.resolver import VersionedResolver
 
         constructor = _constructor()
+        tables: Dict[Any, Any] = {}
 
         class Loader(CParser, constructor, VersionedResolver):
             def __init__(self, text: str) -> None:
@@ -361,6 +362,8 @@ def _libyaml_loader() -> Any:
                 self._parser = self._composer = self
                 constructor.__init__(self, loader=self)
                 VersionedResolver.__init__(self, version=(1, 2), loadumper=self)
+                # YAML 1.2's table of implicit patterns, built once per process, not per document
+                self._version_implicit_resolver = tables
                 self.allow_duplicate_keys = False
                 self.comment_handling = None
 
