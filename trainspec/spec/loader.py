@@ -392,23 +392,26 @@ def _libyaml_parse(text: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        if not _core_tree(node):
-            return _DECLINED
         return _Read(loader, node)
     except Exception:  # noqa: BLE001 - invalid YAML, a duplicate key, no libyaml: ruamel reads it and says why
         return _DECLINED
 
 
+class _Unlike(Exception):
+    """The document holds what YAML 1.1 and 1.2 may read differently (_Read's first check)."""
+
+
 class _Read:
-    """A document ``_core_tree`` accepted, read from libyaml's nodes straight into plain data and
-    positions: what ruamel's round-trip constructor would build and _walk copy, without building
-    the CommentedMaps, their line/column records and comment slots first (most of the parse).
-    Only plain and quoted strings are taken from the nodes as they are; every other scalar (int,
-    float, bool, null, a literal or folded block) is the constructor's object, converted as _walk
-    converts it. A duplicate key (as the constructor compares keys) raises here, so the document
-    is declined and ruamel says why. What _walk would raise (too many nodes, a key that is no
-    plain scalar, an integer too long) is kept with its place in _walk's order, and raised by
-    _walk."""
+    """A document read from libyaml's nodes straight into plain data and positions: what ruamel's
+    round-trip constructor would build and _walk copy, without building the CommentedMaps, their
+    line/column records and comment slots first (most of the parse). Every node is first held to
+    what the two YAML versions read alike (a core-schema tag, no alias, no deeper than MAX_DEPTH,
+    keys that are scalars, no empty plain scalar: _Unlike otherwise). Only plain and quoted
+    strings are taken from the nodes as they are; every other scalar (int, float, bool, null, a
+    literal or folded block) is the constructor's object, converted as _walk converts it. A
+    duplicate key (as the constructor compares keys) raises here too, so the document is
+    declined and ruamel says why. What _walk would raise (too many nodes, a key that is no plain
+    scalar, an integer too long) is kept with its place in _walk's order, and raised by _walk."""
 
     def __init__(self, loader: Any, root: Any) -> None:
         from ruamel.yaml.nodes import MappingNode, ScalarNode
@@ -418,49 +421,63 @@ class _Read:
         # (where _walk would raise it: after the node of that number, before the next; the error, given fail)
         self.problems: List[Tuple[float, Callable[[Any], SpecError]]] = []
         count = 0
+        seen = set()
 
-        def scalar(node: Any) -> Any:
-            if node.tag == _STR and node.style not in ("|", ">"):
+        def scalar(node: Any, depth: int) -> Any:
+            tag = alike(node, depth)
+            if node.value == "" and not node.style:  # plain: None from ruamel, "" from libyaml
+                raise _Unlike()
+            if tag == _STR and node.style not in ("|", ">"):
                 return node.value
             return construct(node)
 
-        def visit(node: Any, path: SpecPath) -> Any:
+        def alike(node: Any, depth: int) -> str:
+            tag = node.tag
+            if id(node) in seen or tag not in _CORE_TAGS or depth > MAX_DEPTH:
+                raise _Unlike()
+            seen.add(id(node))
+            return tag
+
+        def visit(node: Any, path: SpecPath, depth: int) -> Any:
             nonlocal count
             count += 1
             if isinstance(node, ScalarNode):
-                value = scalar(node)
+                value = scalar(node, depth)
                 if isinstance(value, _HugeInt):
                     self.problems.append((count + 0.5, lambda fail, p=path, v=value: _plain_scalar(v, p, positions, fail)))
                     return None
                 return _plain_scalar(value, path, positions, None)
+            alike(node, depth)
             positions.values.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
             if isinstance(node, MappingNode):
                 out: Dict[str, Any] = {}
                 keys: Dict[Any, None] = {}
                 for key_node, value_node in node.value:
-                    key = scalar(key_node)
+                    if not isinstance(key_node, ScalarNode):
+                        raise _Unlike()
+                    key = scalar(key_node, depth + 1)
                     if key in keys:
                         raise _DuplicateKey(_key_name(key), key_node.start_mark, None)
                     keys[key] = None
                     if not isinstance(key, (str, int, float, bool)) or key is None:
                         self.problems.append((count + 0.5, lambda fail, p=path: fail(
                             "mapping keys must be plain scalars", None, *positions.find(p))))
-                        visit(value_node, path + ("",))  # read on: a later key may be a duplicate
+                        visit(value_node, path + ("",), depth + 1)  # read on: a later key may be a duplicate
                         continue
                     skey = key if isinstance(key, str) else str(key)
                     child = path + (skey,)
                     positions.keys[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
                     positions.values[child] = (value_node.start_mark.line + 1, value_node.start_mark.column + 1)
-                    out[skey] = visit(value_node, child)
+                    out[skey] = visit(value_node, child, depth + 1)
                 return out
             items = []
             for i, item in enumerate(node.value):
                 child = path + (i,)
                 positions.values[child] = (item.start_mark.line + 1, item.start_mark.column + 1)
-                items.append(visit(item, child))
+                items.append(visit(item, child, depth + 1))
             return items
 
-        self.data = visit(root, ())
+        self.data = visit(root, (), 0)
         self.count = count
 
     def walk(self, positions: Positions, budget, fail) -> Any:
@@ -475,31 +492,6 @@ class _Read:
         if problems:
             raise min(problems, key=lambda problem: problem[0])[1](fail)
         return self.data
-
-
-def _core_tree(root: Any) -> bool:
-    """Every node of the tree carries a core-schema tag, appears once (no alias), keys are
-    scalars, and no value is an empty plain scalar."""
-    from ruamel.yaml.nodes import MappingNode, ScalarNode
-
-    seen = set()
-    pending = [(root, 0)]
-    while pending:
-        node, depth = pending.pop()
-        if id(node) in seen or node.tag not in _CORE_TAGS or depth > MAX_DEPTH:
-            return False
-        seen.add(id(node))
-        if isinstance(node, ScalarNode):
-            if node.value == "" and not node.style:  # plain: None from ruamel, "" from libyaml
-                return False
-        elif isinstance(node, MappingNode):
-            for key, value in node.value:
-                if not isinstance(key, ScalarNode):
-                    return False
-                pending += ((key, depth + 1), (value, depth + 1))
-        else:
-            pending += ((item, depth + 1) for item in node.value)
-    return True
 
 
 def _ruamel_parse(text: str, fail) -> Any:
