@@ -109,6 +109,19 @@ def _writer():
         node.start_mark = node.end_mark = node.comment = node.anchor = None
         return node
 
+    # a string's style, by its text: every job file of a repository holds the same keys and most
+    # of the same values
+    styles: dict[str, Optional[str]] = {}
+
+    def style_of(value: str) -> Optional[str]:
+        try:
+            return styles[value]
+        except KeyError:
+            found = _style(value)
+            if len(styles) < 10_000:
+                styles[value] = found
+            return found
+
     class Representer(SafeRepresenter):
         def node(self, value: Any) -> Any:
             """The node the methods below make for ``value``, made directly for the plain types
@@ -117,7 +130,7 @@ def _writer():
             alias; keys are written as they are."""
             kind = type(value)
             if kind is str:
-                return scalar(text["str"], value, _style(value))
+                return scalar(text["str"], value, style_of(value))
             if kind is bool:
                 return scalar(text["bool"], "true" if value else "false")
             if kind is int:
@@ -134,7 +147,7 @@ def _writer():
         def key(self, value: Any) -> Any:
             kind = type(value)
             if kind is str:
-                return scalar(text["str"], value, _style(value))
+                return scalar(text["str"], value, style_of(value))
             if kind is bool or kind is int or value is None:
                 return self.node(value)
             return self.represent_data(value)
