@@ -255,7 +255,8 @@ def test_compile_starts_without_dataclasses_shutil_or_tempfile(tmp_path):
     """Start-up (goal (b) of issues 30 and 42, docs/speed.md): a cold compile of three targets, over
     outputs already there (the folder swap runs), imports neither dataclasses (with inspect, ast,
     dis) nor shutil (with bz2, lzma) nor tempfile (with random), nor hashlib (OpenSSL), pydantic,
-    pydantic-core's package (typing_extensions), jinja2, subprocess or threading, nor the settings
+    pydantic-core's package (typing_extensions), jinja2, subprocess, threading, pickle or signal
+    (check's worker alone needs those two), nor the settings
     of the two targets the spec does not configure, nor the runtime's platform detectors (the
     compiler needs the shim's contract and sources, never its detectors), and compiles none of the
     patterns kept for unusual specs (core/patterns.py); a cold `check` of what it wrote imports
@@ -267,7 +268,8 @@ def test_compile_starts_without_dataclasses_shutil_or_tempfile(tmp_path):
         "targets: {azureml: {compute: gpu-cluster}, hpcpack: {node_group: LinuxNodes, shared_dir: /app}, "
         "ray: {location: eastus, resource_group: rg}}"))
     heavy = ("dataclasses", "inspect", "shutil", "tempfile", "hashlib", "pydantic", "pydantic_core.core_schema",
-             "typing_extensions", "jinja2", "subprocess", "threading", "trainspec.targets.slurm.settings",
+             "typing_extensions", "jinja2", "subprocess", "threading", "pickle", "signal",
+             "trainspec.targets.slurm.settings",
              "trainspec.targets.kubernetes.settings", *(f"trainspec.runtime.{platform}_detector"
                                                         for platform in ("azureml", "hpcpack", "ray", "slurm")))
     code = ("import sys; from trainspec.cli import main\n"

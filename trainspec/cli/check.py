@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
@@ -227,6 +226,8 @@ def _check_all(files: List[str], checker: _Checker) -> Dict[str, _Seen]:
         os.close(reader)
         os.close(tickets)
         if not reaped:  # this process is failing (an error, ^C): the worker ends with it
+            import signal
+
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
 
