@@ -1,13 +1,15 @@
-"""The two speed goals of issue 30, measured in one run, interleaved.
+"""The two speed goals of issues 30 and 42, measured in one run, interleaved.
 
     python benchmarks/goals.py [--runs 7] [--specs 500]
 
 (a) `trainspec check specs/ --out build/` of a team's repository of 500 specs (check_500.py's
     repository: one base, a team catalog, a conda file, outputs compiled and committed) takes
-    under 1.5 s cold: a new process, and a new, empty check cache (TRAINSPEC_CACHE_DIR names a
-    fresh folder each run), so every spec is read, composed, validated, lowered and compared.
+    under 25x the floor (`python -c pass`, measured in the same turns) cold: a new process, and
+    a new, empty check cache (TRAINSPEC_CACHE_DIR names a fresh folder each run), so every spec
+    is read, composed, validated, lowered and compared. Issue 30's goal was under 1.5 s on a
+    machine whose floor was ~53 ms (28x); a ratio holds on a slower or busier machine too.
 (b) a cold `trainspec compile` of one spec for three targets (run.py's spec: Azure ML, HPC Pack,
-    Ray) takes at most 0.35x TorchX 0.7.0's Slurm dry run of a 2x4 DDP job (TorchX in its own
+    Ray) takes at most 0.25x TorchX 0.7.0's Slurm dry run of a 2x4 DDP job (TorchX in its own
     virtualenv under benchmarks/.venvs/, installed from the package index on first use). The
     goal's figure compiles into the folder the previous round wrote (compile leaves the folders
     that hold its files already as they are: what a re-compile in CI or pre-commit does); the
@@ -43,8 +45,8 @@ import run
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-CHECK_GOAL_S = 1.5
-COMPILE_GOAL_RATIO = 0.35
+CHECK_GOAL_FLOORS = 25  # (a): under this many times the floor (issue 42; issue 30's 1.5 s)
+COMPILE_GOAL_RATIO = 0.25  # (b): at most this times TorchX's dry run (issue 42; issue 30's 0.35)
 
 
 def timed(argv: List[str], cwd: Path, env: Dict[str, str]) -> Tuple[float, float]:
@@ -129,20 +131,26 @@ def main() -> int:
     ratio = median[compile_name] / median[torchx_name]
     ratio_cpu = median_cpu[compile_name] / median_cpu[torchx_name]
     check_s = median[check_name]
+    floor = median["python -c pass"]
+    floors = check_s / floor
+    floors_cpu = median_cpu[check_name] / median_cpu["python -c pass"]
     compile_met = ratio <= COMPILE_GOAL_RATIO
-    check_met = check_s < CHECK_GOAL_S
-    print(f"(a) check of {args.specs} specs, cold: {check_s:.2f} s (CPU {median_cpu[check_name]:.2f} s; "
-          f"{check_s / median['python -c pass']:.0f}x the floor): goal < {CHECK_GOAL_S} s: "
+    check_met = floors < CHECK_GOAL_FLOORS
+    print(f"the floor, python -c pass: {floor * 1000:.0f} ms (CPU {median_cpu['python -c pass'] * 1000:.0f} ms)")
+    print(f"(a) check of {args.specs} specs, cold: {check_s:.2f} s = {floors:.1f}x the floor "
+          f"(CPU {median_cpu[check_name]:.2f} s = {floors_cpu:.1f}x): goal < {CHECK_GOAL_FLOORS}x: "
           f"{'met' if check_met else 'NOT met'}")
     fresh_ratio = median[fresh_name] / median[torchx_name]
-    print(f"(b) cold compile / TorchX slurm dry run: {ratio:.2f}x (CPU {ratio_cpu:.2f}x): "
+    print(f"(b) cold compile / TorchX slurm dry run: {ratio:.2f}x (CPU {ratio_cpu:.2f}x; compile "
+          f"{median[compile_name] * 1000:.0f} ms = {median[compile_name] / floor:.1f}x the floor): "
           f"goal <= {COMPILE_GOAL_RATIO}x: {'met' if compile_met else 'NOT met'}; "
           f"into an empty folder {fresh_ratio:.2f}x (CPU {median_cpu[fresh_name] / median_cpu[torchx_name]:.2f}x)")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "goals.json").write_text(json.dumps({
         "runs": args.runs, "specs": args.specs, "cpus": os.cpu_count(), "load_average": [min(loads), max(loads)],
         "median_s": median, "cpu_median_s": median_cpu, "samples_s": wall, "cpu_samples_s": cpu,
-        "check_cold_s": check_s, "check_goal_met": check_met,
+        "floor_s": floor, "check_cold_s": check_s, "check_over_floor": floors, "check_over_floor_cpu": floors_cpu,
+        "check_goal_met": check_met,
         "compile_over_torchx": ratio, "compile_over_torchx_cpu": ratio_cpu, "compile_goal_met": compile_met,
         "fresh_compile_over_torchx": fresh_ratio,
     }, indent=2) + "\n")

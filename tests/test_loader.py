@@ -13,7 +13,7 @@ import os
 import pytest
 
 from conftest import cpu_bound, no_hang, REPO, SPECS
-from trainspec.core.diagnostics import SpecError
+from trainspec.core.diagnostics import SpecError, error
 from trainspec.schema import loader
 
 PROBES = {
@@ -36,6 +36,12 @@ PROBES = {
     "explicit tag": "a: !!str 5\n",
     "directive": "%YAML 1.1\n---\na: yes\n",
     "two documents": "a: 1\n---\nb: 2\n",
+    # what the loader refuses after parsing, each at its place, the first in the document's order
+    "huge integer": "a: 1\nb: " + "9" * 150 + "\nc: x\n",
+    "null key": "a: 1\n~: 2\n",
+    "huge integer before a null key": "x:\n  b: " + "9" * 150 + "\n  ~: 2\n",
+    "null key before a huge integer": "x:\n  ~: 2\n  b: " + "9" * 150 + "\n",
+    "huge integer key": "a:\n  " + "9" * 150 + ": 1\n",
 }
 
 
@@ -190,7 +196,7 @@ def test_deep_flow_nesting_is_refused_at_the_first_bracket_too_deep_before_it_co
 
 
 def _fail(message, hint=None, line=1, col=1):
-    return SpecError([])
+    return SpecError([error((), message, hint).at("x.yaml", line, col)])
 
 
 _fail.file = "x.yaml"
@@ -207,7 +213,9 @@ def _read(parse, text: str):
         positions = loader.Positions()
         data = loader._walk(parsed, (), positions, [loader.MAX_NODES], 0, fail)
         return (repr(data), positions.keys, positions.values)
-    except (SpecError, loader.NestedTooDeeply, loader._DuplicateKey, RecursionError) as exc:
+    except SpecError as exc:  # the message and its place too: the fast path orders its errors itself
+        return ("error", [(d.message, d.path, d.line, d.col) for d in exc.diagnostics])
+    except (loader.NestedTooDeeply, loader._DuplicateKey, RecursionError) as exc:
         return ("error", type(exc).__name__)
 
 
@@ -235,9 +243,21 @@ def test_libyaml_reads_every_yaml_file_of_the_repository_as_ruamel_does():
     # the fast path is real: every example spec takes it, and so do the ordinary probes
     assert {p for p in SPECS.glob("*.yaml")} <= {REPO / p for p in taken if not isinstance(p, str)}
     assert {"scalars", "strings", "nested", "long", "indentless seq"} <= set(taken)
+    assert {"huge integer", "null key before a huge integer", "huge integer before a null key"} <= set(taken)
     # and what YAML 1.1 reads otherwise is ruamel's: a directive, an alias, a merge key, a date, a
     # colon in a flow mapping (libyaml refuses it), an empty value
     assert not {"directive", "anchors", "merge", "date", "flow colon (1.2 only)", "empty values"} & set(taken)
+
+
+def test_a_document_over_the_node_limit_fails_where_ruamel_s_read_fails(monkeypatch):
+    """libyaml's path reads the whole document before it counts; the error is still the one
+    ruamel's path meets first: the node limit, or a bad value or key met before it."""
+    monkeypatch.setattr(loader, "MAX_NODES", 50)
+    huge = "9" * 150
+    for before in range(46, 52):
+        items = ", ".join(["1"] * before)
+        for text in (f"a: [{items}, {huge}, 1]\n", f"a: [{items}]\n~: 1\n", f"a: [{items}]\nb: {{~: 1}}\n"):
+            assert _same_as_ruamel(text, text), text
 
 
 def test_libyaml_reads_the_fuzzers_mutants_as_ruamel_does(tmp_path):

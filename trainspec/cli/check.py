@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import pickle
 import shlex
-import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
@@ -163,6 +161,8 @@ def _check_all(files: List[str], checker: _Checker) -> Dict[str, _Seen]:
     single process gives."""
     if len(files) < FORK_FROM or not _free_core():
         return checker.run(files)
+    import pickle  # only for the worker's results
+
     # what every spec needs (the validator, the targets' modules) is made once, before the fork,
     # by checking the first file that extends another (the first file may be a base)
     first = next((f for f in files if checker.look(f).base is not None), files[0])
@@ -226,6 +226,8 @@ def _check_all(files: List[str], checker: _Checker) -> Dict[str, _Seen]:
         os.close(reader)
         os.close(tickets)
         if not reaped:  # this process is failing (an error, ^C): the worker ends with it
+            import signal
+
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
 

@@ -612,12 +612,17 @@ _PYTHON = re.compile(r"^\s*(?P<python>python(?:3(?:\.\d+)?)?)\s+(?P<rest>\S.*)$"
 _VARIABLE = Lazy(r"\$(?:\{[!#]?)?([A-Za-z_][A-Za-z0-9_]*)")
 
 
+_SHELL_CHARS = frozenset("\\'\"$`;&|<>()\n")  # every character _shell_scan's answer depends on
+
+
 def _shell_scan(command: str, names_too: bool = True) -> Tuple[bool, List[str], bool]:
     """(an operator, the names of the variables it expands, any expansion at all) as bash reads
     ``command``: an unquoted, unescaped ; & | < > ( ) or newline is an operator (more than one
     simple command); a ``$`` or backquote outside single quotes expands. shlex cannot tell ``';'``
     (an argument) from ``;`` (an operator) once it removed the quotes. ``names_too`` False: no
     names (a compiled line's own ``$NODE_RANK``, per node, needs no pattern compiled at start-up)."""
+    if _SHELL_CHARS.isdisjoint(command):
+        return False, [], False  # the usual command (`python train.py --lr 0.1`): nothing to scan for
     quote = None
     escaped = operator = expands = False
     names: List[str] = []

@@ -109,6 +109,19 @@ def _writer():
         node.start_mark = node.end_mark = node.comment = node.anchor = None
         return node
 
+    # a string's style, by its text: every job file of a repository holds the same keys and most
+    # of the same values
+    styles: dict[str, Optional[str]] = {}
+
+    def style_of(value: str) -> Optional[str]:
+        try:
+            return styles[value]
+        except KeyError:
+            found = _style(value)
+            if len(styles) < 10_000:
+                styles[value] = found
+            return found
+
     class Representer(SafeRepresenter):
         def node(self, value: Any) -> Any:
             """The node the methods below make for ``value``, made directly for the plain types
@@ -117,7 +130,7 @@ def _writer():
             alias; keys are written as they are."""
             kind = type(value)
             if kind is str:
-                return scalar(text["str"], value, _style(value))
+                return scalar(text["str"], value, style_of(value))
             if kind is bool:
                 return scalar(text["bool"], "true" if value else "false")
             if kind is int:
@@ -134,7 +147,7 @@ def _writer():
         def key(self, value: Any) -> Any:
             kind = type(value)
             if kind is str:
-                return scalar(text["str"], value, _style(value))
+                return scalar(text["str"], value, style_of(value))
             if kind is bool or kind is int or value is None:
                 return self.node(value)
             return self.represent_data(value)
@@ -172,6 +185,9 @@ def _writer():
     # patterns, looked up as characters come up: its own table holds lazily compiled patterns,
     # which cost a Python call per attribute read
     matchers: dict[str, list] = {}
+    # a plain scalar's answer, by its text: the emitter asks several times per node, and every
+    # job file of a repository holds the same keys
+    resolved: dict[str, str] = {}
 
     def implicit(first: str) -> list:
         patterns = Resolver.yaml_implicit_resolvers.get(first, ())
@@ -186,11 +202,18 @@ def _writer():
 
         def resolve(self, kind: Any, value: Any, implicit_flags: Any) -> str:
             if kind is ScalarNode and implicit_flags[0]:
-                first = value[:1]
-                found = matchers.get(first)
-                for tag, match in implicit(first) if found is None else found:
-                    if match(value):
-                        return tag
+                tag = resolved.get(value)
+                if tag is None:
+                    tag = default[kind]
+                    first = value[:1]
+                    found = matchers.get(first)
+                    for pattern_tag, match in implicit(first) if found is None else found:
+                        if match(value):
+                            tag = pattern_tag
+                            break
+                    if len(resolved) < 10_000:
+                        resolved[value] = tag
+                return tag
             return default[kind]
 
         def descend_resolver(self, parent: Any, index: Any) -> None:

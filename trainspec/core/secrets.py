@@ -99,6 +99,13 @@ def credential_kind(text: str) -> Optional[str]:
     """What kind of credential ``text`` holds (the first one found), or None."""
     if not isinstance(text, str) or len(text) < 10:
         return None
+    return _kind(text)
+
+
+@lru_cache(maxsize=4096)
+def _kind(text: str) -> Optional[str]:
+    """credential_kind's answer, once per text in a process: `check` of a repository asks about
+    each shared base's strings once per spec that extends it."""
     m = _shapes_for(text).search(text)
     return SHAPES[int(m.lastgroup[1:])][0] if m else None
 

@@ -194,16 +194,24 @@ def _tracked(place: Path) -> List[str]:
 
 def _compare(folder: Path, outcome: Outcome, artifact: base.Artifact, fix: str) -> List[Finding]:
     found: List[Finding] = []
-    digest = outcome.valid.source.digest
-    header = folder_header(folder)
-    if header is not None and header.spec != outcome.valid.source.display:
-        stale = f"its spec moved from {header.spec} to {outcome.valid.source.display}"
-    elif header is not None and header.digest != digest:
-        stale = f"its spec changed since it was compiled (spec sha256:{header.digest} -> {digest})"
-    elif header is not None and header.version != __version__:
-        stale = f"compiled by trainspec {header.version}; this is trainspec {__version__}"
-    else:
-        stale = ""
+    said: List[str] = []
+
+    def stale() -> str:
+        """Why the folder is stale by its header ("": it is not), read once and only for a file
+        that differs: a folder that matches (the usual case) is not read twice."""
+        if not said:
+            digest = outcome.valid.source.digest
+            header = folder_header(folder)
+            if header is not None and header.spec != outcome.valid.source.display:
+                said.append(f"its spec moved from {header.spec} to {outcome.valid.source.display}")
+            elif header is not None and header.digest != digest:
+                said.append(f"its spec changed since it was compiled (spec sha256:{header.digest} -> {digest})")
+            elif header is not None and header.version != __version__:
+                said.append(f"compiled by trainspec {header.version}; this is trainspec {__version__}")
+            else:
+                said.append("")
+        return said[0]
+
     produced = {f.path for f in artifact.files}
     listing = files.list_folder(folder, skip=())
     odd = dict(listing.links)
@@ -222,14 +230,14 @@ def _compare(folder: Path, outcome: Outcome, artifact: base.Artifact, fix: str) 
             continue
         label = path.as_posix()
         diff = unified(redact_bytes(current), redact_bytes(item.data), label, f"{label} (compiled)")
-        if stale:
-            found.append(Finding("stale", path, stale, fix, diff))
+        if stale():
+            found.append(Finding("stale", path, stale(), fix, diff))
         else:
             found.append(Finding("hand-edited", path, "changed since trainspec wrote it (its spec did not "
                                  "change): move the edit into the spec, then compile", fix, diff))
     for name in listing.files:
         if name not in produced:
-            kind, why = (("stale", f"its spec no longer produces it ({stale})") if stale else
+            kind, why = (("stale", f"its spec no longer produces it ({stale()})") if stale() else
                          ("hand-edited", "added by hand: its spec does not produce it"))
             found.append(Finding(kind, folder / name, why, fix))
     return found
@@ -258,11 +266,24 @@ def orphans(outcomes: Sequence[Outcome], out: Path, targets: Sequence[str] = (),
 
 
 def _folders(out: Path) -> List[Path]:
-    """OUT/<name>/<target> folders, never through a link (links_in reports those)."""
+    """OUT/<name>/<target> folders, never through a link (links_in reports those). Listed with
+    scandir, whose entries know their type: no stat per folder (a check of 500 specs made 2,000)."""
     if not out.is_dir() or out_problem(out) is not None:
         return []
-    return [f for f in sorted(out.glob("*/*")) if _real_folder(f) and _real_folder(f.parent)
-            and not any(p.startswith(".") for p in f.parts[-2:])]
+    found = []
+    for job in _real_subfolders(os.fspath(out)):
+        found += (Path(target) for target in _real_subfolders(job))
+    return sorted(found)
+
+
+def _real_subfolders(folder: str) -> List[str]:
+    """The paths of the folders in ``folder`` that are no link, whose names start with no dot
+    (none when it cannot be listed)."""
+    try:
+        with os.scandir(folder) as entries:
+            return [e.path for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
 
 
 def _real_folder(path: Path) -> bool:

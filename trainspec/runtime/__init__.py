@@ -83,7 +83,20 @@ def _every_platform() -> tuple[type[Detector], ...]:
     return ordered(tuple(d for module in platforms for d in module.PLATFORM))
 
 
-DETECTORS = _every_platform()
+def __getattr__(name: str) -> object:
+    """``DETECTORS``, made at its first use: compile and check import this package for the
+    contract (``shim``) and the shim's sources, never the detectors (~1.5 ms of every start)."""
+    if name == "DETECTORS":
+        return _detectors()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _detectors() -> tuple[type[Detector], ...]:
+    found = globals().get("DETECTORS")
+    if found is None:
+        found = globals()["DETECTORS"] = _every_platform()
+    return found
+
 
 __all__ = ["DETECTORS", "SHIM_PATH", "SHIM_PARTS", "Expectation", "ShimError", "World", "detect", "normalize",
            "verify", "normalize_environment", "process_group_world", "shim_platforms", "shim_source"]
@@ -91,18 +104,18 @@ __all__ = ["DETECTORS", "SHIM_PATH", "SHIM_PARTS", "Expectation", "ShimError", "
 
 def detect(env: Mapping[str, str], expect: Expectation | None = None) -> tuple[type[Detector], World]:
     """``shim.detect`` over every platform's detectors."""
-    return shim.detect(env, expect, DETECTORS)
+    return shim.detect(env, expect, _detectors())
 
 
 def normalize_environment(env: MutableMapping[str, str] | None = None, *, apply: bool = True) -> World:
     """``shim.normalize`` over every platform's detectors."""
-    return shim.normalize(env, apply=apply, detectors=DETECTORS)
+    return shim.normalize(env, apply=apply, detectors=_detectors())
 
 
 def verify(world: World, expect: Expectation, sources: Mapping[str, str] | None = None) -> None:
     """``shim.verify``; ``sources`` default: those of the platform's detector that read ``world``."""
     if sources is None:
-        sources = next((d.sources for d in DETECTORS if d.name == world.platform), {})
+        sources = next((d.sources for d in _detectors() if d.name == world.platform), {})
     shim.verify(world, expect, sources)
 
 

@@ -14,7 +14,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from trainspec.core import memo
 from trainspec.core.diagnostics import Diagnostic, SpecError, SpecPath, error
@@ -340,8 +340,11 @@ def _parse(text: str, fail) -> Any:
 _DECLINED = object()
 _UNLIKE_RUAMEL = re.compile(r"^%|[\x85\u2028\u2029]|^[ ?:-]{" + str(2 * MAX_DEPTH) + ",}", re.MULTILINE)
 _MAX_BRACKETS = 400  # libyaml's composer recurses in C: a bound on how deep a flow collection can go
+_STR = "tag:yaml.org,2002:str"
 _CORE_TAGS = frozenset("tag:yaml.org,2002:" + name for name in ("str", "int", "float", "bool", "null", "map", "seq"))
 _LIBYAML_LOADER: Any = None
+_RESOLVED: Dict[Tuple[Any, Any, Any], Any] = {}  # (node kind, value, implicit) -> tag
+_RESOLVED_MAX = 10_000
 
 
 def _libyaml_loader() -> Any:
@@ -351,6 +354,7 @@ def _libyaml_loader() -> Any:
         from ruamel.yaml.resolver import VersionedResolver
 
         constructor = _constructor()
+        tables: Dict[Any, Any] = {}
 
         class Loader(CParser, constructor, VersionedResolver):
             def __init__(self, text: str) -> None:
@@ -358,8 +362,22 @@ def _libyaml_loader() -> Any:
                 self._parser = self._composer = self
                 constructor.__init__(self, loader=self)
                 VersionedResolver.__init__(self, version=(1, 2), loadumper=self)
+                # YAML 1.2's table of implicit patterns, built once per process, not per document
+                self._version_implicit_resolver = tables
                 self.allow_duplicate_keys = False
                 self.comment_handling = None
+
+            def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+                # a node's tag follows from these three alone (YAML 1.2, no path resolvers): a
+                # spec's keys and a shared base's values are resolved once per process, not per
+                # spec (ruamel's resolve was a quarter of the parse)
+                key = (kind, value, implicit)
+                tag = _RESOLVED.get(key)
+                if tag is None:
+                    tag = VersionedResolver.resolve(self, kind, value, implicit)
+                    if len(_RESOLVED) < _RESOLVED_MAX:
+                        _RESOLVED[key] = tag
+                return tag
 
         _LIBYAML_LOADER = Loader
     return _LIBYAML_LOADER
@@ -374,36 +392,106 @@ def _libyaml_parse(text: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        if not _core_tree(node):
-            return _DECLINED
-        return loader.construct_document(node)
+        return _Read(loader, node)
     except Exception:  # noqa: BLE001 - invalid YAML, a duplicate key, no libyaml: ruamel reads it and says why
         return _DECLINED
 
 
-def _core_tree(root: Any) -> bool:
-    """Every node of the tree carries a core-schema tag, appears once (no alias), keys are
-    scalars, and no value is an empty plain scalar."""
-    from ruamel.yaml.nodes import MappingNode, ScalarNode
+class _Unlike(Exception):
+    """The document holds what YAML 1.1 and 1.2 may read differently (_Read's first check)."""
 
-    seen = set()
-    pending = [(root, 0)]
-    while pending:
-        node, depth = pending.pop()
-        if id(node) in seen or node.tag not in _CORE_TAGS or depth > MAX_DEPTH:
-            return False
-        seen.add(id(node))
-        if isinstance(node, ScalarNode):
+
+class _Read:
+    """A document read from libyaml's nodes straight into plain data and positions: what ruamel's
+    round-trip constructor would build and _walk copy, without building the CommentedMaps, their
+    line/column records and comment slots first (most of the parse). Every node is first held to
+    what the two YAML versions read alike (a core-schema tag, no alias, no deeper than MAX_DEPTH,
+    keys that are scalars, no empty plain scalar: _Unlike otherwise). Only plain and quoted
+    strings are taken from the nodes as they are; every other scalar (int, float, bool, null, a
+    literal or folded block) is the constructor's object, converted as _walk converts it. A
+    duplicate key (as the constructor compares keys) raises here too, so the document is
+    declined and ruamel says why. What _walk would raise (too many nodes, a key that is no plain
+    scalar, an integer too long) is kept with its place in _walk's order, and raised by _walk."""
+
+    def __init__(self, loader: Any, root: Any) -> None:
+        from ruamel.yaml.nodes import MappingNode, ScalarNode
+
+        construct = loader.construct_non_recursive_object
+        positions = self.positions = Positions()
+        # (where _walk would raise it: after the node of that number, before the next; the error, given fail)
+        self.problems: List[Tuple[float, Callable[[Any], SpecError]]] = []
+        count = 0
+        seen = set()
+
+        def scalar(node: Any, depth: int) -> Any:
+            tag = alike(node, depth)
             if node.value == "" and not node.style:  # plain: None from ruamel, "" from libyaml
-                return False
-        elif isinstance(node, MappingNode):
-            for key, value in node.value:
-                if not isinstance(key, ScalarNode):
-                    return False
-                pending += ((key, depth + 1), (value, depth + 1))
-        else:
-            pending += ((item, depth + 1) for item in node.value)
-    return True
+                raise _Unlike()
+            if tag == _STR and node.style not in ("|", ">"):
+                return node.value
+            return construct(node)
+
+        def alike(node: Any, depth: int) -> str:
+            tag = node.tag
+            if id(node) in seen or tag not in _CORE_TAGS or depth > MAX_DEPTH:
+                raise _Unlike()
+            seen.add(id(node))
+            return tag
+
+        def visit(node: Any, path: SpecPath, depth: int) -> Any:
+            nonlocal count
+            count += 1
+            if isinstance(node, ScalarNode):
+                value = scalar(node, depth)
+                if isinstance(value, _HugeInt):
+                    self.problems.append((count + 0.5, lambda fail, p=path, v=value: _plain_scalar(v, p, positions, fail)))
+                    return None
+                return _plain_scalar(value, path, positions, None)
+            alike(node, depth)
+            positions.values.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+            if isinstance(node, MappingNode):
+                out: Dict[str, Any] = {}
+                keys: Dict[Any, None] = {}
+                for key_node, value_node in node.value:
+                    if not isinstance(key_node, ScalarNode):
+                        raise _Unlike()
+                    key = scalar(key_node, depth + 1)
+                    if key in keys:
+                        raise _DuplicateKey(_key_name(key), key_node.start_mark, None)
+                    keys[key] = None
+                    if not isinstance(key, (str, int, float, bool)) or key is None:
+                        self.problems.append((count + 0.5, lambda fail, p=path: fail(
+                            "mapping keys must be plain scalars", None, *positions.find(p))))
+                        visit(value_node, path + ("",), depth + 1)  # read on: a later key may be a duplicate
+                        continue
+                    skey = key if isinstance(key, str) else str(key)
+                    child = path + (skey,)
+                    positions.keys[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                    positions.values[child] = (value_node.start_mark.line + 1, value_node.start_mark.column + 1)
+                    out[skey] = visit(value_node, child, depth + 1)
+                return out
+            items = []
+            for i, item in enumerate(node.value):
+                child = path + (i,)
+                positions.values[child] = (item.start_mark.line + 1, item.start_mark.column + 1)
+                items.append(visit(item, child, depth + 1))
+            return items
+
+        self.data = visit(root, (), 0)
+        self.count = count
+
+    def walk(self, positions: Positions, budget, fail) -> Any:
+        problems = list(self.problems)
+        if self.count > budget[0]:
+            problems.append((budget[0] + 1, lambda fail: fail(
+                f"document expands to more than {MAX_NODES} nodes (anchors/aliases?)",
+                "a spec needs a few dozen values; remove the alias chain")))
+        budget[0] -= self.count
+        positions.keys.update(self.positions.keys)
+        positions.values.update(self.positions.values)
+        if problems:
+            raise min(problems, key=lambda problem: problem[0])[1](fail)
+        return self.data
 
 
 def _ruamel_parse(text: str, fail) -> Any:
@@ -540,6 +628,8 @@ def _short(text: str, limit: int) -> str:
 def _walk(node: Any, path: SpecPath, positions: Positions, budget, depth: int, fail) -> Any:
     """Copy ruamel's round-trip objects into plain dict/list/str/int/float/bool/None,
     recording positions, counting nodes so aliases cannot expand without bound."""
+    if isinstance(node, _Read):  # libyaml's path: read already
+        return node.walk(positions, budget, fail)
     budget[0] -= 1
     if budget[0] < 0:
         raise fail(f"document expands to more than {MAX_NODES} nodes (anchors/aliases?)",
@@ -583,6 +673,12 @@ def _walk(node: Any, path: SpecPath, positions: Positions, budget, depth: int, f
                     pass
             out_list.append(_walk(item, child, positions, budget, depth + 1, fail))
         return out_list
+    return _plain_scalar(node, path, positions, fail)
+
+
+def _plain_scalar(node: Any, path: SpecPath, positions: Positions, fail) -> Any:
+    """A scalar as _walk copies it: a plain Python value, or the located error of an integer
+    too long to convert."""
     if isinstance(node, _HugeInt):
         line, col = positions.find(path)
         raise SpecError([error(path, f"an integer of {node.digits:,} digits is out of range",

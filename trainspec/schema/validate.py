@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from trainspec.core import files, memo, secrets
 from trainspec.core.diagnostics import Diagnostic, SpecPath, error, shown, warning
+from trainspec.core.digests import sha256
 from trainspec.core.patterns import Lazy
 from trainspec.core.records import Record
 from trainspec.runtime import shim as contract
@@ -308,20 +309,7 @@ def _with_secrets(diagnostics: List[Diagnostic], found: List[Diagnostic]) -> Lis
 def digest(spec: Spec) -> str:
     # what the spec says, canonically: stable when trainspec adds fields with defaults
     canonical = json.dumps(structure.written(spec), sort_keys=True, separators=(",", ":"))
-    return _sha256(canonical.encode()).hexdigest()[:16]
-
-
-def _sha256(data: bytes):
-    """sha256 from CPython's builtin module when it has one: `import hashlib` loads OpenSSL,
-    ~2.5 ms of a ~90 ms compile (as the standard library's own `random` avoids it)."""
-    try:
-        from _sha2 import sha256  # Python 3.12+
-    except ImportError:
-        try:
-            from _sha256 import sha256  # Python 3.9-3.11
-        except ImportError:
-            from hashlib import sha256
-    return sha256(data)
+    return sha256(canonical.encode()).hexdigest()[:16]
 
 
 # --- meaning --------------------------------------------------------------------------------
@@ -1078,14 +1066,17 @@ def _path_problems(file: str, display: str) -> List[Diagnostic]:
 
 
 def _display_path(path: Path) -> str:
-    """``path`` relative to the nearest folder above it with a .git (its name without one);
-    found once per path in a command (core/memo.py)."""
-    return memo.answer(_relative_to_repository, os.fspath(path))
+    """``path`` relative to the nearest folder above it with a .git (its name without one); that
+    folder is looked for once per folder in a command (core/memo.py), not once per spec in it."""
+    path = Path(path)
+    root = memo.answer(_git_folder, os.fspath(path.parent))
+    return path.name if root is None else path.relative_to(root).as_posix()
 
 
-def _relative_to_repository(text: str) -> str:
-    path = Path(text)
-    for parent in path.parents:
+def _git_folder(text: str) -> Optional[Path]:
+    """The nearest folder at or above ``text`` that has a .git (not resolved), or None."""
+    folder = Path(text)
+    for parent in (folder, *folder.parents):
         if (parent / ".git").exists():
-            return path.relative_to(parent).as_posix()
-    return path.name
+            return parent
+    return None
