@@ -104,9 +104,57 @@ def run(args, cwd, check=False, env=None, **kw):
     return proc
 
 
+# The commands ts() runs in this process: they read and write files and print, nothing more (no
+# fork: check shares its work with a forked worker; no signal handlers or platform clients: run and
+# the job commands). A new process per call cost 0.25-0.45 s of CPU, on 2 cores about a tenth of
+# the suite; tests/test_cli.py and the start-up tests still run the console script itself.
+IN_PROCESS = frozenset({"validate", "compile", "plan", "diff", "review", "skus", "import", "schema"})
+
+
 def ts(*args, cwd=REPO, check=False, env=None, **kw):
-    """The command line as a user runs it (bounded: a hang guard far above any run)."""
+    """The command line as a user runs it (bounded: a hang guard far above any run): the console
+    script in a new process, or for the commands of IN_PROCESS without an env or stdin of their
+    own, trainspec.cli.main in this one with the same cwd, exit code and output a pipe gives."""
+    import threading
+
+    if env is None and not kw and args and args[0] in IN_PROCESS and threading.current_thread() is threading.main_thread():
+        proc = in_process(list(args), cwd)
+        if check:
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc
     return run([*trainspec_cmd(), *args], cwd, check, env, **kw)
+
+
+def in_process(argv, cwd, seconds: float = 300) -> subprocess.CompletedProcess:
+    """trainspec.cli.main(argv) run in ``cwd`` as the console script would be: stdout and stderr
+    are UTF-8 pipes (stderr's errors backslashreplace, as Python's), read back with universal
+    newlines like subprocess's text mode; SystemExit is the exit code. Bounded by an alarm unless
+    the test already set one (a second would cancel it)."""
+    import contextlib
+    import io
+
+    from trainspec import cli
+
+    out, err = io.BytesIO(), io.BytesIO()
+    stdout = io.TextIOWrapper(out, encoding="utf-8", errors="strict", write_through=True)
+    stderr = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True)
+    bound = no_hang(seconds) if signal.getitimer(signal.ITIMER_REAL)[0] == 0 else contextlib.nullcontext()
+    before = os.getcwd()
+    code: object = 0
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), bound:
+            try:
+                cli.main(argv)
+            except SystemExit as exc:
+                code = exc.code
+    finally:
+        os.chdir(before)
+        stdout.flush()
+        stderr.flush()
+    code = code if isinstance(code, int) else (0 if code is None else 1)
+    text = lambda data: io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()  # noqa: E731
+    return subprocess.CompletedProcess(["trainspec", *argv], code, text(out.getvalue()), text(err.getvalue()))
 
 
 def yq(text: str) -> str:
