@@ -125,24 +125,34 @@ def ts(*args, cwd=REPO, check=False, env=None, **kw):
     return run([*trainspec_cmd(), *args], cwd, check, env, **kw)
 
 
-def in_process(argv, cwd, seconds: float = 300) -> subprocess.CompletedProcess:
-    """trainspec.cli.main(argv) run in ``cwd`` as the console script would be: stdout and stderr
-    are UTF-8 pipes (stderr's errors backslashreplace, as Python's), read back with universal
-    newlines like subprocess's text mode; SystemExit is the exit code. Bounded by an alarm unless
-    the test already set one (a second would cancel it)."""
+class Hang(BaseException):
+    """Raised by in_process's alarm: a BaseException, so main()'s 'internal error' net (exit 70)
+    does not catch it and a hang fails the test as a hang."""
+
+
+def in_process(argv, cwd=None, seconds: float = 300, pipes: bool = True) -> subprocess.CompletedProcess:
+    """trainspec.cli.main(argv) run in this process, in ``cwd`` (None: where the test is), bounded
+    by an alarm unless the test already set one (a second would cancel it); SystemExit is the exit
+    code. ``pipes``: stdout and stderr as the console script's UTF-8 pipes (stderr's errors
+    backslashreplace, as Python's), read back with universal newlines like subprocess's text mode;
+    else the text exactly as main() wrote it (the fuzzer's mutants print what no pipe would carry)."""
     import contextlib
     import io
 
     from trainspec import cli
 
-    out, err = io.BytesIO(), io.BytesIO()
-    stdout = io.TextIOWrapper(out, encoding="utf-8", errors="strict", write_through=True)
-    stderr = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True)
-    bound = no_hang(seconds) if signal.getitimer(signal.ITIMER_REAL)[0] == 0 else contextlib.nullcontext()
+    if pipes:
+        out, err = io.BytesIO(), io.BytesIO()
+        stdout = io.TextIOWrapper(out, encoding="utf-8", errors="strict", write_through=True)
+        stderr = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True)
+    else:
+        stdout, stderr = io.StringIO(), io.StringIO()
+    bound = no_hang(seconds, Hang) if signal.getitimer(signal.ITIMER_REAL)[0] == 0 else contextlib.nullcontext()
     before = os.getcwd()
     code: object = 0
     try:
-        os.chdir(cwd)
+        if cwd is not None:
+            os.chdir(cwd)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), bound:
             try:
                 cli.main(argv)
@@ -153,6 +163,8 @@ def in_process(argv, cwd, seconds: float = 300) -> subprocess.CompletedProcess:
         stdout.flush()
         stderr.flush()
     code = code if isinstance(code, int) else (0 if code is None else 1)
+    if not pipes:
+        return subprocess.CompletedProcess(["trainspec", *argv], code, stdout.getvalue(), stderr.getvalue())
     text = lambda data: io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()  # noqa: E731
     return subprocess.CompletedProcess(["trainspec", *argv], code, text(out.getvalue()), text(err.getvalue()))
 

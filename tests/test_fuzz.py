@@ -20,9 +20,7 @@ The seed is fixed (SEED): every run tries the same mutants, so CI does not flake
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import os
 import random
 import re
@@ -35,8 +33,7 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from conftest import no_hang, REPO, trainspec_cmd, yq
-from trainspec import cli
+from conftest import Hang, in_process, REPO, trainspec_cmd, yq
 
 SEED = int(os.environ.get("TRAINSPEC_FUZZ_SEED", "20"))
 COUNT = int(os.environ.get("TRAINSPEC_FUZZ_COUNT", "320"))
@@ -60,19 +57,10 @@ UNICODE = ["\u202e", "\u2028", "\u2029", "\ufeff", "\u0301" * 50, "\U0001f680", 
            "\ud7ff", "\x7f", "\uffff"]
 
 
-class Hang(BaseException):
-    """Raised by the alarm; a BaseException so that main()'s 'internal error' net does not catch it."""
-
-
 def run_in_process(argv: List[str], seconds: float = PER_RUN) -> Tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code: object = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), no_hang(seconds, Hang):
-        try:
-            cli.main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    return (code if isinstance(code, int) else 1), out.getvalue(), err.getvalue()
+    """(exit code, stdout, stderr) of main(argv) in this process, as main() wrote them."""
+    done = in_process(argv, None, seconds, pipes=False)
+    return done.returncode, done.stdout, done.stderr
 
 
 # ---------------------------------------------------------------- the fuzz folder
